@@ -1,0 +1,42 @@
+# mlsandbox: `make demo` and `make test` each set everything up first (idempotent, cached outside the clone).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SEED ?= 7
+
+.PHONY: setup demo test test-fast bench lint gc clean help
+
+help:
+	@echo "make setup     install the venv, the package and the MinIO server (idempotent)"
+	@echo "make demo      setup + one full episode of tabular-quality-basic with the rule agent"
+	@echo "make test      setup + the whole test suite (real services)"
+	@echo "make test-fast setup + the tests that need no services (-m 'not services')"
+	@echo "make bench     setup + benchmarks; figures printed and saved under .bench/"
+	@echo "make lint      ruff and the import-layer contracts"
+	@echo "make gc        remove what crashed runs left behind"
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/mlsandbox run --scenario tabular-quality-basic --agent rule --seed $(SEED) --name demo
+
+test: setup
+	@scripts/run-tests.sh
+
+test-fast: setup
+	@scripts/run-tests.sh -m "not services"
+
+bench: setup
+	$(PY) benchmarks/bench_foundation.py
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/lint-imports
+
+gc: setup
+	$(VENV)/bin/mlsandbox gc
+
+clean:
+	rm -rf .pytest_cache .ruff_cache .bench build dist src/*.egg-info

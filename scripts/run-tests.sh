@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the test suite; pytest's "no tests collected" (exit 5) is a failure, never a silent pass.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="${MLSANDBOX_VENV:-$ROOT/.venv}"
+"$VENV/bin/python" -m pytest "$@"
+rc=$?
+if [[ $rc -eq 5 ]]; then
+  echo "run-tests: pytest collected no tests: failing" >&2
+  exit 1
+fi
+# Whatever a crashed or interrupted test left behind is collected here, so the machine stays clean.
+"$VENV/bin/mlsandbox" gc >/dev/null 2>&1 || true
+exit $rc

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Sets up everything mlsandbox needs, idempotently, with caches outside the checkout:
+#   - uv (pinned) in $MLSANDBOX_HOME/tools, used to build the project venv (.venv) from uv's cache
+#   - the project and its dev extras into .venv
+#   - the MinIO server binary in $MLSANDBOX_HOME/bin (go install at the pinned version; without Go the
+#     official release binary)
+# A second run does no network work and takes seconds.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck disable=SC1091
+source "$ROOT/versions.env"
+
+MLSANDBOX_HOME="${MLSANDBOX_HOME:-$HOME/.cache/mlsandbox}"
+BIN="$MLSANDBOX_HOME/bin"
+TOOLS="$MLSANDBOX_HOME/tools"
+VENV="${MLSANDBOX_VENV:-$ROOT/.venv}"
+mkdir -p "$BIN"
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+die() { printf '\033[31m[setup] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# --- Python ---------------------------------------------------------------------------------------
+PY="${PYTHON:-}"
+if [[ -z "$PY" ]]; then
+  for cand in python3.13 python3.12 python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+      PY="$(command -v "$cand")"; break
+    fi
+  done
+fi
+[[ -n "$PY" ]] || die "Python >= ${PYTHON_MIN} is required: install it (Debian: apt-get install python3 python3-venv) or set PYTHON=/path/to/python3.11"
+"$PY" -c 'import venv, ensurepip' 2>/dev/null || die "$PY lacks venv/ensurepip: install it (Debian: apt-get install python3-venv)"
+
+# --- uv (pinned) ----------------------------------------------------------------------------------
+UV="$TOOLS/bin/uv"
+if [[ ! -x "$UV" ]] || [[ "$("$UV" --version 2>/dev/null | awk '{print $2}')" != "$UV_VERSION" ]]; then
+  say "installing uv $UV_VERSION into $TOOLS"
+  "$PY" -m venv "$TOOLS"
+  "$TOOLS/bin/pip" install -q --disable-pip-version-check "uv==$UV_VERSION" || die "could not install uv $UV_VERSION from the package index"
+fi
+
+# --- project venv ---------------------------------------------------------------------------------
+STAMP="$VENV/.mlsandbox-stamp"
+WANT="$(cat pyproject.toml versions.env | sha256sum | cut -c1-16)-$("$PY" -c 'import sys; print(sys.version.split()[0])')"
+if [[ ! -x "$VENV/bin/python" ]] || [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
+  say "building the venv at $VENV (packages come from uv's cache after the first run)"
+  [[ -x "$VENV/bin/python" ]] || "$UV" venv -q --python "$PY" "$VENV"
+  VIRTUAL_ENV="$VENV" "$UV" pip install -q -e ".[dev]" || die "installing the Python dependencies failed (see above)"
+  echo "$WANT" > "$STAMP"
+else
+  say "venv up to date ($VENV)"
+fi
+
+# --- MinIO server ---------------------------------------------------------------------------------
+MINIO="$BIN/minio"
+MINIO_STAMP="$BIN/.minio-version"
+HAVE_MINIO="$(cat "$MINIO_STAMP" 2>/dev/null || true)"
+if [[ -x "$MINIO" && ( "$HAVE_MINIO" == "$MINIO_GO_VERSION" || "$HAVE_MINIO" == "$MINIO_RELEASE" ) ]]; then
+  say "minio present ($(cat "$MINIO_STAMP"))"
+elif command -v go >/dev/null 2>&1; then
+  say "building minio $MINIO_GO_VERSION with go install (first time: several minutes; cached after)"
+  TMPBIN="$(mktemp -d)"
+  ( cd "$TMPBIN" && GOBIN="$TMPBIN" CGO_ENABLED=0 go install "$MINIO_GO_MODULE@$MINIO_GO_VERSION" ) \
+    || die "go install $MINIO_GO_MODULE@$MINIO_GO_VERSION failed (see above)"
+  mv "$TMPBIN/minio" "$MINIO" && rmdir "$TMPBIN"
+  echo "$MINIO_GO_VERSION" > "$MINIO_STAMP"
+elif command -v curl >/dev/null 2>&1; then
+  say "Go not found: downloading the official minio release binary $MINIO_RELEASE"
+  curl -fsSL -o "$MINIO.part" "$MINIO_RELEASE_URL" \
+    || die "could not download $MINIO_RELEASE_URL; install Go >= 1.24 (https://go.dev/dl) or place a minio binary at $MINIO"
+  chmod +x "$MINIO.part" && mv "$MINIO.part" "$MINIO"
+  echo "$MINIO_RELEASE" > "$MINIO_STAMP"
+else
+  die "the MinIO server is needed: install Go >= 1.24 (Debian: apt-get install golang) or curl, or place a minio binary at $MINIO"
+fi
+
+say "ready: $("$VENV/bin/mlsandbox" --version 2>/dev/null || echo mlsandbox), minio at $MINIO"

@@ -1,0 +1,23 @@
+"""mlsandbox: a real-execution sandbox for training and evaluating ML-engineering agents.
+
+Importing the package registers the Gymnasium environment ``mlsandbox/MLSandbox-v0``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def _register() -> None:
+    from gymnasium.envs.registration import register, registry
+
+    if "mlsandbox/MLSandbox-v0" not in registry:
+        register(
+            id="mlsandbox/MLSandbox-v0",
+            entry_point="mlsandbox.env.gym_env:MLSandboxEnv",
+            # Steps run real processes: job durations and CPU-seconds differ between runs.
+            nondeterministic=True,
+        )
+
+
+_register()

@@ -1,0 +1,201 @@
+"""The Gymnasium environment ``mlsandbox/MLSandbox-v0``.
+
+Observation: a ``Dict`` space with a few numbers for RL code (``step``, ``ok``, ``credits_left``) and
+``text``, the whole structured observation as compact JSON (decode it with :func:`decode_observation`).
+Action: a JSON object (dict, JSON string or action model) with a ``type``; the action space is a ``Text``
+space of JSON strings, so a sampled action is almost always invalid and simply earns an error observation.
+
+The environment attaches to a running sandbox, or starts one itself (``start_sandbox=True``) and stops it
+on ``close()``. ``reset`` starts an isolated episode on the running services without restarting them.
+The env is registered as nondeterministic: steps run real processes whose timings and CPU-seconds vary
+from run to run. The first observation after ``reset(seed=s)`` is identical for the same seed and scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from mlsandbox.backends import get_backend
+from mlsandbox.backends.base import Backend, Runtime
+from mlsandbox.errors import NotRunningError
+from mlsandbox.gateway import Gateway
+from mlsandbox.paths import default_sandbox_name
+from mlsandbox.scenario import Scenario, load_scenario
+
+MAX_TEXT = 65536
+MAX_ACTION_TEXT = 8192
+MAX_STEPS_BOUND = 10_000
+CREDITS_BOUND = 1e9
+CHARSET = "".join(chr(c) for c in range(32, 127))  # JSON with ensure_ascii is printable ASCII only
+_TRUNC_KEEP = MAX_TEXT - 1024
+
+
+def encode_text(observation: dict[str, Any]) -> str:
+    """Compact, stable JSON; an oversized result is replaced by a truncated preview (marked)."""
+    text = json.dumps(observation, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    if len(text) <= MAX_TEXT:
+        return text
+    preview = json.dumps(observation.get("result"), sort_keys=True, ensure_ascii=True)[:_TRUNC_KEEP]
+    clipped = {**observation, "result": {"truncated": True, "original_chars": len(text), "preview": preview}}
+    return json.dumps(clipped, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+
+
+def decode_observation(obs: dict[str, Any] | str) -> dict[str, Any]:
+    """The structured observation from an env observation (or its ``text``)."""
+    text = obs["text"] if isinstance(obs, dict) else obs
+    return json.loads(text)
+
+
+class MLSandboxEnv(gym.Env[dict[str, Any], str]):
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        scenario: str | Scenario = "tabular-quality-basic",
+        *,
+        backend: str = "local",
+        sandbox: str | None = None,
+        start_sandbox: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+        self.sandbox_name = sandbox or default_sandbox_name()
+        self._backend: Backend = get_backend(backend, self.sandbox_name)
+        self._start_sandbox = start_sandbox
+        self._owns_sandbox = False
+        self._runtime: Runtime | None = None
+        self.gateway: Gateway | None = None
+        self._last: dict[str, Any] | None = None
+        self._last_info: dict[str, Any] = {}
+        self.action_space = spaces.Text(max_length=MAX_ACTION_TEXT, min_length=1, charset=CHARSET)
+        self.observation_space = spaces.Dict(
+            {
+                "step": spaces.Box(0, MAX_STEPS_BOUND, shape=(), dtype=np.int64),
+                "ok": spaces.Discrete(2),
+                "credits_left": spaces.Box(0.0, CREDITS_BOUND, shape=(), dtype=np.float64),
+                "text": spaces.Text(max_length=MAX_TEXT, min_length=2, charset=CHARSET),
+            }
+        )
+
+    # ------------------------------------------------------------------------------------ gym API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        t0 = time.perf_counter()
+        options = options or {}
+        unknown = set(options) - {"scenario"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; supported: ['scenario']")
+        if "scenario" in options:
+            ref = options["scenario"]
+            self.scenario = ref if isinstance(ref, Scenario) else load_scenario(ref)
+        runtime = self._ensure_runtime()
+        self._end_episode()
+        episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        self.gateway = Gateway(
+            runtime,
+            self.scenario,
+            seed=episode_seed,
+            sandbox=self.sandbox_name,
+            audit_dir=getattr(self._backend, "dir", None) and self._backend.dir / "episodes",  # type: ignore[attr-defined]
+        )
+        obs = self.gateway.start()
+        self._last = obs
+        info = {
+            "episode_id": self.gateway.state.episode_id,
+            "scenario": self.scenario.id,
+            "seed": episode_seed,
+            "sandbox": self.sandbox_name,
+            "owns_sandbox": self._owns_sandbox,
+            "timings": {"reset_s": round(time.perf_counter() - t0, 6)},
+        }
+        self._last_info = info
+        return self._encode(obs), info
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self.gateway is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        res = self.gateway.step(action)
+        self._last = res.observation
+        self._last_info = res.info
+        return self._encode(res.observation), res.reward, res.terminated, res.truncated, res.info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return render_ansi(self._last, self._last_info, self.gateway)
+
+    def close(self) -> None:
+        self._end_episode()
+        if self._owns_sandbox:
+            self._backend.down()
+            self._owns_sandbox = False
+        self._runtime = None
+        super().close()
+
+    # -------------------------------------------------------------------------------------- helpers
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    def _ensure_runtime(self) -> Runtime:
+        if self._runtime is not None:
+            return self._runtime
+        if not self._backend.is_alive():
+            if not self._start_sandbox:
+                raise NotRunningError(
+                    f"sandbox {self.sandbox_name!r} is not running: start it with `mlsandbox up --name {self.sandbox_name}`"
+                    " or create the env with start_sandbox=True"
+                )
+            self._backend.up(ephemeral=True)  # type: ignore[call-arg]
+            self._owns_sandbox = True
+        self._runtime = self._backend.runtime()
+        return self._runtime
+
+    def _end_episode(self) -> None:
+        if self.gateway is not None:
+            self.gateway.close()
+            self.gateway = None
+
+    def _encode(self, obs: dict[str, Any]) -> dict[str, Any]:
+        budget = obs.get("budget") or {}
+        left = max(0.0, float(budget.get("credits", 0.0)) - float(budget.get("credits_used", 0.0)))
+        return {
+            "step": np.int64(min(obs["step"], MAX_STEPS_BOUND)),
+            "ok": int(bool(obs["ok"])),
+            "credits_left": np.float64(min(left, CREDITS_BOUND)),
+            "text": encode_text(obs),
+        }
+
+
+def render_ansi(obs: dict[str, Any] | None, info: dict[str, Any], gateway: Gateway | None) -> str:
+    """A compact text dashboard of the episode for people watching it."""
+    if obs is None or gateway is None:
+        return "(no episode)\n"
+    st = gateway.state
+    lines = [
+        f"scenario {st.scenario.id}  episode {st.episode_id}  step {st.step}/{st.scenario.max_steps}",
+        f"credits {st.credits_used:.2f}/{st.scenario.budget.credits:g}  invalid actions {st.invalid_actions}",
+        f"last action {obs.get('action')}: {'ok' if obs.get('ok') else 'ERROR ' + str((obs.get('error') or {}).get('code'))}",
+    ]
+    for job in st.jobs.values():
+        lines.append(f"  {job.job_id:<8} {job.state:<10} {job.algorithm:<20} cpu {job.cpu_seconds:6.2f}s  {job.dataset}")
+    for name, version in st.registered:
+        lines.append(f"  registered {name} v{version}")
+    comps = info.get("reward_components") or {}
+    if comps:
+        lines.append("  reward " + "  ".join(f"{k}={v:+.3f}" for k, v in comps.items()))
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CHARSET", "MLSandboxEnv", "decode_observation", "encode_text"]

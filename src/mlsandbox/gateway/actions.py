@@ -1,0 +1,154 @@
+"""The agent's actions: a tagged union of pydantic models, discriminated by ``type``.
+
+Each model's docstring is what the agent reads about the action (tool descriptions, the catalog).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ListDatasets(_Action):
+    """List the datasets in this episode's data lake: name (object key), format and size in bytes."""
+
+    type: Literal["list_datasets"] = "list_datasets"
+
+
+class CheckDataQuality(_Action):
+    """Profile a dataset as stored in the data lake: rows, duplicate rows, and per column its dtype,
+    missing count and rate, summary statistics and outlier count (1.5 IQR rule); for the target
+    column the class counts and balance."""
+
+    type: Literal["check_data_quality"] = "check_data_quality"
+    dataset: DatasetName = Field(description="Dataset name as listed by list_datasets, e.g. raw/customers.csv")
+
+
+class CleanDataset(_Action):
+    """Write a cleaned copy of a dataset as a new object (the source is never modified).
+
+    Strategies: drop_na (drop rows with any missing value), impute_mean / impute_median (fill missing
+    numeric values with the column mean / median and missing categories with the most frequent one),
+    clip_outliers (clip numeric values to the 1.5 IQR fences). The output defaults to
+    ``clean/<name>-<strategy>.parquet``; it may not be under ``raw/``."""
+
+    type: Literal["clean_dataset"] = "clean_dataset"
+    dataset: DatasetName
+    strategy: Literal["drop_na", "impute_mean", "impute_median", "clip_outliers"]
+    output: DatasetName | None = Field(
+        default=None, description="Name of the new dataset, ending in .csv or .parquet"
+    )
+
+
+class Resources(BaseModel):
+    """Compute requested by a job. Limits are enforced by the backend (cgroups on the local backend)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = Field(default=1.0, gt=0, le=2, description="CPU cores (a quota; 0.5 = half a core)")
+    memory_mb: int = Field(default=1024, ge=128, le=8192, description="Memory limit in MiB")
+
+
+class TrainModel(_Action):
+    """Start a training job (a real scikit-learn process) on a dataset; returns a job id at once.
+
+    The job reads the dataset from the data lake, holds out 20% for validation, fits the algorithm
+    and logs parameters, validation metrics (val_auc, val_accuracy, val_log_loss) and the model to
+    the experiment tracker. Jobs consume compute credits by CPU-seconds. Follow it with get_job / wait.
+    Hyperparameters are passed to the scikit-learn estimator (LogisticRegression,
+    RandomForestClassifier, HistGradientBoostingClassifier)."""
+
+    type: Literal["train_model"] = "train_model"
+    dataset: DatasetName
+    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting"]
+    hyperparams: dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None] = (
+        Field(default_factory=dict, max_length=20)
+    )
+    resources: Resources = Field(default_factory=Resources)
+
+
+class GetJob(_Action):
+    """Status of a job: state (running, succeeded, failed, cancelled), exit code, CPU-seconds, the
+    tracking run id and metrics when it succeeded, the tail of its log when it failed."""
+
+    type: Literal["get_job"] = "get_job"
+    job_id: JobId
+
+
+class ListRuns(_Action):
+    """List the runs in this episode's experiment with their status, parameters and metrics."""
+
+    type: Literal["list_runs"] = "list_runs"
+
+
+class RegisterModel(_Action):
+    """Register the model logged by a finished run in the model registry under a name; returns the
+    new version. Registering again under the same name adds a version."""
+
+    type: Literal["register_model"] = "register_model"
+    run_id: RunId
+    name: ModelName
+
+
+class Wait(_Action):
+    """Let time pass (at most 60 s); returns early as soon as a job finishes."""
+
+    type: Literal["wait"] = "wait"
+    seconds: float = Field(default=5.0, ge=0, le=60)
+
+
+class Submit(_Action):
+    """Declare the work done: ends the episode and grades it."""
+
+    type: Literal["submit"] = "submit"
+
+
+ACTION_MODELS: tuple[type[_Action], ...] = (
+    ListDatasets,
+    CheckDataQuality,
+    CleanDataset,
+    TrainModel,
+    GetJob,
+    ListRuns,
+    RegisterModel,
+    Wait,
+    Submit,
+)
+
+Action = Annotated[
+    ListDatasets
+    | CheckDataQuality
+    | CleanDataset
+    | TrainModel
+    | GetJob
+    | ListRuns
+    | RegisterModel
+    | Wait
+    | Submit,
+    Field(discriminator="type"),
+]
+
+ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Action)
+ACTION_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in ACTION_MODELS)
+
+
+def action_catalog() -> list[dict[str, Any]]:
+    """Every action with its description and the JSON Schema of its parameters."""
+    out = []
+    for model in ACTION_MODELS:
+        schema = model.model_json_schema()
+        out.append(
+            {
+                "type": model.model_fields["type"].default,
+                "description": " ".join((model.__doc__ or "").split()),
+                "parameters": schema,
+            }
+        )
+    return out

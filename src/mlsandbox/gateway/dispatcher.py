@@ -1,0 +1,441 @@
+"""The gateway: raw action -> validation -> dispatch to the backend -> observation, reward, audit log.
+
+Bad input from an agent never raises out of :meth:`Gateway.step`: invalid JSON, an unknown action, bad
+parameters, a reference to something that does not exist or a forbidden name each become an error
+observation with a penalty, and nothing in the sandbox changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from mlsandbox.backends.base import JobSpec, Runtime
+from mlsandbox.data.clean import clean_frame
+from mlsandbox.data.formats import format_of, from_bytes, to_bytes
+from mlsandbox.data.profile import profile_frame
+from mlsandbox.data.tabular import generate_tabular
+from mlsandbox.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
+from mlsandbox.errors import ActionError, ConfigError
+from mlsandbox.evaluation.reward import Grade, grade_episode, step_components
+from mlsandbox.gateway import actions as A
+from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
+from mlsandbox.scenario.models import Scenario
+
+log = logging.getLogger(__name__)
+
+_TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
+_LOG_TAIL_LINES = 15
+
+
+class Gateway:
+    """One episode of one scenario on a running sandbox (a :class:`Runtime`)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        scenario: Scenario,
+        *,
+        seed: int | None = None,
+        sandbox: str = "default",
+        audit_dir: Path | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.state = EpisodeState(
+            episode_id=new_episode_id(self.seed), scenario=scenario, seed=self.seed, sandbox=sandbox
+        )
+        self._audit_path = (audit_dir / f"{self.state.episode_id}.jsonl") if audit_dir else None
+        self._handlers: dict[str, Callable[[Any], dict[str, Any]]] = {
+            "list_datasets": self._list_datasets,
+            "check_data_quality": self._check_data_quality,
+            "clean_dataset": self._clean_dataset,
+            "train_model": self._train_model,
+            "get_job": self._get_job,
+            "list_runs": self._list_runs,
+            "register_model": self._register_model,
+            "wait": self._wait,
+            "submit": self._submit,
+        }
+        self._credits_seen = 0.0
+        self.grade: Grade | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> dict[str, Any]:
+        """Create the episode's isolated resources and data; return the first observation."""
+        st = self.state
+        rt = self.runtime
+        if self.scenario.perturbations:
+            raise ConfigError(
+                f"scenario {self.scenario.id!r} has a perturbation plan, but the fault engine is not built yet: "
+                "remove `perturbations` to run it"
+            )
+        rt.object_store.create_bucket(st.bucket)
+        st.experiment_id = rt.tracking.create_experiment(
+            st.experiment_name, tags={"mlsandbox.episode": st.episode_id, "mlsandbox.scenario": self.scenario.id}
+        )
+        for i, spec in enumerate(self.scenario.datasets):
+            data = generate_tabular(spec, self.seed * 1000 + i)
+            st.ground_truth.manifests[spec.name] = data.manifest
+            st.ground_truth.holdouts[spec.name] = data.holdout
+            for fmt in spec.formats:
+                key = f"raw/{spec.name}.{fmt}"
+                payload = to_bytes(data.train, fmt)
+                rt.object_store.put_object(st.bucket, key, payload)
+                st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
+        self._audit({"event": "start", "scenario": self.scenario.id, "seed": self.seed})
+        return self.initial_observation()
+
+    def initial_observation(self) -> dict[str, Any]:
+        sc = self.scenario
+        return {
+            "step": 0,
+            "ok": True,
+            "action": None,
+            "result": {
+                "scenario": sc.id,
+                "title": sc.title,
+                "task": sc.task.strip(),
+                "deliverable": {"register_model_as": sc.goal.model_name},
+                "datasets": self._dataset_list(),
+                "actions": list(A.ACTION_TYPES),
+                "max_steps": sc.max_steps,
+            },
+            "error": None,
+            "budget": self._budget(),
+        }
+
+    def close(self) -> None:
+        """Stop the episode's jobs and remove its bucket, experiment and registered models. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        st, rt = self.state, self.runtime
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("jobs", lambda: rt.jobs.cleanup(st.job_label)),
+            ("bucket", lambda: rt.object_store.delete_bucket(st.bucket)),
+            ("models", self._delete_models),
+            ("experiment", lambda: rt.tracking.delete_experiment(st.experiment_id) if st.experiment_id else None),
+        ]
+        for what, fn in steps:
+            try:
+                fn()
+            except Exception as e:  # cleanup goes on with the rest; gc catches what is left
+                log.warning("episode %s: cleaning %s failed: %s", st.episode_id, what, e)
+        self._audit({"event": "close"})
+
+    def _delete_models(self) -> None:
+        for name in {n for (n, _) in self.state.registered}:
+            self.runtime.tracking.delete_registered_model(self.state.registry_name(name))
+
+    # ----------------------------------------------------------------------------------------- step
+
+    def step(self, raw: Any) -> StepResult:
+        t0 = time.perf_counter()
+        st = self.state
+        action_type: str | None = None
+        grade: Grade | None = None
+        if st.done:
+            obs = error_observation(st.step, None, ActionError("episode_over", "the episode is over: call reset"), self._budget())
+            return StepResult(obs, 0.0, True, False, {"error": "episode_over", "reward_components": {}})
+        st.step += 1
+        try:
+            action = parse_action(raw)
+            action_type = action.type
+            result = self._handlers[action.type](action)
+            self._refresh_jobs()
+            obs = ok_observation(st.step, action_type, result, self._budget())
+            invalid = False
+            err_code = None
+        except ActionError as e:
+            st.invalid_actions += 1
+            self._refresh_jobs()
+            obs = error_observation(st.step, action_type, e, self._budget())
+            invalid = True
+            err_code = e.code
+        terminated = st.submitted
+        truncated = not terminated and st.step >= self.scenario.max_steps
+        if terminated or truncated:
+            st.done = True
+            self._stop_running_jobs()
+            grade = grade_episode(st, self.runtime.tracking)
+            self.grade = grade
+        credits = st.credits_used
+        comps = step_components(st, invalid=invalid, credits_delta=credits - self._credits_seen, grade=grade)
+        self._credits_seen = credits
+        reward = float(sum(comps.values()))
+        info: dict[str, Any] = {
+            "episode_id": st.episode_id,
+            "step": st.step,
+            "action": action_type,
+            "error": err_code,
+            "reward_components": comps,
+            "credits_used": round(credits, 4),
+            "invalid_actions": st.invalid_actions,
+            "timings": {"step_s": round(time.perf_counter() - t0, 6)},
+        }
+        if grade is not None:
+            info["grade"] = grade.as_dict()
+        self._audit({"event": "step", "raw": _jsonable(raw), "observation": obs, "reward": reward, "info": info})
+        return StepResult(obs, reward, terminated, truncated, info)
+
+    # -------------------------------------------------------------------------------------- actions
+
+    def _list_datasets(self, _: A.ListDatasets) -> dict[str, Any]:
+        return {"datasets": self._dataset_list()}
+
+    def _check_data_quality(self, a: A.CheckDataQuality) -> dict[str, Any]:
+        rec = self._dataset(a.dataset)
+        df = self._read(rec)
+        target = rec.target if rec.target in df.columns else None
+        return {"dataset": rec.key, "format": rec.fmt, "profile": profile_frame(df, target)}
+
+    def _clean_dataset(self, a: A.CleanDataset) -> dict[str, Any]:
+        rec = self._dataset(a.dataset)
+        stem = rec.key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        out_key = a.output or f"clean/{stem}-{a.strategy.replace('_', '-')}.parquet"
+        if out_key.split("/", 1)[0] == "raw":
+            raise ActionError("forbidden_name", f"{out_key!r}: the raw/ prefix holds source data and is read-only")
+        try:
+            out_fmt = format_of(out_key)
+        except ValueError:
+            raise ActionError("invalid_parameters", f"output {out_key!r} must end in .csv or .parquet") from None
+        df = self._read(rec)
+        cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
+        payload = to_bytes(cleaned, out_fmt)
+        self._backend_call(lambda: self.runtime.object_store.put_object(self.state.bucket, out_key, payload))
+        self.state.datasets[out_key] = DatasetRecord(out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key)
+        return {"dataset": out_key, "source": rec.key, "strategy": a.strategy, "rows": len(cleaned), "changes": summary}
+
+    def _train_model(self, a: A.TrainModel) -> dict[str, Any]:
+        st = self.state
+        rec = self._dataset(a.dataset)
+        if rec.target is None:
+            raise ActionError("invalid_parameters", f"dataset {rec.key!r} has no target column to train on")
+        if st.credits_left <= 0:
+            raise ActionError("budget_exhausted", "no compute credits left: no new job can start")
+        job_id = f"job-{len(st.jobs) + 1}"
+        backend_id = f"{st.episode_id}-{job_id}"
+        spec = JobSpec(
+            job_id=backend_id,
+            workload="trainer",
+            args=[
+                "--bucket", st.bucket,
+                "--key", rec.key,
+                "--target", rec.target,
+                "--algorithm", a.algorithm,
+                "--hyperparams", json.dumps(a.hyperparams, sort_keys=True),
+                "--experiment-id", st.experiment_id,
+                "--run-name", job_id,
+                "--seed", str(self.seed),
+            ],
+            cpus=a.resources.cpus,
+            memory_mb=a.resources.memory_mb,
+            labels=dict([st.job_label]),
+            timeout_s=self.scenario.budget.max_job_seconds,
+        )
+        status = self._backend_call(lambda: self.runtime.jobs.submit(spec))
+        st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
+        return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
+
+    def _get_job(self, a: A.GetJob) -> dict[str, Any]:
+        job = self._job(a.job_id)
+        status = self._backend_call(lambda: self.runtime.jobs.get(job.backend_id))
+        self._update_job(job, status)
+        out: dict[str, Any] = {
+            "job_id": job.job_id,
+            "state": status.state,
+            "dataset": job.dataset,
+            "algorithm": job.algorithm,
+            "exit_code": status.exit_code,
+            "cpu_seconds": round(status.cpu_seconds, 3),
+        }
+        if status.state == "succeeded":
+            out["run_id"] = status.result.get("run_id")
+            out["metrics"] = _round_metrics(status.result.get("metrics", {}))
+        elif status.state in ("failed", "cancelled"):
+            out["log_tail"] = self._backend_call(lambda: self.runtime.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES))
+        return out
+
+    def _list_runs(self, _: A.ListRuns) -> dict[str, Any]:
+        runs = self._backend_call(lambda: self.runtime.tracking.list_runs(self.state.experiment_id))
+        rows = [
+            {
+                "run_id": r.run_id,
+                "run_name": r.tags.get("mlflow.runName"),
+                "status": r.status,
+                "params": dict(sorted(r.params.items())),
+                "metrics": _round_metrics(r.metrics),
+            }
+            for r in sorted(runs, key=lambda r: (r.start_time or 0, r.run_id))
+        ]
+        return {"runs": rows}
+
+    def _register_model(self, a: A.RegisterModel) -> dict[str, Any]:
+        st = self.state
+        try:
+            run = self.runtime.tracking.get_run(a.run_id)
+        except KeyError:
+            raise ActionError("not_found", f"run {a.run_id} does not exist") from None
+        if run.experiment_id != st.experiment_id:
+            raise ActionError("not_found", f"run {a.run_id} does not exist in this episode's experiment")
+        if run.status != "FINISHED":
+            raise ActionError("conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered")
+        mv = self._backend_call(lambda: self.runtime.tracking.register_model(a.run_id, st.registry_name(a.name)))
+        st.registered.append((a.name, mv.version))
+        return {"name": a.name, "version": mv.version, "run_id": a.run_id, "status": mv.status}
+
+    def _wait(self, a: A.Wait) -> dict[str, Any]:
+        deadline = time.monotonic() + a.seconds
+        before = {j.job_id: j.state for j in self.state.jobs.values()}
+        while True:
+            self._refresh_jobs()
+            changed = [j for j in self.state.jobs.values() if j.state != before[j.job_id]]
+            if changed or time.monotonic() >= deadline:
+                break
+            if not any(s not in _TERMINAL_JOB_STATES for s in before.values()):
+                # Nothing running that could change: time passes all the same.
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                break
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        return {"jobs": [{"job_id": j.job_id, "state": j.state} for j in self.state.jobs.values()]}
+
+    def _submit(self, _: A.Submit) -> dict[str, Any]:
+        self.state.submitted = True
+        registered = [{"name": n, "version": v} for (n, v) in self.state.registered]
+        return {"submitted": True, "registered_models": registered}
+
+    # -------------------------------------------------------------------------------------- helpers
+
+    def _dataset(self, name: str) -> DatasetRecord:
+        rec = self.state.datasets.get(name)
+        if rec is None:
+            known = ", ".join(sorted(self.state.datasets)) or "none"
+            raise ActionError("not_found", f"dataset {name!r} does not exist (datasets: {known})")
+        return rec
+
+    def _job(self, job_id: str) -> JobRecord:
+        job = self.state.jobs.get(job_id)
+        if job is None:
+            raise ActionError("not_found", f"job {job_id!r} does not exist")
+        return job
+
+    def _read(self, rec: DatasetRecord) -> Any:
+        data = self._backend_call(lambda: self.runtime.object_store.get_object(self.state.bucket, rec.key))
+        try:
+            return from_bytes(data, rec.fmt)
+        except Exception as e:
+            raise ActionError("unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}") from None
+
+    def _dataset_list(self) -> list[dict[str, Any]]:
+        return [
+            {"name": r.key, "format": r.fmt, "size_bytes": r.size}
+            for r in sorted(self.state.datasets.values(), key=lambda r: r.key)
+        ]
+
+    def _budget(self) -> dict[str, Any]:
+        st = self.state
+        return {
+            "credits": st.scenario.budget.credits,
+            "credits_used": round(st.credits_used, 4),
+            "steps_left": max(0, st.scenario.max_steps - st.step),
+        }
+
+    def _update_job(self, job: JobRecord, status: Any) -> None:
+        job.state = status.state
+        job.cpu_seconds = float(status.cpu_seconds)
+        if status.state == "succeeded":
+            job.run_id = status.result.get("run_id")
+
+    def _refresh_jobs(self) -> None:
+        for job in self.state.jobs.values():
+            if job.state in _TERMINAL_JOB_STATES:
+                continue
+            try:
+                self._update_job(job, self.runtime.jobs.get(job.backend_id))
+            except Exception as e:  # the next refresh tries again
+                log.debug("refresh of %s failed: %s", job.job_id, e)
+
+    def _stop_running_jobs(self) -> None:
+        for job in self.state.jobs.values():
+            if job.state not in _TERMINAL_JOB_STATES:
+                try:
+                    self._update_job(job, self.runtime.jobs.cancel(job.backend_id))
+                except Exception as e:
+                    log.warning("cancel of %s failed: %s", job.job_id, e)
+
+    def _backend_call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except ActionError:
+            raise
+        except KeyError as e:
+            raise ActionError("not_found", f"not found: {e}") from None
+        except Exception as e:
+            raise ActionError("backend_error", f"{type(e).__name__}: {e}") from None
+
+    def _audit(self, record: dict[str, Any]) -> None:
+        if self._audit_path is None:
+            return
+        self._audit_path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"t": round(time.time(), 3), "episode": self.state.episode_id, **record}
+        with self._audit_path.open("a") as f:
+            f.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+
+
+def parse_action(raw: Any) -> BaseModel:
+    """An action model from a model, a dict or a JSON string; :class:`ActionError` for anything else."""
+    if isinstance(raw, BaseModel) and isinstance(raw, A.ACTION_MODELS):
+        return raw
+    if isinstance(raw, bytes | bytearray):
+        try:
+            raw = raw.decode()
+        except UnicodeDecodeError:
+            raise ActionError("invalid_json", "the action is not UTF-8 text") from None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ActionError("invalid_json", f"the action is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(raw, dict):
+        raise ActionError("invalid_json", f"an action is a JSON object with a 'type' field, got {type(raw).__name__}")
+    kind = raw.get("type")
+    if kind not in A.ACTION_TYPES:
+        raise ActionError(
+            "unknown_action",
+            f"unknown action type {kind!r}; known: {', '.join(A.ACTION_TYPES)}",
+        )
+    try:
+        return A.ACTION_ADAPTER.validate_python(raw)
+    except ValidationError as e:
+        problems = [
+            {"field": ".".join(str(p) for p in err["loc"][1:]) or "<action>", "message": err["msg"]}
+            for err in e.errors(include_url=False)
+        ]
+        msg = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        raise ActionError("invalid_parameters", f"invalid parameters for {kind}: {msg}", details=problems) from None
+
+
+def _round_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: round(float(v), 6) for k, v in sorted(metrics.items())}
+
+
+def _jsonable(raw: Any) -> Any:
+    if isinstance(raw, BaseModel):
+        return raw.model_dump()
+    if isinstance(raw, bytes | bytearray):
+        return raw.decode(errors="replace")
+    try:
+        json.dumps(raw)
+        return raw
+    except (TypeError, ValueError):
+        return repr(raw)
