@@ -261,11 +261,10 @@ def _short_observation(obs: dict[str, Any]) -> str:
     action = obs.get("action")
     if action == "check_data_quality":
         p = r.get("profile") or {}
-        cols = p.get("columns") or {}
-        items = list(cols.values()) if isinstance(cols, dict) else list(cols)
-        missing = sum(int(c.get("missing_count") or 0) for c in items)
-        outliers = sum(int(c.get("outlier_count") or 0) for c in items)
-        return f"{p.get('rows')} rows, {missing} missing cells, {outliers} outliers"
+        cols = list((p.get("column_profiles") or {}).values())
+        outliers = sum(int(c.get("outliers") or 0) for c in cols)
+        balance = (p.get("target") or {}).get("minority_share")
+        return f"{p.get('rows')} rows, {p.get('missing_cells')} missing cells, {outliers} outliers, minority {balance}"
     if action == "clean_dataset":
         return f"wrote {r.get('dataset')} ({r.get('rows')} rows)"
     if action in ("train_model", "wait"):

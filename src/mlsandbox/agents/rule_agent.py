@@ -70,9 +70,8 @@ class RuleAgent:
         return {"type": "submit"}
 
     def _plan_cleaning(self, profile: dict[str, Any]) -> None:
-        columns = profile.get("columns") or {}
-        items = columns.values() if isinstance(columns, dict) else columns
-        if any((c.get("missing_count") or 0) > 0 for c in items):
+        columns = list((profile.get("column_profiles") or {}).values())
+        if any((c.get("missing") or 0) > 0 for c in columns):
             self._plan.append({"strategy": "impute_median"})
-        if any((c.get("outlier_count") or 0) > 0 for c in items):
+        if any((c.get("outliers") or 0) > 0 for c in columns):
             self._plan.append({"strategy": "clip_outliers"})

@@ -1,0 +1,172 @@
+"""The data-quality profile of a frame: what an engineer would look at before training.
+
+Numbers are plain JSON values: floats rounded to 6 decimal places, ``None`` where a statistic does not
+exist (NaN, empty column). Key order is fixed (columns in frame order), so equal frames give equal JSON.
+
+Conventions (shared with :mod:`mlsandbox.data.clean`):
+
+* numeric: non-boolean integer and float columns; std is the sample std (ddof=1);
+* quartiles use linear interpolation (numpy/pandas default); a value is an outlier when it is below
+  ``Q1 - 1.5 * IQR`` or above ``Q3 + 1.5 * IQR``, computed on the non-missing values;
+* top values: the 10 most frequent non-missing values, by count (desc), then value (asc).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+IQR_FACTOR = 1.5
+TOP_VALUES = 10
+DECIMALS = 6
+
+
+def simple_dtype(series: pd.Series) -> str:
+    """``bool``, ``int``, ``float`` or ``string`` (everything else: text, categories, mixed objects)."""
+    if pd.api.types.is_bool_dtype(series.dtype):
+        return "bool"
+    if pd.api.types.is_integer_dtype(series.dtype):
+        return "int"
+    if pd.api.types.is_float_dtype(series.dtype):
+        return "float"
+    return "string"
+
+
+def is_numeric(series: pd.Series) -> bool:
+    return simple_dtype(series) in ("int", "float")
+
+
+def number(value: Any) -> float | None:
+    """A plain float rounded to 6 places, or None for NaN/inf/missing."""
+    if value is None or value is pd.NA:
+        return None
+    x = float(value)
+    if not math.isfinite(x):
+        return None
+    return round(x, DECIMALS) + 0.0
+
+
+def iqr_fences(values: pd.Series | np.ndarray) -> tuple[float, float] | None:
+    """``(Q1 - 1.5 IQR, Q3 + 1.5 IQR)`` of the non-missing values; None when there are none."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return None
+    q1, q3 = np.quantile(x, [0.25, 0.75])
+    iqr = q3 - q1
+    return float(q1 - IQR_FACTOR * iqr), float(q3 + IQR_FACTOR * iqr)
+
+
+def outlier_mask(values: pd.Series | np.ndarray) -> np.ndarray:
+    """True where a value lies outside the 1.5-IQR fences (missing values are never outliers)."""
+    x = np.asarray(values, dtype=np.float64)
+    fences = iqr_fences(x)
+    if fences is None:
+        return np.zeros(x.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return (x < fences[0]) | (x > fences[1])
+
+
+def check_unique_columns(df: pd.DataFrame) -> None:
+    dupes = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+    if dupes:
+        raise ValueError(f"duplicate column names: {dupes}")
+
+
+def _numeric_stats(series: pd.Series) -> dict[str, Any]:
+    x = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    present = x[~np.isnan(x)]
+    if present.size == 0:
+        return dict.fromkeys(("min", "max", "mean", "std", "median", "outliers", "outlier_rate"), None)
+    fences = iqr_fences(present)
+    assert fences is not None
+    outliers = int(np.count_nonzero((present < fences[0]) | (present > fences[1])))
+    return {
+        "min": number(present.min()),
+        "max": number(present.max()),
+        "mean": number(present.mean()),
+        "std": number(present.std(ddof=1)) if present.size > 1 else None,
+        "median": number(np.median(present)),
+        "q1": number(np.quantile(present, 0.25)),
+        "q3": number(np.quantile(present, 0.75)),
+        "iqr_fences": [number(fences[0]), number(fences[1])],
+        "outliers": outliers,
+        "outlier_rate": number(outliers / present.size),
+    }
+
+
+def _label(value: Any) -> Any:
+    """A JSON-friendly value: numpy scalars to Python, integral floats to int."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _value_counts(series: pd.Series) -> list[tuple[Any, int]]:
+    counts = series.dropna().value_counts(sort=False)
+    pairs = [(_label(v), int(c)) for v, c in counts.items()]
+    return sorted(pairs, key=lambda vc: (-vc[1], str(vc[0])))
+
+
+def most_frequent(series: pd.Series) -> Any:
+    """The mode of the non-missing values (ties: the smallest as text); None when all are missing."""
+    pairs = _value_counts(series)
+    return pairs[0][0] if pairs else None
+
+
+def _categorical_stats(series: pd.Series) -> dict[str, Any]:
+    pairs = _value_counts(series)
+    return {
+        "distinct": len(pairs),
+        "top_values": [{"value": v, "count": c} for v, c in pairs[:TOP_VALUES]],
+    }
+
+
+def profile_column(series: pd.Series) -> dict[str, Any]:
+    rows = len(series)
+    missing = int(series.isna().sum())
+    profile: dict[str, Any] = {
+        "dtype": simple_dtype(series),
+        "missing": missing,
+        "missing_rate": number(missing / rows) if rows else 0.0,
+    }
+    if is_numeric(series):
+        profile.update(_numeric_stats(series))
+    else:
+        profile.update(_categorical_stats(series))
+    return profile
+
+
+def profile_target(series: pd.Series) -> dict[str, Any]:
+    pairs = sorted(_value_counts(series), key=lambda vc: str(vc[0]))
+    present = sum(c for _, c in pairs)
+    minority = min((c for _, c in pairs), default=0)
+    return {
+        "name": str(series.name),
+        "missing": int(series.isna().sum()),
+        "classes": {str(v): c for v, c in pairs},
+        "minority_share": number(minority / present) if present else None,
+    }
+
+
+def profile_frame(df: pd.DataFrame, target: str | None = None) -> dict[str, Any]:
+    """Rows, columns, duplicates, per-column quality statistics and, given a target, its class balance."""
+    if target is not None and target not in df.columns:
+        raise ValueError(f"target column {target!r} is not in the frame; columns: {list(df.columns)}")
+    check_unique_columns(df)
+    rows = len(df)
+    missing_cells = int(df.isna().to_numpy().sum()) if df.size else 0
+    return {
+        "rows": rows,
+        "columns": len(df.columns),
+        "duplicate_rows": int(df.duplicated().sum()) if rows else 0,
+        "missing_cells": missing_cells,
+        "rows_with_missing": int(df.isna().any(axis=1).sum()) if rows else 0,
+        "column_profiles": {str(name): profile_column(df[name]) for name in df.columns},
+        "target": profile_target(df[target]) if target is not None else None,
+    }
