@@ -80,16 +80,26 @@ def main() -> None:
         figures["warm_reset_s"] = {"p50": round(pct(resets[1:], 0.5), 3), "max": round(max(resets[1:]), 3)}
 
         env.reset(seed=1)
-        clean_obs = decode_observation(env.step({"type": "clean_dataset", "dataset": "raw/customers.parquet", "strategy": "impute_median"})[0])
+        clean_obs = decode_observation(
+            env.step(
+                {"type": "clean_dataset", "dataset": "raw/customers.parquet", "strategy": "impute_median"}
+            )[0]
+        )
         clean_key = clean_obs["result"]["dataset"]
-        job = decode_observation(env.step({"type": "train_model", "dataset": clean_key, "algorithm": "logistic_regression"})[0])
+        job = decode_observation(
+            env.step({"type": "train_model", "dataset": clean_key, "algorithm": "logistic_regression"})[0]
+        )
         job_id = job["result"]["job_id"]
         actions = {
             "list_datasets": {"type": "list_datasets"},
             "check_data_quality": {"type": "check_data_quality", "dataset": "raw/customers.csv"},
             "get_job": {"type": "get_job", "job_id": job_id},
             "list_runs": {"type": "list_runs"},
-            "clean_dataset": {"type": "clean_dataset", "dataset": "raw/customers.parquet", "strategy": "clip_outliers"},
+            "clean_dataset": {
+                "type": "clean_dataset",
+                "dataset": "raw/customers.parquet",
+                "strategy": "clip_outliers",
+            },
             "invalid_json": "{oops",
         }
         latency: dict[str, dict[str, float]] = {}
@@ -119,7 +129,12 @@ def main() -> None:
         backend.down()
         figures["down_s"] = round(time.perf_counter() - t, 2)
         figures["peak_total_rss_mb"] = round(monitor.stop() / 2**20, 1)
-    figures["targets"] = {"cold_up_s": 30, "warm_reset_s": 1.0, "cheap_action_p50_ms": 50, "total_rss_mb": 1536}
+    figures["targets"] = {
+        "cold_up_s": 30,
+        "warm_reset_s": 1.0,
+        "cheap_action_p50_ms": 50,
+        "total_rss_mb": 1536,
+    }
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(figures, indent=2))
 
@@ -128,11 +143,17 @@ def main() -> None:
     table.add_column("value", justify="right")
     table.add_column("target", justify="right")
     table.add_row("cold up", f"{figures['cold_up_s']} s", "<= 30 s")
-    table.add_row("warm reset p50 / max", f"{figures['warm_reset_s']['p50']} / {figures['warm_reset_s']['max']} s", "<= 1 s")
+    table.add_row(
+        "warm reset p50 / max",
+        f"{figures['warm_reset_s']['p50']} / {figures['warm_reset_s']['max']} s",
+        "<= 1 s",
+    )
     for kind, v in latency.items():
         target = "<= 50 ms" if kind in ("list_datasets", "check_data_quality", "get_job", "list_runs") else ""
         table.add_row(f"step {kind} p50 / p95", f"{v['p50_ms']} / {v['p95_ms']} ms", target)
-    table.add_row("rule episode wall", f"{figures['episode']['wall_s']} s ({figures['episode']['steps']} steps)", "")
+    table.add_row(
+        "rule episode wall", f"{figures['episode']['wall_s']} s ({figures['episode']['steps']} steps)", ""
+    )
     table.add_row("idle RSS (all services)", f"{figures['idle_rss_mb']} MiB", "")
     table.add_row("peak total RSS", f"{figures['peak_total_rss_mb']} MiB", "<= 1536 MiB")
     table.add_row("down", f"{figures['down_s']} s", "")

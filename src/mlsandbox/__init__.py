@@ -9,7 +9,10 @@ __version__ = "0.1.0"
 
 
 def _register() -> None:
-    from gymnasium.envs.registration import register, registry
+    try:
+        from gymnasium.envs.registration import register, registry
+    except ImportError:  # a slim workload image without gymnasium: nothing to register
+        return
 
     if "mlsandbox/MLSandbox-v0" not in registry:
         register(

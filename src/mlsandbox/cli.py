@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
 from mlsandbox import __version__
 from mlsandbox.errors import MLSandboxError
-from mlsandbox.paths import default_sandbox_name
 
 app = typer.Typer(
     help="mlsandbox: a real-execution sandbox for ML-engineering agents.",
@@ -27,7 +27,12 @@ app.add_typer(scenarios_app, name="scenarios")
 console = Console()
 err_console = Console(stderr=True)
 
-NameOpt = Annotated[str, typer.Option("--name", "-n", help="Sandbox name (several can run side by side).")]
+NameOpt = Annotated[
+    str,
+    typer.Option(
+        "--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name (several can run side by side)."
+    ),
+]
 
 
 def _version(value: bool) -> None:
@@ -38,7 +43,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
 ) -> None:
     """mlsandbox command line."""
 
@@ -70,7 +77,7 @@ def _human_bytes(n: int | None) -> str:
 
 
 @app.command()
-def up(name: NameOpt = default_sandbox_name()) -> None:
+def up(name: NameOpt = "default") -> None:
     """Start the sandbox's services (MinIO, MLflow, Prefect server and worker); attach if running."""
     from mlsandbox.backends.local.backend import LocalBackend
 
@@ -87,7 +94,7 @@ def up(name: NameOpt = default_sandbox_name()) -> None:
 
 
 @app.command()
-def down(name: NameOpt = default_sandbox_name()) -> None:
+def down(name: NameOpt = "default") -> None:
     """Stop everything the sandbox started (services, jobs) and remove its state."""
     from mlsandbox.backends.local.backend import LocalBackend
 
@@ -98,7 +105,7 @@ def down(name: NameOpt = default_sandbox_name()) -> None:
 
 @app.command()
 def status(
-    name: NameOpt = default_sandbox_name(),
+    name: NameOpt = "default",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Each service of the sandbox: state, URL, port, pid, RSS, uptime."""
@@ -178,11 +185,17 @@ def scenarios_show(scenario: Annotated[str, typer.Argument(help="Scenario id or 
 
 @app.command()
 def run(
-    scenario: Annotated[str, typer.Option("--scenario", "-s", help="Scenario id or YAML file.")] = "tabular-quality-basic",
+    scenario: Annotated[
+        str, typer.Option("--scenario", "-s", help="Scenario id or YAML file.")
+    ] = "tabular-quality-basic",
     agent: Annotated[str, typer.Option("--agent", "-a", help="rule | random")] = "rule",
-    seed: Annotated[int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")] = None,
-    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Episodes to run (seeds seed, seed+1, ...).")] = 1,
-    name: NameOpt = default_sandbox_name(),
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")
+    ] = None,
+    episodes: Annotated[
+        int, typer.Option("--episodes", min=1, help="Episodes to run (seeds seed, seed+1, ...).")
+    ] = 1,
+    name: NameOpt = "default",
     backend: Annotated[str, typer.Option("--backend", help="local")] = "local",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step table.")] = False,
 ) -> None:
@@ -206,23 +219,23 @@ def run(
             with console.status(f"starting sandbox [bold]{name}[/] (MinIO, MLflow, Prefect) ..."):
                 t0 = time.perf_counter()
                 env.reset(seed=base_seed)  # starts the sandbox; the episode below starts fresh
-            console.print(f"sandbox [bold]{name}[/] started in {time.perf_counter() - t0:.1f} s (stopped at the end)")
+            console.print(
+                f"sandbox [bold]{name}[/] started in {time.perf_counter() - t0:.1f} s (stopped at the end)"
+            )
         for i in range(episodes):
             ep_seed = base_seed + i
             table = _step_table(f"{sc.id} · agent {agent} · seed {ep_seed}")
 
             def on_step(rec: StepRecord, table: Table = table) -> None:
-                row = _step_row(rec)
-                table.add_row(*row)
-                if not quiet:
-                    console.print("  ".join(row[:2]) + f"  [dim]{row[2]}[/]  {row[3]}", highlight=False)
+                table.add_row(*_step_row(rec))
 
-            if not quiet:
-                console.rule(f"{sc.id} · agent [bold]{agent}[/] · seed {ep_seed}")
-            res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
+            if quiet:
+                res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
+            else:
+                # The table grows in place as the episode runs (plain lines when not a terminal).
+                with Live(table, console=console, refresh_per_second=4, vertical_overflow="visible"):
+                    res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
             results.append(res)
-            if not quiet:
-                console.print(table)
             _print_breakdown(res)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: cleaning up the episode and the sandbox it started[/]")
@@ -269,7 +282,11 @@ def _short_observation(obs: dict[str, Any]) -> str:
         return f"wrote {r.get('dataset')} ({r.get('rows')} rows)"
     if action in ("train_model", "wait"):
         jobs = r.get("jobs")
-        return ", ".join(f"{j['job_id']} {j['state']}" for j in jobs) if jobs else f"{r.get('job_id')} {r.get('state')}"
+        return (
+            ", ".join(f"{j['job_id']} {j['state']}" for j in jobs)
+            if jobs
+            else f"{r.get('job_id')} {r.get('state')}"
+        )
     if action == "get_job":
         extra = f" val_auc={r['metrics'].get('val_auc')}" if r.get("metrics") else ""
         return f"{r.get('job_id')} {r.get('state')} cpu={r.get('cpu_seconds')}s{extra}"
@@ -285,11 +302,16 @@ def _short_observation(obs: dict[str, Any]) -> str:
 
 
 def _step_row(rec: Any) -> list[str]:
-    return [str(rec.step), _short_action(rec.action), _short_observation(rec.observation), f"{rec.reward:+.3f}"]
+    return [
+        str(rec.step),
+        _short_action(rec.action),
+        _short_observation(rec.observation),
+        f"{rec.reward:+.3f}",
+    ]
 
 
 def _print_breakdown(res: Any) -> None:
-    table = Table(title=f"reward breakdown · {res.agent} · seed {res.seed}")
+    table = Table(title="reward breakdown")
     table.add_column("component")
     table.add_column("total", justify="right")
     for k, v in res.components.items():
@@ -311,8 +333,13 @@ def _print_summary(results: list[Any]) -> None:
     for r in results:
         auc = (r.grade or {}).get("holdout_auc")
         table.add_row(
-            str(r.seed), f"{r.total_reward:+.3f}", "yes" if r.success else "no", str(len(r.steps)),
-            str(r.invalid_actions), "-" if auc is None else f"{auc:.4f}", f"{r.wall_s:.1f}",
+            str(r.seed),
+            f"{r.total_reward:+.3f}",
+            "yes" if r.success else "no",
+            str(len(r.steps)),
+            str(r.invalid_actions),
+            "-" if auc is None else f"{auc:.4f}",
+            f"{r.wall_s:.1f}",
         )
     console.print(table)
 

@@ -59,7 +59,9 @@ def _keys(s3: Any, bucket: str) -> list[str]:
 def _snapshot(env: MLSandboxEnv, s3: Any, client: MlflowClient) -> dict[str, Any]:
     st = env.gateway.state
     buckets = sorted(b["Name"] for b in s3.list_buckets()["Buckets"])
-    objects = {b: [(o["Key"], o["ETag"]) for o in s3.list_objects_v2(Bucket=b).get("Contents", [])] for b in buckets}
+    objects = {
+        b: [(o["Key"], o["ETag"]) for o in s3.list_objects_v2(Bucket=b).get("Contents", [])] for b in buckets
+    }
     runs = sorted(r.info.run_id for r in client.search_runs([st.experiment_id]))
     models = sorted(m.name for m in client.search_registered_models())
     return {"buckets": buckets, "objects": objects, "runs": runs, "models": models}
@@ -106,18 +108,44 @@ BAD_ACTIONS: list[tuple[Any, str]] = [
     ({"type": "get_job", "job_id": "job-99"}, "not_found"),
     ({"type": "register_model", "run_id": "0" * 32, "name": "churn"}, "not_found"),
     ({"type": "check_data_quality", "dataset": "../other/raw/customers.csv"}, "invalid_parameters"),
-    ({"type": "clean_dataset", "dataset": "raw/customers.csv", "strategy": "drop_na", "output": "../../escape.csv"}, "invalid_parameters"),
-    ({"type": "clean_dataset", "dataset": "raw/customers.csv", "strategy": "drop_na", "output": "raw/customers.csv"}, "forbidden_name"),
-    ({"type": "clean_dataset", "dataset": "raw/customers.csv", "strategy": "drop_na", "output": "clean/x.txt"}, "invalid_parameters"),
+    (
+        {
+            "type": "clean_dataset",
+            "dataset": "raw/customers.csv",
+            "strategy": "drop_na",
+            "output": "../../escape.csv",
+        },
+        "invalid_parameters",
+    ),
+    (
+        {
+            "type": "clean_dataset",
+            "dataset": "raw/customers.csv",
+            "strategy": "drop_na",
+            "output": "raw/customers.csv",
+        },
+        "forbidden_name",
+    ),
+    (
+        {
+            "type": "clean_dataset",
+            "dataset": "raw/customers.csv",
+            "strategy": "drop_na",
+            "output": "clean/x.txt",
+        },
+        "invalid_parameters",
+    ),
 ]
 
 
-def test_bad_inputs_give_error_observations_and_change_nothing(env: MLSandboxEnv, s3: Any, mlflow_client: MlflowClient) -> None:
+def test_bad_inputs_give_error_observations_and_change_nothing(
+    env: MLSandboxEnv, s3: Any, mlflow_client: MlflowClient
+) -> None:
     env.reset(seed=3)
     before = _snapshot(env, s3, mlflow_client)
     weight = env.scenario.reward.invalid_action
     for raw, code in BAD_ACTIONS:
-        obs, reward, terminated, truncated, info = env.step(raw)
+        obs, reward, terminated, _truncated, info = env.step(raw)
         o = decode_observation(obs)
         assert o["ok"] is False and obs["ok"] == 0, raw
         assert o["error"]["code"] == code, (raw, o["error"])
@@ -134,7 +162,11 @@ def test_bad_inputs_give_error_observations_and_change_nothing(env: MLSandboxEnv
 
 def test_failed_training_job_shows_the_real_error(env: MLSandboxEnv) -> None:
     env.reset(seed=4)
-    o = decode_observation(env.step({"type": "train_model", "dataset": "raw/customers.csv", "algorithm": "logistic_regression"})[0])
+    o = decode_observation(
+        env.step({"type": "train_model", "dataset": "raw/customers.csv", "algorithm": "logistic_regression"})[
+            0
+        ]
+    )
     job = o["result"]["job_id"]
     for _ in range(12):
         o = decode_observation(env.step({"type": "wait", "seconds": 10})[0])
@@ -150,8 +182,12 @@ def test_same_seed_same_first_observation_and_data(env: MLSandboxEnv, s3: Any) -
     def episode(seed: int) -> tuple[dict, str, str, str, str]:
         obs, info = env.reset(seed=seed)
         st = env.gateway.state
-        pq = hashlib.sha256(s3.get_object(Bucket=st.bucket, Key="raw/customers.parquet")["Body"].read()).hexdigest()
-        csv = hashlib.sha256(s3.get_object(Bucket=st.bucket, Key="raw/customers.csv")["Body"].read()).hexdigest()
+        pq = hashlib.sha256(
+            s3.get_object(Bucket=st.bucket, Key="raw/customers.parquet")["Body"].read()
+        ).hexdigest()
+        csv = hashlib.sha256(
+            s3.get_object(Bucket=st.bucket, Key="raw/customers.csv")["Body"].read()
+        ).hexdigest()
         truth = json.dumps(st.ground_truth.manifests, sort_keys=True, default=str)
         return obs, pq, csv, truth, info["episode_id"]
 
@@ -167,7 +203,11 @@ def test_same_seed_same_first_observation_and_data(env: MLSandboxEnv, s3: Any) -
 def test_observations_never_contain_ground_truth(env: MLSandboxEnv) -> None:
     obs, _ = env.reset(seed=5)
     texts = [obs["text"]]
-    for a in ({"type": "list_datasets"}, {"type": "check_data_quality", "dataset": "raw/customers.csv"}, {"type": "list_runs"}):
+    for a in (
+        {"type": "list_datasets"},
+        {"type": "check_data_quality", "dataset": "raw/customers.csv"},
+        {"type": "list_runs"},
+    ):
         texts.append(env.step(a)[0]["text"])
     blob = "\n".join(texts)
     for secret in ("holdout", "manifest", "bayes", "injected", "row_indices", "ground_truth"):
@@ -182,7 +222,14 @@ def test_episodes_are_isolated(sandbox: Any, s3: Any) -> None:
         b.reset(seed=1)
         sa, sb = a.gateway.state, b.gateway.state
         assert sa.bucket != sb.bucket and sa.experiment_id != sb.experiment_id
-        a.step({"type": "clean_dataset", "dataset": "raw/customers.csv", "strategy": "drop_na", "output": "clean/only-a.csv"})
+        a.step(
+            {
+                "type": "clean_dataset",
+                "dataset": "raw/customers.csv",
+                "strategy": "drop_na",
+                "output": "clean/only-a.csv",
+            }
+        )
         o = decode_observation(b.step({"type": "check_data_quality", "dataset": "clean/only-a.csv"})[0])
         assert o["error"]["code"] == "not_found"
         assert "clean/only-a.csv" not in _keys(s3, sb.bucket)
@@ -199,9 +246,15 @@ def test_check_env_passes(sandbox: Any) -> None:
         env.close()
 
 
-def test_scenario_with_a_perturbation_plan_is_refused_until_the_fault_engine_exists(env: MLSandboxEnv) -> None:
+def test_scenario_with_a_perturbation_plan_is_refused_until_the_fault_engine_exists(
+    env: MLSandboxEnv,
+) -> None:
     sc = load_builtin(SCENARIO).model_copy(
-        update={"perturbations": [{"name": "x", "when": {"at_step": 1}, "fault": {"type": "kill_service", "service": "mlflow"}}]}
+        update={
+            "perturbations": [
+                {"name": "x", "when": {"at_step": 1}, "fault": {"type": "kill_service", "service": "mlflow"}}
+            ]
+        }
     )
     with pytest.raises(ConfigError, match="fault engine is not built yet"):
         env.reset(seed=1, options={"scenario": sc})

@@ -19,7 +19,11 @@ def _code(raw: object) -> str:
 
 def test_dict_json_and_model_inputs_parse_to_the_same_action() -> None:
     d = {"type": "check_data_quality", "dataset": "raw/customers.csv"}
-    assert parse_action(d) == parse_action(json.dumps(d)) == parse_action(CheckDataQuality(dataset="raw/customers.csv"))
+    assert (
+        parse_action(d)
+        == parse_action(json.dumps(d))
+        == parse_action(CheckDataQuality(dataset="raw/customers.csv"))
+    )
     assert parse_action(json.dumps(d).encode()) == parse_action(d)
 
 
@@ -45,7 +49,9 @@ def test_wrong_types_name_the_field() -> None:
     assert e.value.code == "invalid_parameters"
     assert e.value.details[0]["field"] == "seconds"
     with pytest.raises(ActionError) as e:
-        parse_action({"type": "train_model", "dataset": "a.csv", "algorithm": "svm", "resources": {"cpus": 64}})
+        parse_action(
+            {"type": "train_model", "dataset": "a.csv", "algorithm": "svm", "resources": {"cpus": 64}}
+        )
     fields = {d["field"] for d in e.value.details}
     assert fields == {"algorithm", "resources.cpus"}
 
@@ -56,7 +62,15 @@ def test_extra_fields_are_rejected() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["../other-episode/raw/x.csv", "raw/../../etc/passwd", "/etc/passwd", "raw/./x.csv", "raw\\x.csv", "raw//x.csv", ""],
+    [
+        "../other-episode/raw/x.csv",
+        "raw/../../etc/passwd",
+        "/etc/passwd",
+        "raw/./x.csv",
+        "raw\\x.csv",
+        "raw//x.csv",
+        "",
+    ],
 )
 def test_path_traversal_and_bad_names_are_rejected(name: str) -> None:
     with pytest.raises(ActionError) as e:

@@ -82,14 +82,16 @@ def test_bad_column_type_and_rate_out_of_range(tmp_path: Path) -> None:
 def test_goal_must_reference_a_dataset(tmp_path: Path) -> None:
     data = _base()
     data["goal"]["dataset"] = "nope"
-    with pytest.raises(ScenarioError, match="goal.dataset 'nope' is not one of the datasets"):
+    with pytest.raises(ScenarioError, match=r"goal.dataset 'nope' is not one of the datasets"):
         load_scenario_file(_write(tmp_path, data))
 
 
 def test_impossible_perturbation_timing(tmp_path: Path) -> None:
     data = _base()
     data["max_steps"] = 5
-    data["perturbations"] = [{"name": "late", "when": {"at_step": 9}, "fault": {"type": "kill_service", "service": "mlflow"}}]
+    data["perturbations"] = [
+        {"name": "late", "when": {"at_step": 9}, "fault": {"type": "kill_service", "service": "mlflow"}}
+    ]
     with pytest.raises(ScenarioError, match="at step 9, which never comes"):
         load_scenario_file(_write(tmp_path, data))
 
@@ -107,5 +109,7 @@ def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_unknown_builtin_lists_the_known_ones() -> None:
-    with pytest.raises(ScenarioError, match="unknown scenario 'nope'; built-in scenarios: .*tabular-quality-basic"):
+    with pytest.raises(
+        ScenarioError, match=r"unknown scenario 'nope'; built-in scenarios: .*tabular-quality-basic"
+    ):
         load_scenario("nope")

@@ -43,7 +43,11 @@ class RandomAgent:
         if kind == "check_data_quality":
             return {"type": kind, "dataset": self._pick(self._datasets, "raw/unknown.csv")}
         if kind == "clean_dataset":
-            return {"type": kind, "dataset": self._pick(self._datasets, "raw/x.csv"), "strategy": str(self._rng.choice(_STRATEGIES))}
+            return {
+                "type": kind,
+                "dataset": self._pick(self._datasets, "raw/x.csv"),
+                "strategy": str(self._rng.choice(_STRATEGIES)),
+            }
         if kind == "train_model":
             return {
                 "type": kind,
@@ -53,7 +57,11 @@ class RandomAgent:
         if kind == "get_job":
             return {"type": kind, "job_id": self._pick(self._jobs, f"job-{int(self._rng.integers(1, 9))}")}
         if kind == "register_model":
-            return {"type": kind, "run_id": self._pick(self._runs, "0" * 32), "name": str(self._rng.choice(["churn", "model"]))}
+            return {
+                "type": kind,
+                "run_id": self._pick(self._runs, "0" * 32),
+                "name": str(self._rng.choice(["churn", "model"])),
+            }
         if kind == "wait":
             return {"type": kind, "seconds": float(self._rng.integers(0, 4))}
         return {"type": kind}
@@ -61,7 +69,11 @@ class RandomAgent:
     def _remember(self, observation: dict[str, Any]) -> None:
         result = observation.get("result") or {}
         for key in ("dataset",):
-            if isinstance(result.get(key), str) and result[key] not in self._datasets and observation.get("action") == "clean_dataset":
+            if (
+                isinstance(result.get(key), str)
+                and result[key] not in self._datasets
+                and observation.get("action") == "clean_dataset"
+            ):
                 self._datasets.append(result[key])
         if isinstance(result.get("job_id"), str) and result["job_id"] not in self._jobs:
             self._jobs.append(result["job_id"])

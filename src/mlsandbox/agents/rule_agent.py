@@ -50,8 +50,12 @@ class RuleAgent:
             self._phase = "train"
         if self._phase == "train":
             self._phase = "wait"
-            return {"type": "train_model", "dataset": self._dataset, "algorithm": self.algorithm,
-                    "resources": {"cpus": 1, "memory_mb": 1024}}
+            return {
+                "type": "train_model",
+                "dataset": self._dataset,
+                "algorithm": self.algorithm,
+                "resources": {"cpus": 1, "memory_mb": 1024},
+            }
         if self._phase == "wait":
             if observation.get("action") == "train_model" and observation.get("ok"):
                 self._job = result["job_id"]

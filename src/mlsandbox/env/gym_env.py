@@ -65,7 +65,9 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         render_mode: str | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
         self.render_mode = render_mode
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.sandbox_name = sandbox or default_sandbox_name()
@@ -88,7 +90,9 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
 
     # ------------------------------------------------------------------------------------ gym API
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         t0 = time.perf_counter()
         options = options or {}
@@ -171,9 +175,9 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         budget = obs.get("budget") or {}
         left = max(0.0, float(budget.get("credits", 0.0)) - float(budget.get("credits_used", 0.0)))
         return {
-            "step": np.int64(min(obs["step"], MAX_STEPS_BOUND)),
+            "step": np.array(min(obs["step"], MAX_STEPS_BOUND), dtype=np.int64),
             "ok": int(bool(obs["ok"])),
-            "credits_left": np.float64(min(left, CREDITS_BOUND)),
+            "credits_left": np.array(min(left, CREDITS_BOUND), dtype=np.float64),
             "text": encode_text(obs),
         }
 
@@ -189,7 +193,9 @@ def render_ansi(obs: dict[str, Any] | None, info: dict[str, Any], gateway: Gatew
         f"last action {obs.get('action')}: {'ok' if obs.get('ok') else 'ERROR ' + str((obs.get('error') or {}).get('code'))}",
     ]
     for job in st.jobs.values():
-        lines.append(f"  {job.job_id:<8} {job.state:<10} {job.algorithm:<20} cpu {job.cpu_seconds:6.2f}s  {job.dataset}")
+        lines.append(
+            f"  {job.job_id:<8} {job.state:<10} {job.algorithm:<20} cpu {job.cpu_seconds:6.2f}s  {job.dataset}"
+        )
     for name, version in st.registered:
         lines.append(f"  registered {name} v{version}")
     comps = info.get("reward_components") or {}

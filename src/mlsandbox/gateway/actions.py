@@ -28,7 +28,9 @@ class CheckDataQuality(_Action):
     column the class counts and balance."""
 
     type: Literal["check_data_quality"] = "check_data_quality"
-    dataset: DatasetName = Field(description="Dataset name as listed by list_datasets, e.g. raw/customers.csv")
+    dataset: DatasetName = Field(
+        description="Dataset name as listed by list_datasets, e.g. raw/customers.csv"
+    )
 
 
 class CleanDataset(_Action):
@@ -68,9 +70,9 @@ class TrainModel(_Action):
     type: Literal["train_model"] = "train_model"
     dataset: DatasetName
     algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting"]
-    hyperparams: dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None] = (
-        Field(default_factory=dict, max_length=20)
-    )
+    hyperparams: dict[
+        Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None
+    ] = Field(default_factory=dict, max_length=20)
     resources: Resources = Field(default_factory=Resources)
 
 

@@ -81,7 +81,8 @@ class Gateway:
             )
         rt.object_store.create_bucket(st.bucket)
         st.experiment_id = rt.tracking.create_experiment(
-            st.experiment_name, tags={"mlsandbox.episode": st.episode_id, "mlsandbox.scenario": self.scenario.id}
+            st.experiment_name,
+            tags={"mlsandbox.episode": st.episode_id, "mlsandbox.scenario": self.scenario.id},
         )
         for i, spec in enumerate(self.scenario.datasets):
             data = generate_tabular(spec, self.seed * 1000 + i)
@@ -124,7 +125,10 @@ class Gateway:
             ("jobs", lambda: rt.jobs.cleanup(st.job_label)),
             ("bucket", lambda: rt.object_store.delete_bucket(st.bucket)),
             ("models", self._delete_models),
-            ("experiment", lambda: rt.tracking.delete_experiment(st.experiment_id) if st.experiment_id else None),
+            (
+                "experiment",
+                lambda: rt.tracking.delete_experiment(st.experiment_id) if st.experiment_id else None,
+            ),
         ]
         for what, fn in steps:
             try:
@@ -145,7 +149,9 @@ class Gateway:
         action_type: str | None = None
         grade: Grade | None = None
         if st.done:
-            obs = error_observation(st.step, None, ActionError("episode_over", "the episode is over: call reset"), self._budget())
+            obs = error_observation(
+                st.step, None, ActionError("episode_over", "the episode is over: call reset"), self._budget()
+            )
             return StepResult(obs, 0.0, True, False, {"error": "episode_over", "reward_components": {}})
         st.step += 1
         try:
@@ -185,7 +191,9 @@ class Gateway:
         }
         if grade is not None:
             info["grade"] = grade.as_dict()
-        self._audit({"event": "step", "raw": _jsonable(raw), "observation": obs, "reward": reward, "info": info})
+        self._audit(
+            {"event": "step", "raw": _jsonable(raw), "observation": obs, "reward": reward, "info": info}
+        )
         return StepResult(obs, reward, terminated, truncated, info)
 
     # -------------------------------------------------------------------------------------- actions
@@ -204,17 +212,29 @@ class Gateway:
         stem = rec.key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
         out_key = a.output or f"clean/{stem}-{a.strategy.replace('_', '-')}.parquet"
         if out_key.split("/", 1)[0] == "raw":
-            raise ActionError("forbidden_name", f"{out_key!r}: the raw/ prefix holds source data and is read-only")
+            raise ActionError(
+                "forbidden_name", f"{out_key!r}: the raw/ prefix holds source data and is read-only"
+            )
         try:
             out_fmt = format_of(out_key)
         except ValueError:
-            raise ActionError("invalid_parameters", f"output {out_key!r} must end in .csv or .parquet") from None
+            raise ActionError(
+                "invalid_parameters", f"output {out_key!r} must end in .csv or .parquet"
+            ) from None
         df = self._read(rec)
         cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
         payload = to_bytes(cleaned, out_fmt)
         self._backend_call(lambda: self.runtime.object_store.put_object(self.state.bucket, out_key, payload))
-        self.state.datasets[out_key] = DatasetRecord(out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key)
-        return {"dataset": out_key, "source": rec.key, "strategy": a.strategy, "rows": len(cleaned), "changes": summary}
+        self.state.datasets[out_key] = DatasetRecord(
+            out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key
+        )
+        return {
+            "dataset": out_key,
+            "source": rec.key,
+            "strategy": a.strategy,
+            "rows": len(cleaned),
+            "changes": summary,
+        }
 
     def _train_model(self, a: A.TrainModel) -> dict[str, Any]:
         st = self.state
@@ -229,14 +249,22 @@ class Gateway:
             job_id=backend_id,
             workload="trainer",
             args=[
-                "--bucket", st.bucket,
-                "--key", rec.key,
-                "--target", rec.target,
-                "--algorithm", a.algorithm,
-                "--hyperparams", json.dumps(a.hyperparams, sort_keys=True),
-                "--experiment-id", st.experiment_id,
-                "--run-name", job_id,
-                "--seed", str(self.seed),
+                "--bucket",
+                st.bucket,
+                "--key",
+                rec.key,
+                "--target",
+                rec.target,
+                "--algorithm",
+                a.algorithm,
+                "--hyperparams",
+                json.dumps(a.hyperparams, sort_keys=True),
+                "--experiment-id",
+                st.experiment_id,
+                "--run-name",
+                job_id,
+                "--seed",
+                str(self.seed),
             ],
             cpus=a.resources.cpus,
             memory_mb=a.resources.memory_mb,
@@ -263,7 +291,9 @@ class Gateway:
             out["run_id"] = status.result.get("run_id")
             out["metrics"] = _round_metrics(status.result.get("metrics", {}))
         elif status.state in ("failed", "cancelled"):
-            out["log_tail"] = self._backend_call(lambda: self.runtime.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES))
+            out["log_tail"] = self._backend_call(
+                lambda: self.runtime.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES)
+            )
         return out
 
     def _list_runs(self, _: A.ListRuns) -> dict[str, Any]:
@@ -289,8 +319,12 @@ class Gateway:
         if run.experiment_id != st.experiment_id:
             raise ActionError("not_found", f"run {a.run_id} does not exist in this episode's experiment")
         if run.status != "FINISHED":
-            raise ActionError("conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered")
-        mv = self._backend_call(lambda: self.runtime.tracking.register_model(a.run_id, st.registry_name(a.name)))
+            raise ActionError(
+                "conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered"
+            )
+        mv = self._backend_call(
+            lambda: self.runtime.tracking.register_model(a.run_id, st.registry_name(a.name))
+        )
         st.registered.append((a.name, mv.version))
         return {"name": a.name, "version": mv.version, "run_id": a.run_id, "status": mv.status}
 
@@ -334,7 +368,9 @@ class Gateway:
         try:
             return from_bytes(data, rec.fmt)
         except Exception as e:
-            raise ActionError("unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}") from None
+            raise ActionError(
+                "unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}"
+            ) from None
 
     def _dataset_list(self) -> list[dict[str, Any]]:
         return [
@@ -405,9 +441,13 @@ def parse_action(raw: Any) -> BaseModel:
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ActionError("invalid_json", f"the action is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+            raise ActionError(
+                "invalid_json", f"the action is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+            ) from None
     if not isinstance(raw, dict):
-        raise ActionError("invalid_json", f"an action is a JSON object with a 'type' field, got {type(raw).__name__}")
+        raise ActionError(
+            "invalid_json", f"an action is a JSON object with a 'type' field, got {type(raw).__name__}"
+        )
     kind = raw.get("type")
     if kind not in A.ACTION_TYPES:
         raise ActionError(
@@ -422,7 +462,9 @@ def parse_action(raw: Any) -> BaseModel:
             for err in e.errors(include_url=False)
         ]
         msg = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-        raise ActionError("invalid_parameters", f"invalid parameters for {kind}: {msg}", details=problems) from None
+        raise ActionError(
+            "invalid_parameters", f"invalid parameters for {kind}: {msg}", details=problems
+        ) from None
 
 
 def _round_metrics(metrics: dict[str, Any]) -> dict[str, float]:

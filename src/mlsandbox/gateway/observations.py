@@ -27,7 +27,9 @@ def ok_observation(step: int, action: str, result: dict[str, Any], budget: dict[
     return {"step": step, "ok": True, "action": action, "result": result, "error": None, "budget": budget}
 
 
-def error_observation(step: int, action: str | None, err: ActionError, budget: dict[str, Any]) -> dict[str, Any]:
+def error_observation(
+    step: int, action: str | None, err: ActionError, budget: dict[str, Any]
+) -> dict[str, Any]:
     error: dict[str, Any] = {"code": err.code, "message": err.message}
     if err.details is not None:
         error["details"] = err.details

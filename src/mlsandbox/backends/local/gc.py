@@ -1,0 +1,197 @@
+"""Garbage collection of local sandboxes: whatever a crashed or killed run left behind is stopped.
+
+A sandbox is garbage when
+
+- its directory has no readable state (a start that crashed before writing it, or a torn-down leftover);
+- its start was interrupted (state still ``starting`` and nobody holds its lock);
+- it is ephemeral and the process that owns it is gone (pid dead, or reused by another process);
+- it is persistent and some of its services are not running.
+
+A live ephemeral sandbox (owner still running) and a healthy persistent one are never touched, nor is a
+sandbox whose lock is held (an ``up`` or ``down`` in progress). Then every process carrying the marker of a
+sandbox that has no state any more (jobs, flow runs, services of a crashed start) is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Literal
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+from mlsandbox import paths
+from mlsandbox.backends.base import Endpoints
+from mlsandbox.errors import BackendError
+
+from . import services as svc
+from . import supervisor
+from .backend import SandboxState, home_key, read_state, sandbox_lock, teardown
+
+ORPHAN_STOP_TIMEOUT_S = 3.0
+
+
+class SandboxInfo(BaseModel):
+    """One sandbox as `mlsandbox list` shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    dir: str
+    phase: Literal["starting", "running", "unknown"]
+    ephemeral: bool | None = None
+    owner_pid: int | None = None
+    owner_alive: bool | None = None
+    services_running: int = 0
+    services_total: int = len(svc.SERVICE_NAMES)
+    endpoints: Endpoints | None = None
+
+
+def _sandbox_names() -> list[str]:
+    root = paths.sandboxes_dir()
+    if not root.is_dir():
+        return []
+    names = []
+    for entry in sorted(root.iterdir()):
+        if not entry.is_dir():
+            continue
+        try:
+            names.append(paths.validate_sandbox_name(entry.name))
+        except ValueError:
+            continue
+    return names
+
+
+def list_sandboxes() -> list[SandboxInfo]:
+    """Every sandbox directory under the sandbox home, with what its state says and what still runs."""
+    infos = []
+    for name in _sandbox_names():
+        layout = svc.Layout(paths.sandbox_dir(name))
+        try:
+            state = read_state(layout)
+        except BackendError:
+            state = None
+        if state is None:
+            infos.append(SandboxInfo(name=name, dir=str(layout.root), phase="unknown"))
+            continue
+        infos.append(
+            SandboxInfo(
+                name=name,
+                dir=str(layout.root),
+                phase=state.phase,
+                ephemeral=state.ephemeral,
+                owner_pid=state.owner.pid if state.owner else None,
+                owner_alive=state.owner_alive() if state.owner else None,
+                services_running=len(svc.SERVICE_NAMES) - len(state.dead_services()),
+                endpoints=state.endpoints,
+            )
+        )
+    return infos
+
+
+def garbage_reason(state: SandboxState | None, readable: bool = True) -> str | None:
+    """Why a sandbox (whose lock is free) is garbage, or None when it must be left alone."""
+    if not readable:
+        return "its state file is unreadable"
+    if state is None:
+        return "it has no state (left by a crashed start)"
+    if state.phase == "starting":
+        return "its start was interrupted"
+    if state.ephemeral:
+        if state.owner_alive():
+            return None
+        owner = state.owner.pid if state.owner else "?"
+        return f"it is ephemeral and its owner process {owner} is gone"
+    dead = state.dead_services()
+    if dead:
+        return f"services not running: {', '.join(dead)}"
+    return None
+
+
+def collect_garbage() -> list[str]:
+    """Stop and remove every garbage sandbox, then stop orphaned marked processes; one line per removal."""
+    home = home_key()
+    lines = [line for name in _sandbox_names() if (line := _collect_sandbox(name, home))]
+    lines += _collect_orphans(home)
+    _remove_stale_locks()
+    return lines
+
+
+def _remove_stale_locks() -> None:
+    """Lock files of sandboxes whose directory is gone (free ones only; see ``backend._acquire``)."""
+    root = paths.sandboxes_dir()
+    if not root.is_dir():
+        return
+    for lock in root.glob(".*.lock"):
+        name = lock.name[1 : -len(".lock")]
+        try:
+            directory = paths.sandbox_dir(name)
+        except ValueError:
+            continue
+        with sandbox_lock(name, blocking=False) as acquired:
+            if acquired and not directory.exists():
+                lock.unlink(missing_ok=True)
+
+
+def _collect_sandbox(name: str, home: str) -> str | None:
+    with sandbox_lock(name, blocking=False) as acquired:
+        if not acquired:
+            return None  # an up/down of it is in progress
+        layout = svc.Layout(paths.sandbox_dir(name))
+        readable = True
+        try:
+            state = read_state(layout)
+        except BackendError:
+            state, readable = None, False
+        reason = garbage_reason(state, readable)
+        if reason is None:
+            return None
+        stopped = teardown(name, home, layout, state, remove_data=True)
+        return f"sandbox {name}: {reason}; stopped {len(stopped)} process(es), removed {layout.root}"
+
+
+def _collect_orphans(home: str) -> list[str]:
+    """Stop marked processes of sandboxes that have no state (their process groups when they lead them)."""
+    by_sandbox: dict[str, list[psutil.Process]] = defaultdict(list)
+    for proc in supervisor.find_marked(None, home):
+        name = supervisor.marker_of(proc)
+        if name is not None:
+            by_sandbox[name].append(proc)
+    lines = []
+    for name, procs in sorted(by_sandbox.items()):
+        try:
+            layout = svc.Layout(paths.sandbox_dir(name))
+        except ValueError:  # not a valid sandbox name: no sandbox can own these processes
+            lines.append(_stop_orphans(name, procs))
+            continue
+        with sandbox_lock(name, blocking=False) as acquired:
+            if acquired and not layout.state_file.exists():
+                lines.append(_stop_orphans(name, procs))
+    return lines
+
+
+def _stop_orphans(name: str, procs: list[psutil.Process]) -> str:
+    stopped = supervisor.stop([], extra=_with_marked_groups(procs), timeout=ORPHAN_STOP_TIMEOUT_S)
+    return f"orphans of sandbox {name}: stopped {len(stopped)} process(es)"
+
+
+def _with_marked_groups(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """``procs`` plus the members of every process group whose leader is one of them (same marker)."""
+    leaders = set()
+    for proc in procs:
+        try:
+            pgid = os.getpgid(proc.pid)
+        except ProcessLookupError:
+            continue
+        if any(p.pid == pgid for p in procs):
+            leaders.add(pgid)
+    targets = {p.pid: p for p in procs}
+    if leaders:
+        for proc in psutil.process_iter():
+            try:
+                if os.getpgid(proc.pid) in leaders:
+                    targets[proc.pid] = proc
+            except (ProcessLookupError, PermissionError):
+                continue
+    return list(targets.values())

@@ -1,0 +1,634 @@
+"""Batch jobs as child processes of this machine (the ``local`` backend's :class:`Jobs`).
+
+Each job runs ``python -m mlsandbox.workloads.<workload> *args`` in its own session and process group,
+with stdout and stderr in ``<sandbox_dir>/jobs/<job_id>.log`` and its working directory in
+``<sandbox_dir>/jobs/<job_id>/``. Its environment is this process's, plus the sandbox endpoints (S3,
+MLflow, Prefect), thread-count variables from ``cpus``, ``spec.env``, and the sandbox's marker
+(``MLSANDBOX_SANDBOX=<sandbox_name>``, ``MLSANDBOX_HOME=<home>``) by which its garbage collector finds
+stray processes.
+
+Limits. As root on a cgroup v1 hierarchy, a job runs in its own memory and cpu cgroups
+``<own cgroup>/mlsandbox/<sandbox_name>/<job_id>`` (nested under the cgroup of the process that runs
+:class:`LocalJobs`, so jobs stay inside whatever limits that process is under):
+``memory.limit_in_bytes = memory_mb`` (no swap) and ``cpu.cfs_quota_us`` from ``cpus``. A tiny ``sh``
+shim joins the cgroups and then ``exec``s the workload, so every byte and cycle of the job is accounted.
+The kernel OOM-kills a job that goes over its memory: it fails with exit code 137 and its log ends with a
+line saying it ran out of memory. Without root or cgroup v1, **only the CPU thread count is limited**
+(``OMP_NUM_THREADS`` and friends); memory is not (``RLIMIT_AS`` is deliberately not used: numpy and
+OpenBLAS reserve far more virtual memory than they use).
+
+Accounting. A waiter thread per job reaps it with :func:`os.wait4`: real CPU seconds (user + system,
+including reaped children) and peak RSS. While a job runs, CPU seconds and RSS come from psutil over its
+process tree. A job killed by a signal reports ``128 + signal`` (SIGKILL: 137). When a job ends, any
+process left in its group or cgroup is killed and the cgroup removed.
+
+All methods are thread safe.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mlsandbox import paths
+from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
+from mlsandbox.backends.local.supervisor import marker_env
+from mlsandbox.errors import BackendError
+
+RESULT_PREFIX = "MLSANDBOX_RESULT "
+NOTE_PREFIX = "[mlsandbox]"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CFS_PERIOD_US = 100_000
+KILL_WAIT_S = 5.0
+_JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "LOKY_MAX_CPU_COUNT",
+)
+# Joins the cgroups given as $1 and $2, then becomes the workload (exit 125: could not join).
+_CGROUP_SHIM = 'echo $$ > "$1" && echo $$ > "$2" || exit 125; shift 2; exec "$@"'
+
+
+# ------------------------------------------------------------------------------------------- cgroups
+
+
+def _own_cgroup(controller: str) -> str:
+    """This process's cgroup path in the v1 hierarchy of ``controller`` (``/`` when not found)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controller in controllers.split(","):
+                return path
+    return "/"
+
+
+def cgroups_available() -> bool:
+    """Whether jobs can get their own memory and cpu cgroups: root, cgroup v1, both writable."""
+    if os.geteuid() != 0:
+        return False
+    checks = {"memory": "memory.limit_in_bytes", "cpu": "cpu.cfs_quota_us"}
+    return all(
+        (CGROUP_ROOT / c / knob).is_file() and os.access(CGROUP_ROOT / c, os.W_OK)
+        for c, knob in checks.items()
+    )
+
+
+_TREE_LOCK = threading.Lock()  # between making and removing the shared parent directories
+
+
+def sandbox_cgroup_dirs(sandbox_name: str) -> list[Path]:
+    """The memory and cpu cgroup directories that hold this process's jobs of ``sandbox_name``."""
+    return [
+        CGROUP_ROOT / c / _own_cgroup(c).lstrip("/") / "mlsandbox" / sandbox_name for c in ("memory", "cpu")
+    ]
+
+
+class _Cgroup:
+    """A job's memory and cpu cgroups (v1)."""
+
+    def __init__(self, sandbox_name: str, job_id: str) -> None:
+        self.memory, self.cpu = (d / job_id for d in sandbox_cgroup_dirs(sandbox_name))
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(self.memory / "cgroup.procs"), str(self.cpu / "cgroup.procs")]
+
+    def create(self, memory_mb: int, cpus: float) -> None:
+        """Make both groups and set their limits; never touches a group that still holds processes."""
+        for d in (self.memory, self.cpu):
+            if d.exists() and not _remove_cgroup_dir(d):
+                raise BackendError(f"cgroup {d} is still in use by processes of an earlier job {d.name!r}")
+        created: list[Path] = []
+        try:
+            for d in (self.memory, self.cpu):
+                _make_cgroup_dir(d)
+                created.append(d)
+            limit = str(memory_mb << 20)
+            (self.memory / "memory.limit_in_bytes").write_text(limit)
+            memsw = self.memory / "memory.memsw.limit_in_bytes"
+            if memsw.exists():  # no swapping past the limit (as on Kubernetes)
+                memsw.write_text(limit)
+            (self.cpu / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (self.cpu / "cpu.cfs_quota_us").write_text(str(max(1000, int(cpus * CFS_PERIOD_US))))
+        except OSError as exc:
+            for d in created:  # still empty: nothing has joined yet
+                _remove_cgroup_dir(d)
+            raise BackendError(f"could not set up the cgroups of job {self.memory.name!r}: {exc}") from exc
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel OOM-killed in this group (failcnt when the kernel has no counter)."""
+        try:
+            for line in (self.memory / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+            return int((self.memory / "memory.failcnt").read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for procs in self.procs_files:
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(p) for p in Path(procs).read_text().split())
+        return sorted(found)
+
+    def remove(self) -> None:
+        """Kill what is left in the group, then remove both directories (best effort, a few seconds)."""
+        deadline = time.monotonic() + KILL_WAIT_S
+        while True:
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if all(_remove_cgroup_dir(d) for d in (self.memory, self.cpu)) or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+
+def _make_cgroup_dir(path: Path) -> None:
+    """mkdir with parents; retried when another process removes an (empty) parent meanwhile."""
+    for attempt in range(3):
+        try:
+            with _TREE_LOCK:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.mkdir()
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+
+
+def _remove_cgroup_dir(path: Path) -> bool:
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def remove_stale_cgroups(sandbox_name: str) -> None:
+    """Remove empty job cgroups of ``sandbox_name`` left behind by a crashed process."""
+    for parent in sandbox_cgroup_dirs(sandbox_name):
+        if parent.is_dir():
+            for child in parent.iterdir():
+                if child.is_dir() and not (child / "cgroup.procs").read_text().split():
+                    _remove_cgroup_dir(child)
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+
+def exit_code_of(wait_status: int) -> int:
+    """The shell convention: the exit status, or 128 + N for a process killed by signal N."""
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _tree_usage(pid: int) -> tuple[float, int]:
+    """CPU seconds (including reaped children) and RSS bytes of a running process and its descendants."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0, 0
+    cpu, rss = 0.0, 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            cpu += times.user + times.system
+            if proc is root:
+                cpu += times.children_user + times.children_system
+            rss += proc.memory_info().rss
+    return cpu, rss
+
+
+def thread_env(cpus: float) -> dict[str, str]:
+    """Thread-count variables for native libraries (OpenMP, BLAS, joblib) from a CPU budget."""
+    threads = str(max(1, math.floor(cpus)))
+    return dict.fromkeys(_THREAD_VARS, threads)
+
+
+def endpoint_env(endpoints: Endpoints) -> dict[str, str]:
+    """How a workload reaches the sandbox's services."""
+    return {
+        "AWS_ACCESS_KEY_ID": endpoints.s3_access_key,
+        "AWS_SECRET_ACCESS_KEY": endpoints.s3_secret_key,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": endpoints.s3_url,
+        "MLFLOW_S3_ENDPOINT_URL": endpoints.s3_url,
+        "MLSANDBOX_S3_URL": endpoints.s3_url,
+        "MLFLOW_TRACKING_URI": endpoints.mlflow_url,
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": "60",
+        "PREFECT_API_URL": endpoints.prefect_api_url,
+    }
+
+
+def parse_result(text: str) -> dict[str, Any]:
+    """The JSON of the last ``MLSANDBOX_RESULT`` line of a job's output ({} when none or malformed)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            try:
+                value = json.loads(line[len(RESULT_PREFIX) :])
+            except json.JSONDecodeError:
+                return {}
+            return value if isinstance(value, dict) else {}
+    return {}
+
+
+def tail_lines(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file (all of it when ``lines`` <= 0; "" when missing)."""
+    try:
+        with path.open("rb") as f:
+            if lines <= 0:
+                return f.read().decode(errors="replace")
+            end = f.seek(0, os.SEEK_END)
+            block, data = 8192, b""
+            while end > 0 and data.count(b"\n") <= lines:
+                start = max(0, end - block)
+                f.seek(start)
+                data = f.read(end - start) + data
+                end = start
+    except FileNotFoundError:
+        return ""
+    return b"\n".join(data.split(b"\n")[-lines - 1 :]).decode(errors="replace").lstrip("\n")
+
+
+# -------------------------------------------------------------------------------------------------- jobs
+
+
+def _validate(spec: JobSpec) -> None:
+    if not _JOB_ID_RE.match(spec.job_id):
+        raise ValueError(
+            f"invalid job id {spec.job_id!r}: use 1-63 lowercase letters, digits, '.', '_' or '-', "
+            "starting and ending with a letter or digit"
+        )
+    if spec.cpus <= 0 or spec.memory_mb <= 0:
+        raise ValueError(f"job {spec.job_id!r}: cpus and memory_mb must be positive")
+    if spec.timeout_s is not None and spec.timeout_s <= 0:
+        raise ValueError(f"job {spec.job_id!r}: timeout_s must be positive")
+
+
+@dataclass(eq=False)
+class _Job:
+    spec: JobSpec
+    log_path: Path
+    work_dir: Path
+    state: str = "queued"
+    popen: subprocess.Popen[bytes] | None = None
+    cgroup: _Cgroup | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    cpu_seconds: float = 0.0
+    peak_rss_bytes: int | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+    cancel_requested: bool = False
+    timed_out: bool = False
+    timer: threading.Timer | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("succeeded", "failed", "cancelled")
+
+    def status(self) -> JobStatus:
+        return JobStatus(
+            job_id=self.spec.job_id,
+            state=self.state,  # type: ignore[arg-type]
+            exit_code=self.exit_code,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            cpu_seconds=round(self.cpu_seconds, 3),
+            peak_rss_bytes=self.peak_rss_bytes,
+            result=dict(self.result),
+        )
+
+    def note(self, message: str) -> None:
+        """Append a supervisor line to the job's log (as a kubelet event would tell)."""
+        with contextlib.suppress(OSError), self.log_path.open("a") as f:
+            f.write(f"{NOTE_PREFIX} {message}\n")
+
+
+@dataclass(eq=False)
+class _Registry:
+    """The jobs of one running sandbox in this process, shared by every LocalJobs made for it."""
+
+    sandbox_name: str
+    use_cgroups: bool
+    jobs: dict[str, _Job] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def close(self) -> None:
+        """Kill and forget every job; remove the sandbox's (then empty) cgroup directories."""
+        _kill_all(self.jobs, self.lock)
+        with self.lock:
+            self.jobs.clear()
+        if self.use_cgroups:
+            with _TREE_LOCK:  # an empty cgroup left in our parent's cgroup would keep it from being removed
+                for parent in sandbox_cgroup_dirs(self.sandbox_name):
+                    if _remove_cgroup_dir(parent):
+                        _remove_cgroup_dir(parent.parent)  # "mlsandbox", when no other sandbox uses it
+
+
+_REGISTRIES: dict[tuple[str, str], _Registry] = {}
+_REGISTRIES_LOCK = threading.Lock()
+
+
+def _registry(key: tuple[str, str], sandbox_name: str, use_cgroups: bool) -> _Registry:
+    with _REGISTRIES_LOCK:
+        registry = _REGISTRIES.get(key)
+        if registry is None:
+            if use_cgroups:
+                remove_stale_cgroups(sandbox_name)
+            registry = _REGISTRIES[key] = _Registry(sandbox_name, use_cgroups)
+        return registry
+
+
+@atexit.register
+def _kill_everything() -> None:
+    """Jobs live in their own sessions: stop them all when the interpreter exits (also on Ctrl-C)."""
+    with _REGISTRIES_LOCK:
+        registries = list(_REGISTRIES.values())
+    for registry in registries:
+        registry.close()
+
+
+class LocalJobs:
+    """Jobs of one sandbox as child processes (see the module docstring for limits and accounting).
+
+    Every LocalJobs of the same running sandbox (same directory and endpoints) in this process shares
+    one registry of jobs: handing out a new runtime does not lose track of running jobs, and two
+    runtimes cannot start two jobs with the same id.
+    """
+
+    def __init__(
+        self,
+        sandbox_dir: Path,
+        sandbox_name: str,
+        endpoints: Endpoints,
+        *,
+        use_cgroups: bool | None = None,
+        home: str | None = None,
+    ) -> None:
+        self.jobs_dir = Path(sandbox_dir) / "jobs"
+        self.sandbox_name = sandbox_name
+        self.home = home or str(paths.home().resolve())  # as in the sandbox's process marker
+        self.endpoints = endpoints
+        self.use_cgroups = cgroups_available() if use_cgroups is None else use_cgroups
+        self._key = (str(Path(sandbox_dir).resolve()), endpoints.model_dump_json())
+        registry = _registry(self._key, sandbox_name, self.use_cgroups)
+        self._registry = registry
+        self._jobs, self._lock = registry.jobs, registry.lock
+
+    # ---------------------------------------------------------------------------------------- protocol
+
+    def submit(self, spec: JobSpec) -> JobStatus:
+        """Start the job now; :class:`ValueError` for an invalid spec or an already used job id."""
+        _validate(spec)
+        job = _Job(
+            spec=spec, log_path=self.jobs_dir / f"{spec.job_id}.log", work_dir=self.jobs_dir / spec.job_id
+        )
+        with self._lock:
+            if spec.job_id in self._jobs:
+                raise ValueError(f"job {spec.job_id!r} already exists")
+            self._jobs[spec.job_id] = job
+        try:
+            self._start(job)
+        except BaseException:
+            with self._lock:
+                self._jobs.pop(spec.job_id, None)
+            if job.cgroup is not None:
+                job.cgroup.remove()
+            raise
+        return self.get(spec.job_id)
+
+    def get(self, job_id: str) -> JobStatus:
+        """Raise :class:`KeyError` for an unknown job."""
+        with self._lock:
+            job = self._job(job_id)
+            running_pid = job.popen.pid if job.state == "running" and job.popen else None
+        if running_pid is not None:
+            cpu, rss = _tree_usage(running_pid)
+            with self._lock:
+                if job.state == "running":
+                    job.cpu_seconds = max(job.cpu_seconds, cpu)
+                    job.peak_rss_bytes = max(job.peak_rss_bytes or 0, rss) or None
+        with self._lock:
+            return job.status()
+
+    def logs(self, job_id: str, tail: int = 50) -> str:
+        """The last ``tail`` lines of the job's combined stdout and stderr (all of it when ``tail`` <= 0)."""
+        with self._lock:
+            path = self._job(job_id).log_path
+        return tail_lines(path, tail)
+
+    def cancel(self, job_id: str, grace_s: float = 2.0) -> JobStatus:
+        """SIGTERM the job's process group, SIGKILL it after ``grace_s``; a finished job is left as is."""
+        with self._lock:
+            job = self._job(job_id)
+            if job.finished:
+                return job.status()
+            job.cancel_requested = True
+        self._stop(job, grace_s)
+        return self.get(job_id)
+
+    def list(self, label: tuple[str, str] | None = None) -> list[JobStatus]:
+        """Jobs in submission order, only those carrying ``label`` = (key, value) when given."""
+        with self._lock:
+            ids = [j.spec.job_id for j in self._matching(label)]
+        statuses = []
+        for job_id in ids:
+            with contextlib.suppress(KeyError):  # forgotten meanwhile
+                statuses.append(self.get(job_id))
+        return statuses
+
+    def cleanup(self, label: tuple[str, str]) -> None:
+        """Kill and forget every job carrying ``label``; remove their cgroups, logs and work dirs."""
+        with self._lock:
+            jobs = self._matching(label)
+            for job in jobs:
+                job.cancel_requested = job.cancel_requested or not job.finished
+        for job in jobs:  # kill all first, then wait for each
+            if job.popen is not None and not job.done.is_set():
+                _signal_group(job.popen.pid, signal.SIGKILL)
+        for job in jobs:
+            self._stop(job, grace_s=0.0)
+        with self._lock:
+            for job in jobs:
+                if self._jobs.get(job.spec.job_id) is job:
+                    del self._jobs[job.spec.job_id]
+        for job in jobs:
+            job.log_path.unlink(missing_ok=True)
+            shutil.rmtree(job.work_dir, ignore_errors=True)
+
+    # -------------------------------------------------------------------------------------------- extra
+
+    def close(self) -> None:
+        """Kill and forget every job of the sandbox (for every LocalJobs sharing it) and remove the job
+        cgroups; logs stay on disk. Idempotent."""
+        self._registry.close()
+        with _REGISTRIES_LOCK:
+            if _REGISTRIES.get(self._key) is self._registry:
+                del _REGISTRIES[self._key]
+
+    def env_for(self, spec: JobSpec) -> dict[str, str]:
+        """The job's environment: ours + endpoints + thread counts + spec.env + the sandbox marker
+        (``MLSANDBOX_SANDBOX``/``MLSANDBOX_HOME``, by which the garbage collector finds strays)."""
+        return {
+            **os.environ,
+            **endpoint_env(self.endpoints),
+            **thread_env(spec.cpus),
+            "PYTHONUNBUFFERED": "1",
+            "MLSANDBOX_JOB_ID": spec.job_id,
+            **spec.env,
+            **marker_env(self.sandbox_name, self.home),
+        }
+
+    # ---------------------------------------------------------------------------------------- internals
+
+    def _job(self, job_id: str) -> _Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise KeyError(f"unknown job {job_id!r}") from None
+
+    def _matching(self, label: tuple[str, str] | None) -> list[_Job]:
+        return [j for j in self._jobs.values() if label is None or j.spec.labels.get(label[0]) == label[1]]
+
+    def _command(self, job: _Job) -> list[str]:
+        command = [sys.executable, "-m", f"mlsandbox.workloads.{job.spec.workload}", *job.spec.args]
+        if job.cgroup is None:
+            return command
+        return ["/bin/sh", "-c", _CGROUP_SHIM, "mlsandbox-job", *job.cgroup.procs_files, *command]
+
+    def _start(self, job: _Job) -> None:
+        spec = job.spec
+        job.work_dir.mkdir(parents=True, exist_ok=True)
+        if self.use_cgroups:
+            cgroup = _Cgroup(self.sandbox_name, spec.job_id)
+            cgroup.create(spec.memory_mb, spec.cpus)
+            job.cgroup = cgroup  # only once it is ours to remove
+        with job.log_path.open("wb") as log:
+            popen = subprocess.Popen(
+                self._command(job),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env_for(spec),
+                cwd=job.work_dir,
+                start_new_session=True,
+            )
+        with self._lock:
+            job.popen, job.started_at, job.state = popen, time.time(), "running"
+            if spec.timeout_s is not None:
+                job.timer = threading.Timer(spec.timeout_s, self._on_timeout, args=(job,))
+                job.timer.daemon = True
+                job.timer.start()
+        threading.Thread(target=self._reap, args=(job,), name=f"job-{spec.job_id}", daemon=True).start()
+        if job.cancel_requested:  # cancelled while starting
+            self._stop(job, grace_s=0.0)
+
+    def _stop(self, job: _Job, grace_s: float) -> None:
+        """Signal the job's group (TERM then KILL after ``grace_s``) and wait until it has been reaped."""
+        if job.popen is None or job.done.is_set():
+            return
+        if grace_s > 0:
+            _signal_group(job.popen.pid, signal.SIGTERM)
+            if job.done.wait(grace_s):
+                return
+        _signal_group(job.popen.pid, signal.SIGKILL)
+        job.done.wait(KILL_WAIT_S)
+
+    def _on_timeout(self, job: _Job) -> None:
+        with self._lock:
+            if job.finished or job.popen is None:
+                return
+            job.timed_out = True
+        job.note(f"timed out after {job.spec.timeout_s:g} s; killing the job")
+        _signal_group(job.popen.pid, signal.SIGKILL)
+
+    def _reap(self, job: _Job) -> None:
+        """Waiter thread: reap the job, account it, kill leftovers, remove its cgroup, set its final state."""
+        assert job.popen is not None
+        try:
+            _, wait_status, usage = os.wait4(job.popen.pid, 0)
+        except ChildProcessError:  # reaped elsewhere (someone called waitpid(-1)): no status to tell
+            wait_status, usage = 255 << 8, resource.getrusage(resource.RUSAGE_CHILDREN)
+            job.note("exit status lost: the process was reaped outside mlsandbox")
+        job.popen.returncode = os.waitstatus_to_exitcode(wait_status)
+        finished_at = time.time()
+        _signal_group(job.popen.pid, signal.SIGKILL)  # no process outlives its job
+        oom_kills = job.cgroup.oom_kills() if job.cgroup is not None else 0
+        if job.cgroup is not None:
+            job.cgroup.remove()
+        exit_code = exit_code_of(wait_status)
+        with self._lock:
+            cancelled, timed_out = job.cancel_requested, job.timed_out
+            if job.timer is not None:
+                job.timer.cancel()
+        self._note_end(job, wait_status, oom_kills, cancelled or timed_out)
+        result = parse_result(tail_lines(job.log_path, 200)) if exit_code == 0 else {}
+        with self._lock:
+            job.exit_code, job.finished_at, job.result = exit_code, finished_at, result
+            job.cpu_seconds = usage.ru_utime + usage.ru_stime
+            job.peak_rss_bytes = usage.ru_maxrss * 1024  # KiB on Linux
+            if exit_code == 0 and not timed_out:
+                job.state = "succeeded"
+            else:
+                job.state = "cancelled" if cancelled and not timed_out else "failed"
+        job.done.set()
+
+    def _note_end(self, job: _Job, wait_status: int, oom_kills: int, expected: bool) -> None:
+        if oom_kills:
+            limit = f"memory limit {job.spec.memory_mb} MiB"
+            if os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGKILL:
+                job.note(f"killed: out of memory (OOMKilled, {limit})")
+            else:
+                job.note(f"{oom_kills} process(es) of the job killed: out of memory (OOMKilled, {limit})")
+        elif os.WIFSIGNALED(wait_status) and not expected:
+            job.note(f"killed by signal {signal.Signals(os.WTERMSIG(wait_status)).name}")
+        elif job.cancel_requested and not job.timed_out:
+            job.note("cancelled")
+
+
+def _kill_all(jobs: dict[str, _Job], lock: threading.RLock) -> None:
+    """Kill every running job's group and wait until it is reaped (its cgroup removed)."""
+    with lock:
+        running = [j for j in jobs.values() if j.popen is not None and not j.finished]
+        for job in running:
+            job.cancel_requested = True
+    for job in running:
+        assert job.popen is not None
+        _signal_group(job.popen.pid, signal.SIGKILL)
+    for job in running:
+        if not job.done.wait(KILL_WAIT_S) and job.cgroup is not None:
+            job.cgroup.remove()

@@ -1,0 +1,392 @@
+"""The services of a local sandbox: how each one is launched and how its health is probed.
+
+Four services, each a child process in its own process group:
+
+- ``minio``: the MinIO server (object storage), root credentials generated per sandbox.
+- ``mlflow``: the MLflow tracking server and model registry; SQLite backend store; artifacts proxied
+  to MinIO (``s3://mlflow-artifacts``) so clients need no S3 credentials for artifacts.
+- ``prefect-server``: the Prefect API (SQLite, no UI, no analytics).
+- ``prefect-worker``: one Prefect ``process`` worker polling the ``mlsandbox`` work pool.
+
+Nothing here keeps state: :mod:`mlsandbox.backends.local.backend` decides when to launch and records pids.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import secrets
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from mlsandbox import paths
+from mlsandbox.backends.base import Endpoints
+from mlsandbox.errors import MissingToolError
+
+from .supervisor import marker_env
+
+MINIO = "minio"
+MLFLOW = "mlflow"
+PREFECT_SERVER = "prefect-server"
+PREFECT_WORKER = "prefect-worker"
+SERVICE_NAMES: tuple[str, ...] = (MINIO, MLFLOW, PREFECT_SERVER, PREFECT_WORKER)
+
+ARTIFACT_BUCKET = "mlflow-artifacts"
+WORK_POOL = "mlsandbox"
+HOST = "127.0.0.1"
+
+# Variables of the calling environment that would point a service at something else than its sandbox.
+_FOREIGN_PREFIXES = ("PREFECT_", "MLFLOW_", "AWS_", "MINIO_", "MLSANDBOX_")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Ports(_Model):
+    """TCP ports on 127.0.0.1, chosen free at start."""
+
+    minio: int
+    minio_console: int
+    mlflow: int
+    prefect: int
+
+    @classmethod
+    def allocate(cls) -> Ports:
+        """Four distinct free ports (each bound once by the kernel's choice, then released)."""
+        sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(4)]
+        try:
+            for s in sockets:
+                s.bind((HOST, 0))
+            minio, console, mlflow, prefect = (s.getsockname()[1] for s in sockets)
+        finally:
+            for s in sockets:
+                s.close()
+        return cls(minio=minio, minio_console=console, mlflow=mlflow, prefect=prefect)
+
+
+class Credentials(_Model):
+    """MinIO root credentials of one sandbox."""
+
+    access_key: str
+    secret_key: str
+
+    @classmethod
+    def generate(cls) -> Credentials:
+        return cls(access_key=f"mls-{secrets.token_hex(6)}", secret_key=secrets.token_urlsafe(24))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a sandbox keeps its files (all under one directory)."""
+
+    root: Path
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def log(self, service: str) -> Path:
+        return self.logs_dir / f"{service}.log"
+
+    @property
+    def minio_data(self) -> Path:
+        return self.root / "minio"
+
+    @property
+    def mlflow_dir(self) -> Path:
+        return self.root / "mlflow"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.root / "prefect"
+
+    @property
+    def mlflow_db(self) -> Path:
+        return self.mlflow_dir / "mlflow.db"
+
+    @property
+    def prefect_db(self) -> Path:
+        return self.prefect_home / "prefect.db"
+
+    @property
+    def worker_dir(self) -> Path:
+        return self.root / "prefect-worker"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A command line ready to be spawned."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+# ------------------------------------------------------------------------------------------- tools
+
+
+def minio_binary() -> Path:
+    """The MinIO server binary installed by ``make setup``; :class:`MissingToolError` if absent."""
+    path = paths.bin_dir() / "minio"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise MissingToolError(
+            f"the MinIO server binary is missing: expected an executable at {path}. "
+            "Run `make setup` (or scripts/setup.sh) to install it."
+        )
+    return path
+
+
+def venv_tool(name: str) -> Path:
+    """An entry point installed next to the running interpreter (the project venv's, never a global one)."""
+    path = Path(sys.executable).parent / name
+    if not path.is_file():
+        raise MissingToolError(
+            f"`{name}` is not installed next to {sys.executable} (expected {path}): "
+            "run `make setup` (or scripts/setup.sh) to build the project venv."
+        )
+    return path
+
+
+# ---------------------------------------------------------------------------------------- launches
+
+
+def endpoints(ports: Ports, credentials: Credentials) -> Endpoints:
+    return Endpoints(
+        s3_url=f"http://{HOST}:{ports.minio}",
+        s3_access_key=credentials.access_key,
+        s3_secret_key=credentials.secret_key,
+        mlflow_url=f"http://{HOST}:{ports.mlflow}",
+        prefect_api_url=f"http://{HOST}:{ports.prefect}/api",
+    )
+
+
+def child_env(sandbox: str, home: str, extra: dict[str, str]) -> dict[str, str]:
+    """The calling environment without foreign service settings, plus the sandbox marker and ``extra``.
+
+    Bytecode is always cached, in ``$MLSANDBOX_HOME/pycache`` (never in the checkout or the venv): with
+    ``PYTHONDONTWRITEBYTECODE`` every start would compile mlflow and prefect again (~10 CPU-seconds per
+    process, 37 s instead of 8 s for the Prefect server on two cores).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", str(paths.home() / "pycache"))
+    env.update(PYTHONUNBUFFERED="1", DO_NOT_TRACK="1")
+    env.update(marker_env(sandbox, home))
+    env.update(extra)
+    return env
+
+
+def minio_launch(layout: Layout, ports: Ports, creds: Credentials, base: dict[str, str]) -> Launch:
+    argv = [
+        str(minio_binary()),
+        "server",
+        str(layout.minio_data),
+        "--address",
+        f"{HOST}:{ports.minio}",
+        "--console-address",
+        f"{HOST}:{ports.minio_console}",
+    ]
+    env = {
+        **base,
+        "MINIO_ROOT_USER": creds.access_key,
+        "MINIO_ROOT_PASSWORD": creds.secret_key,
+        "MINIO_BROWSER": "off",
+        "MINIO_UPDATE": "off",
+    }
+    return Launch(argv=argv, env=env, cwd=layout.minio_data)
+
+
+def mlflow_launch(layout: Layout, ports: Ports, creds: Credentials, base: dict[str, str]) -> Launch:
+    ep = endpoints(ports, creds)
+    argv = [
+        str(venv_tool("mlflow")),
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{layout.mlflow_db}",
+        "--serve-artifacts",
+        "--artifacts-destination",
+        f"s3://{ARTIFACT_BUCKET}",
+        "--host",
+        HOST,
+        "--port",
+        str(ports.mlflow),
+        "--workers",
+        "1",
+    ]
+    env = {
+        **base,
+        "MLFLOW_S3_ENDPOINT_URL": ep.s3_url,
+        "AWS_ACCESS_KEY_ID": creds.access_key,
+        "AWS_SECRET_ACCESS_KEY": creds.secret_key,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
+    return Launch(argv=argv, env=env, cwd=layout.mlflow_dir)
+
+
+def _prefect_env(layout: Layout, ports: Ports, base: dict[str, str]) -> dict[str, str]:
+    return {
+        **base,
+        "PREFECT_HOME": str(layout.prefect_home),
+        "PREFECT_API_URL": f"http://{HOST}:{ports.prefect}/api",
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{layout.prefect_db}",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_UI_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+    }
+
+
+def prefect_server_launch(layout: Layout, ports: Ports, base: dict[str, str]) -> Launch:
+    argv = [
+        str(venv_tool("prefect")),
+        "server",
+        "start",
+        "--host",
+        HOST,
+        "--port",
+        str(ports.prefect),
+        "--no-ui",
+        "--analytics-off",
+    ]
+    return Launch(argv=argv, env=_prefect_env(layout, ports, base), cwd=layout.prefect_home)
+
+
+def prefect_worker_launch(layout: Layout, ports: Ports, worker_name: str, base: dict[str, str]) -> Launch:
+    argv = [
+        str(venv_tool("prefect")),
+        "worker",
+        "start",
+        "--pool",
+        WORK_POOL,
+        "--type",
+        "process",
+        "--name",
+        worker_name,
+    ]
+    return Launch(argv=argv, env=_prefect_env(layout, ports, base), cwd=layout.worker_dir)
+
+
+@dataclass(frozen=True)
+class DbTemplate:
+    """A migrated, empty SQLite database (one per package version) that new sandboxes start from.
+
+    Migrating a fresh database costs each server many CPU-seconds at every cold start (~10 s for the
+    Prefect server on two cores); copying a migrated one costs nothing. Built once by running the
+    package's own migration command into a scratch file.
+    """
+
+    name: Literal["prefect", "mlflow"]
+
+    def path(self) -> Path:
+        return paths.home() / "templates" / f"{self.name}-{importlib.metadata.version(self.name)}.db"
+
+    def launch(self, work_dir: Path, base: dict[str, str]) -> Launch:
+        """The migration command writing ``work_dir / 'db'``."""
+        db = work_dir / "db"
+        if self.name == "prefect":
+            env = {
+                **base,
+                "PREFECT_HOME": str(work_dir),
+                "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            }
+            argv = [str(venv_tool("prefect")), "server", "database", "upgrade", "-y"]
+        else:
+            env = {**base, "MLFLOW_DISABLE_TELEMETRY": "true"}
+            argv = [str(venv_tool("mlflow")), "db", "upgrade", f"sqlite:///{db}"]
+        return Launch(argv=argv, env=env, cwd=work_dir)
+
+
+PREFECT_DB = DbTemplate("prefect")
+MLFLOW_DB = DbTemplate("mlflow")
+
+
+def url_of(service: str, ep: Endpoints) -> str | None:
+    return {
+        MINIO: ep.s3_url,
+        MLFLOW: ep.mlflow_url,
+        PREFECT_SERVER: ep.prefect_api_url,
+    }.get(service)
+
+
+def port_of(service: str, ports: Ports) -> int | None:
+    return {MINIO: ports.minio, MLFLOW: ports.mlflow, PREFECT_SERVER: ports.prefect}.get(service)
+
+
+# ------------------------------------------------------------------------------------------ health
+
+
+def health_check_description(service: str, ep: Endpoints, worker_name: str) -> str:
+    """What the health probe of ``service`` asks, for error messages."""
+    return {
+        MINIO: f"GET {ep.s3_url}/minio/health/live",
+        MLFLOW: f"GET {ep.mlflow_url}/health",
+        PREFECT_SERVER: f"GET {ep.prefect_api_url}/health",
+        PREFECT_WORKER: (
+            f"an ONLINE worker {worker_name!r} in POST {ep.prefect_api_url}/work_pools/{WORK_POOL}/workers/filter"
+        ),
+    }[service]
+
+
+def http_client(timeout: float = 3.0) -> httpx.Client:
+    """A client for health probes: reuse one (creating a client costs CPU the services need at start)."""
+    return httpx.Client(timeout=timeout, trust_env=False, verify=False)
+
+
+def probe(service: str, ep: Endpoints, worker_name: str, client: httpx.Client) -> bool:
+    """One health probe of ``service``: True when it answers as healthy."""
+    try:
+        if service == MINIO:
+            return client.get(f"{ep.s3_url}/minio/health/live").status_code == 200
+        if service == MLFLOW:
+            return client.get(f"{ep.mlflow_url}/health").status_code == 200
+        if service == PREFECT_SERVER:
+            return client.get(f"{ep.prefect_api_url}/health").status_code == 200
+        if service == PREFECT_WORKER:
+            return _worker_online(client, ep, worker_name)
+    except (httpx.HTTPError, ValueError):
+        return False
+    raise ValueError(f"unknown service {service!r}")
+
+
+def _worker_online(client: httpx.Client, ep: Endpoints, worker_name: str) -> bool:
+    resp = client.post(f"{ep.prefect_api_url}/work_pools/{WORK_POOL}/workers/filter", json={})
+    if resp.status_code != 200:
+        return False
+    return any(w.get("name") == worker_name and w.get("status") == "ONLINE" for w in resp.json())
+
+
+def ensure_bucket(ep: Endpoints, bucket: str = ARTIFACT_BUCKET) -> None:
+    """Create ``bucket`` in the sandbox's MinIO unless it exists."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=ep.s3_url,
+        aws_access_key_id=ep.s3_access_key,
+        aws_secret_access_key=ep.s3_secret_key,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}),
+    )
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in (
+            "BucketAlreadyOwnedByYou",
+            "BucketAlreadyExists",
+        ):
+            raise
