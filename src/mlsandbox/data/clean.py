@@ -77,7 +77,11 @@ def _impute(df: pd.DataFrame, strategy: Strategy, target: str | None) -> tuple[p
             value = int(value) if integral else value
         out[name] = series.fillna(value)
         imputed[str(name)] = missing
-        fill_values[str(name)] = number(value) if isinstance(value, float) else value
+        if isinstance(value, pd.Timestamp):
+            value_json: Any = value.isoformat()
+        else:
+            value_json = number(value) if isinstance(value, float) else value
+        fill_values[str(name)] = value_json
     return out, {"cells_imputed": imputed, "fill_values": fill_values, "skipped_all_missing": skipped}
 
 

@@ -11,6 +11,13 @@
   dropped. Parquet files carry no timestamps or random ids; the footer's ``created_by`` names the
   pyarrow version, so the bytes are stable for a given pyarrow.
 
+* Avro (fastavro), JSON Lines (standard ``json`` writer, Arrow reader) and "dirty" Excel (openpyxl): see
+  :mod:`mlsandbox.data.formats_avro`, :mod:`mlsandbox.data.formats_jsonl`,
+  :mod:`mlsandbox.data.formats_excel`. Each is deterministic too.
+
+``to_bytes`` takes a pandas frame or an Arrow table (the generators' tables are written without pandas;
+a table and the frame ``table.to_pandas()`` came from give the same bytes).
+
 Reading back gives the values written: missing stays missing (NaN), string columns come back as strings.
 """
 
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Literal, get_args
+from typing import get_args
 
 import pandas as pd
 import pyarrow as pa
@@ -26,10 +33,27 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-Format = Literal["csv", "parquet"]
+from mlsandbox.data.spec import FileFormat as Format
+
 FORMATS: tuple[Format, ...] = get_args(Format)
 
-_SUFFIXES: dict[str, Format] = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_SUFFIXES: dict[str, Format] = {
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".avro": "avro",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".xlsx": "excel",
+}
+SUFFIX: dict[Format, str] = {
+    "csv": ".csv",
+    "parquet": ".parquet",
+    "avro": ".avro",
+    "jsonl": ".jsonl",
+    "excel": ".xlsx",
+}
+"""The usual file suffix of each format (``format_of`` reads it back)."""
 
 PARQUET_OPTIONS: dict[str, object] = {
     "version": "2.6",
@@ -42,7 +66,8 @@ PARQUET_OPTIONS: dict[str, object] = {
 
 
 def format_of(key: str) -> Format:
-    """The format of an object key or path, by its suffix (``.csv``, ``.parquet``, ``.pq``)."""
+    """The format of an object key or path, by its suffix (``.csv``, ``.parquet``/``.pq``, ``.avro``,
+    ``.jsonl``/``.ndjson``, ``.xlsx``)."""
     name = key.rsplit("/", 1)[-1].lower()
     for suffix, fmt in _SUFFIXES.items():
         if name.endswith(suffix) and len(name) > len(suffix):
@@ -56,7 +81,7 @@ def _check(fmt: str) -> Format:
     return fmt  # type: ignore[return-value]
 
 
-def _text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+def render_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A column as its CSV text (nulls stay null); floats keep a decimal point, as pandas writes them."""
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
@@ -77,12 +102,19 @@ def _pandas_csv(df: pd.DataFrame) -> bytes:
     return df.to_csv(index=False, lineterminator="\n", na_rep="").encode("utf-8")
 
 
-def _csv_bytes(df: pd.DataFrame) -> bytes:
+def _arrow_table(df: pd.DataFrame | pa.Table) -> pa.Table:
+    if isinstance(df, pa.Table):
+        return df
+    return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+
+
+def _csv_bytes(df: pd.DataFrame | pa.Table) -> bytes:
     """Every cell rendered to text by Arrow, written unquoted by Arrow when no cell needs quotes."""
     try:
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        text = pa.table([_text(c) for c in table.columns], names=[str(c) for c in df.columns])
+        table = _arrow_table(df)
+        text = pa.table([render_text(c) for c in table.columns], names=[str(c) for c in table.column_names])
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        assert isinstance(df, pd.DataFrame)
         return _pandas_csv(df)  # mixed-type object columns, nested values
     sink = pa.BufferOutputStream()
     try:
@@ -92,20 +124,97 @@ def _csv_bytes(df: pd.DataFrame) -> bytes:
     return _csv_header(text.column_names) + sink.getvalue().to_pybytes()
 
 
-def _parquet_bytes(df: pd.DataFrame) -> bytes:
-    table = pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+def _parquet_bytes(df: pd.DataFrame | pa.Table) -> bytes:
+    table = _arrow_table(df).replace_schema_metadata(None)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **PARQUET_OPTIONS)  # type: ignore[arg-type]
     return sink.getvalue().to_pybytes()
 
 
-def to_bytes(df: pd.DataFrame, fmt: Format) -> bytes:
-    """Serialise a frame (its index is not written)."""
-    return _csv_bytes(df) if _check(fmt) == "csv" else _parquet_bytes(df)
+def _plain(df: pd.DataFrame | pa.Table) -> pa.Table:
+    """Dictionary columns decoded, NaN as null: what Avro, JSON Lines and Excel cells hold."""
+    try:
+        table = _arrow_table(df)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        raise ValueError(f"cannot convert the frame to typed columns ({e}); cast mixed columns to str") from e
+    columns = []
+    for column in table.columns:
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        if pa.types.is_floating(column.type):
+            column = pc.if_else(pc.is_nan(column), pa.scalar(None, column.type), column)
+        columns.append(column)
+    return pa.table(columns, names=[str(n) for n in table.column_names])
+
+
+def _excel_bytes(df: pd.DataFrame | pa.Table) -> bytes:
+    from mlsandbox.data import formats_excel
+
+    if isinstance(df, pd.DataFrame):
+        try:
+            return formats_excel.write(_plain(df))
+        except ValueError:  # mixed-type object columns: Excel takes the cells as they are
+            return formats_excel.write(_object_table(df))
+    return formats_excel.write(_plain(df))
+
+
+def _object_table(df: pd.DataFrame) -> pa.Table:
+    arrays = {
+        str(c): pa.array([None if pd.isna(v) else str(v) for v in df[c]], type=pa.large_string()) for c in df
+    }
+    return pa.table(arrays)
+
+
+_TIMESTAMP_RE = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?"
+
+
+def _parse_timestamps(df: pd.DataFrame) -> pd.DataFrame:
+    """Text columns holding only ISO 8601 timestamps become datetimes, as the other formats give them."""
+    for name in df.columns:
+        column = df[name]
+        if not pd.api.types.is_string_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
+            continue
+        present = column.dropna()
+        if present.empty or not isinstance(present.iloc[0], str):
+            continue
+        if present.str.fullmatch(_TIMESTAMP_RE).all():
+            df[name] = pd.to_datetime(column, format="ISO8601")
+    return df
+
+
+def to_bytes(df: pd.DataFrame | pa.Table, fmt: Format) -> bytes:
+    """Serialise a frame or Arrow table (a frame's index is not written)."""
+    fmt = _check(fmt)
+    if fmt == "csv":
+        return _csv_bytes(df)
+    if fmt == "parquet":
+        return _parquet_bytes(df)
+    if fmt == "excel":
+        return _excel_bytes(df)
+    if fmt == "avro":
+        from mlsandbox.data import formats_avro
+
+        return formats_avro.write(_plain(df))
+    from mlsandbox.data import formats_jsonl
+
+    return formats_jsonl.write(_plain(df))
 
 
 def from_bytes(data: bytes, fmt: Format) -> pd.DataFrame:
-    """Parse bytes written by :func:`to_bytes` (or any ordinary CSV/Parquet file) into a frame."""
-    if _check(fmt) == "csv":
-        return pd.read_csv(io.BytesIO(data))
-    return pq.read_table(pa.BufferReader(data)).to_pandas()
+    """Parse bytes written by :func:`to_bytes` (or any ordinary file of the format) into a frame."""
+    fmt = _check(fmt)
+    if fmt == "csv":
+        return _parse_timestamps(pd.read_csv(io.BytesIO(data)))
+    if fmt == "parquet":
+        return pq.read_table(pa.BufferReader(data)).to_pandas()
+    if fmt == "avro":
+        from mlsandbox.data import formats_avro
+
+        return formats_avro.read(data)
+    if fmt == "jsonl":
+        from mlsandbox.data import formats_jsonl
+
+        return formats_jsonl.read(data)
+    from mlsandbox.data import formats_excel
+
+    return formats_excel.read(data)

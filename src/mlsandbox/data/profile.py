@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 IQR_FACTOR = 1.5
 TOP_VALUES = 10
@@ -25,7 +27,10 @@ DECIMALS = 6
 
 
 def simple_dtype(series: pd.Series) -> str:
-    """``bool``, ``int``, ``float`` or ``string`` (everything else: text, categories, mixed objects)."""
+    """``bool``, ``int``, ``float``, ``datetime`` or ``string`` (everything else: text, categories, mixed
+    objects)."""
+    if pd.api.types.is_datetime64_any_dtype(series.dtype):
+        return "datetime"
     if pd.api.types.is_bool_dtype(series.dtype):
         return "bool"
     if pd.api.types.is_integer_dtype(series.dtype):
@@ -113,17 +118,53 @@ def _value_counts(series: pd.Series) -> list[tuple[Any, int]]:
     return sorted(pairs, key=lambda vc: (-vc[1], str(vc[0])))
 
 
+_PYTHON_TIES = 10_000
+"""Tied values beyond this many are ordered by Arrow (as UTF-8 text) instead of one Python sort."""
+
+
+def _top_counts(series: pd.Series, k: int) -> tuple[int, list[tuple[Any, int]]]:
+    """The number of distinct non-missing values and the ``k`` most frequent, ordered as
+    :func:`_value_counts` orders them, without sorting every distinct value (ids: a million of them)."""
+    counts = series.dropna().value_counts(sort=False)
+    distinct = len(counts)
+    if distinct > k:
+        threshold = counts.nlargest(k).min()
+        above, ties = counts[counts > threshold], counts[counts == threshold]
+        need = k - len(above)
+        if len(ties) > max(_PYTHON_TIES, need):
+            text = pa.array(ties.index.astype(str), type=pa.large_string())
+            chosen = pc.select_k_unstable(pa.table({"key": text}), k=need, sort_keys=[("key", "ascending")])
+            chosen = chosen.to_numpy()
+            ties = ties.iloc[np.sort(chosen)]
+        counts = pd.concat([above, ties])
+    pairs = sorted(((_label(v), int(c)) for v, c in counts.items()), key=lambda vc: (-vc[1], str(vc[0])))
+    return distinct, pairs[:k]
+
+
 def most_frequent(series: pd.Series) -> Any:
     """The mode of the non-missing values (ties: the smallest as text); None when all are missing."""
-    pairs = _value_counts(series)
+    _, pairs = _top_counts(series, 1)
     return pairs[0][0] if pairs else None
 
 
 def _categorical_stats(series: pd.Series) -> dict[str, Any]:
-    pairs = _value_counts(series)
+    distinct, pairs = _top_counts(series, TOP_VALUES)
     return {
-        "distinct": len(pairs),
-        "top_values": [{"value": v, "count": c} for v, c in pairs[:TOP_VALUES]],
+        "distinct": distinct,
+        "top_values": [{"value": v, "count": c} for v, c in pairs],
+    }
+
+
+def _datetime_stats(series: pd.Series) -> dict[str, Any]:
+    """Range and distinct count; timestamps as ISO 8601 text at second resolution, whatever the unit."""
+    present = series.dropna()
+    if present.empty:
+        return {"min": None, "max": None, "distinct": 0}
+    seconds = present.astype("datetime64[s]")
+    return {
+        "min": seconds.min().isoformat(),
+        "max": seconds.max().isoformat(),
+        "distinct": int(seconds.nunique()),
     }
 
 
@@ -137,6 +178,8 @@ def profile_column(series: pd.Series) -> dict[str, Any]:
     }
     if is_numeric(series):
         profile.update(_numeric_stats(series))
+    elif profile["dtype"] == "datetime":
+        profile.update(_datetime_stats(series))
     else:
         profile.update(_categorical_stats(series))
     return profile

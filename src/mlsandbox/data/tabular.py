@@ -1,4 +1,4 @@
-"""Synthetic tabular classification data: a clean generative model, then defects on the training split.
+"""Synthetic tabular data: a clean generative model, then defects on the training split.
 
 ``generate_tabular(spec, seed)`` draws
 
@@ -6,11 +6,15 @@
 * a hidden, clean ``holdout`` frame from the same distribution (for grading models),
 * a JSON-serialisable ``manifest`` with the ground truth: schema, true signal, every injected defect.
 
-Model: numeric columns ~ Normal(mean, std), rounded to a precision that follows the std; categorical
-columns drawn with the spec's probabilities (uniform by default); the target is Bernoulli with
-``logit = intercept + signal_strength * (sum_j weight_j * (x_j - mean_j) / std_j + sum_c weight_c[x_c])``,
-where the intercept is solved on the training rows so that the expected positive rate equals
-``positive_rate``. Labels come from the clean features; defects only corrupt features afterwards.
+Model: numeric columns ~ Normal(mean, std) (optionally linear-Gaussian on parent columns, see
+``NumericColumn.depends_on``), rounded to a precision that follows the std, clipped to their bounds;
+categorical columns drawn with the spec's probabilities (uniform by default); boolean columns
+Bernoulli(probability); datetimes uniform in their range; ids unique. The linear predictor is
+``eta = signal_strength * (sum_j weight_j * z_j + sum_c weight_c[x_c] + sum_b weight_b * x_b)`` with ``z_j``
+the standardised latent value of numeric column j. Classification: the target is Bernoulli with
+``logit = intercept + eta``, the intercept solved on the training rows so that the expected positive rate
+equals ``positive_rate``. Regression: ``y = target_mean + eta + noise_std * e``. Labels come from the clean
+features; defects only corrupt features (and, for label noise, labels) afterwards.
 
 Randomness: every draw has its own generator, seeded from ``(seed, dataset name, split, purpose, column)``,
 so adding or removing a column leaves the other columns' values (and their defects) unchanged.
@@ -18,84 +22,71 @@ so adding or removing a column leaves the other columns' values (and their defec
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from mlsandbox.data.spec import CategoricalColumn, NumericColumn, TabularDataset
+from mlsandbox.data.columns import (
+    Split,
+    category_probabilities,
+    decimals_for,
+    draw_split,
+)
+from mlsandbox.data.defects import OUTLIER_STD_RANGE, Injector
+from mlsandbox.data.frames import build_table, to_frame
+from mlsandbox.data.randomness import check_seed, rng_for
+from mlsandbox.data.spec import (
+    BooleanColumn,
+    CategoricalColumn,
+    DatetimeColumn,
+    IdColumn,
+    NumericColumn,
+    TabularDataset,
+)
 
 GENERATOR_VERSION = 1
 """Bumped whenever the same spec and seed would produce different data."""
 
-OUTLIER_STD_RANGE = (8.0, 15.0)
-"""Outliers sit at mean ± U(8, 15) * std: far beyond the 1.5-IQR fences (about ± 2.7 std)."""
-
-_MISSING_CODE = -1
+__all__ = [
+    "GENERATOR_VERSION",
+    "OUTLIER_STD_RANGE",
+    "GeneratedTabular",
+    "decimals_for",
+    "generate_tabular",
+    "roc_auc",
+    "solve_intercept",
+]
 
 
 @dataclass(frozen=True, eq=False)
 class GeneratedTabular:
-    """One generated dataset: what the agent sees, what grades it, and the ground truth."""
+    """One generated dataset: what the agent sees, what grades it, and the ground truth.
 
-    train: pd.DataFrame
+    The Arrow tables are what gets written (``to_bytes`` takes them directly: no pandas on the way); the
+    pandas frames are built from them on first use and hold the same values.
+    """
+
+    train_table: pa.Table
     """Agent-visible data with the injected defects; feature columns in spec order, target last."""
-    holdout: pd.DataFrame
+    holdout_table: pa.Table
     """Hidden clean data from the same distribution, same columns."""
     manifest: dict[str, Any]
     """JSON-serialisable ground truth (schema, signal, defects with row indices)."""
+    _spec: TabularDataset
+    _splits: tuple[Split, Split]
 
+    @cached_property
+    def train(self) -> pd.DataFrame:
+        return to_frame(self._spec, self._splits[0], self.train_table)
 
-# ------------------------------------------------------------------------------------------ randomness
-
-
-def _rng(seed: int, *purpose: str) -> np.random.Generator:
-    """A generator for one purpose, independent of every other purpose under the same seed."""
-    digest = hashlib.blake2b("/".join(purpose).encode(), digest_size=16).digest()
-    entropy = [seed, int.from_bytes(digest, "little")]
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
-
-
-# ------------------------------------------------------------------------------------------ features
-
-
-def decimals_for(column: NumericColumn) -> int:
-    """Decimal places a numeric column is rounded to: 2, or more when the std is small (3 digits of std)."""
-    return min(12, max(2, 2 - math.floor(math.log10(column.std))))
-
-
-def _draw_numeric(column: NumericColumn, rng: np.random.Generator, n: int) -> np.ndarray:
-    values = rng.standard_normal(n) * column.std + column.mean
-    return np.round(values, decimals_for(column)) + 0.0  # + 0.0 turns -0.0 into 0.0
-
-
-def _category_probabilities(column: CategoricalColumn) -> np.ndarray:
-    if column.probabilities is None:
-        return np.full(len(column.categories), 1.0 / len(column.categories))
-    p = np.asarray(column.probabilities, dtype=np.float64)
-    return p / p.sum()
-
-
-def _draw_codes(column: CategoricalColumn, rng: np.random.Generator, n: int) -> np.ndarray:
-    cdf = np.cumsum(_category_probabilities(column))
-    codes = np.searchsorted(cdf, rng.random(n), side="right")
-    return np.minimum(codes, len(column.categories) - 1).astype(np.int32)
-
-
-def _draw_features(spec: TabularDataset, seed: int, split: str, n: int) -> dict[str, np.ndarray]:
-    """Clean feature arrays by column name: float64 values, or int32 category codes."""
-    features: dict[str, np.ndarray] = {}
-    for column in spec.columns:
-        rng = _rng(seed, spec.name, split, "feature", column.name)
-        if isinstance(column, NumericColumn):
-            features[column.name] = _draw_numeric(column, rng, n)
-        else:
-            features[column.name] = _draw_codes(column, rng, n)
-    return features
+    @cached_property
+    def holdout(self) -> pd.DataFrame:
+        return to_frame(self._spec, self._splits[1], self.holdout_table)
 
 
 # ------------------------------------------------------------------------------------------ target
@@ -105,15 +96,21 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-def _linear_predictor(spec: TabularDataset, features: dict[str, np.ndarray], n: int) -> np.ndarray:
-    """The log-odds without the intercept, signal strength applied."""
-    eta = np.zeros(n)
+def _linear_predictor(spec: TabularDataset, split: Split) -> np.ndarray:
+    """The signal without intercept, signal strength applied."""
+    eta = np.zeros(split.n)
     for column in spec.columns:
         if isinstance(column, NumericColumn):
             if column.weight != 0.0:
-                eta += column.weight * ((features[column.name] - column.mean) / column.std)
-        elif column.weights is not None and any(w != 0.0 for w in column.weights):
-            eta += np.asarray(column.weights, dtype=np.float64)[features[column.name]]
+                if column.depends_on or column.min is not None or column.max is not None or column.integer:
+                    eta += column.weight * split.latent[column.name]
+                else:  # v1: the rounded value, standardised
+                    eta += column.weight * ((split.values[column.name] - column.mean) / column.std)
+        elif isinstance(column, CategoricalColumn):
+            if column.weights is not None and any(w != 0.0 for w in column.weights):
+                eta += np.asarray(column.weights, dtype=np.float64)[split.values[column.name]]
+        elif isinstance(column, BooleanColumn) and column.weight != 0.0:
+            eta += column.weight * split.values[column.name]
     return eta * spec.signal_strength
 
 
@@ -154,72 +151,8 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
     return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
 
 
-# ------------------------------------------------------------------------------------------ defects
-
-
-def _count(rate: float, rows: int) -> int:
-    return round(rate * rows)
-
-
-def _inject_missing(spec: TabularDataset, seed: int, features: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    rate = spec.defects.missing_rate
-    records = []
-    for name in spec.missing_columns():
-        values = features[name]
-        rng = _rng(seed, spec.name, "train", "missing", name)
-        rows = np.sort(rng.choice(values.size, _count(rate, values.size), replace=False))
-        values[rows] = _MISSING_CODE if values.dtype.kind == "i" else np.nan
-        records.append(_defect_record(name, "missing", rate, rows))
-    return records
-
-
-def _inject_outliers(
-    spec: TabularDataset, seed: int, features: dict[str, np.ndarray]
-) -> list[dict[str, Any]]:
-    rate = spec.defects.outlier_rate
-    by_name = {c.name: c for c in spec.columns if isinstance(c, NumericColumn)}
-    records = []
-    for name in spec.outlier_columns():
-        column, values = by_name[name], features[name]
-        rng = _rng(seed, spec.name, "train", "outlier", name)
-        present = np.flatnonzero(~np.isnan(values))
-        k = min(_count(rate, values.size), present.size)
-        rows = np.sort(present[rng.choice(present.size, k, replace=False)])
-        signs = np.where(np.arange(k) < k // 2, -1.0, 1.0)
-        rng.shuffle(signs)
-        magnitude = rng.uniform(*OUTLIER_STD_RANGE, size=k)
-        values[rows] = np.round(column.mean + signs * magnitude * column.std, decimals_for(column)) + 0.0
-        records.append(_defect_record(name, "outlier", rate, rows))
-    return records
-
-
-def _defect_record(column: str, kind: str, rate: float, rows: np.ndarray) -> dict[str, Any]:
-    return {"column": column, "kind": kind, "rate": rate, "count": int(rows.size), "rows": rows.tolist()}
-
-
-# ------------------------------------------------------------------------------------------ frames
-
-
-def _string_column(categories: list[str], codes: np.ndarray) -> pd.Series:
-    """Category codes (-1: missing) as a pandas string column, decoded by Arrow without Python objects."""
-    missing = codes == _MISSING_CODE
-    indices = pa.array(codes, type=pa.int32(), mask=missing if missing.any() else None)
-    decoded = pa.DictionaryArray.from_arrays(indices, pa.array(categories, type=pa.string())).cast(
-        pa.string()
-    )
-    return decoded.to_pandas()
-
-
-def _frame(spec: TabularDataset, features: dict[str, np.ndarray], labels: np.ndarray) -> pd.DataFrame:
-    data: dict[str, Any] = {}
-    for column in spec.columns:
-        values = features[column.name]
-        if isinstance(column, CategoricalColumn):
-            data[column.name] = _string_column(column.categories, values)
-        else:
-            data[column.name] = values
-    data[spec.target] = labels.astype(np.int64)
-    return pd.DataFrame(data)
+def _regression_decimals(spec: TabularDataset) -> int:
+    return min(12, max(2, 2 - math.floor(math.log10(spec.noise_std))))
 
 
 # ------------------------------------------------------------------------------------------ manifest
@@ -229,64 +162,131 @@ def _schema(spec: TabularDataset) -> dict[str, Any]:
     schema: dict[str, Any] = {}
     for column in spec.columns:
         if isinstance(column, NumericColumn):
-            schema[column.name] = {
+            entry: dict[str, Any] = {
                 "kind": "numeric",
-                "dtype": "float",
+                "dtype": "int" if column.integer else "float",
                 "mean": column.mean,
                 "std": column.std,
                 "decimals": decimals_for(column),
             }
-        else:
+            for key in ("min", "max", "depends_on"):
+                if getattr(column, key) is not None:
+                    entry[key] = getattr(column, key)
+            schema[column.name] = entry
+        elif isinstance(column, CategoricalColumn):
             schema[column.name] = {
                 "kind": "categorical",
                 "dtype": "string",
                 "categories": list(column.categories),
-                "probabilities": _category_probabilities(column).tolist(),
+                "probabilities": category_probabilities(column).tolist(),
             }
-    schema[spec.target] = {"kind": "target", "dtype": "int", "classes": [0, 1]}
+        elif isinstance(column, BooleanColumn):
+            schema[column.name] = {"kind": "boolean", "dtype": "bool", "probability": column.probability}
+        elif isinstance(column, DatetimeColumn):
+            schema[column.name] = {
+                "kind": "datetime",
+                "dtype": "datetime",
+                "start": column.start.isoformat(),
+                "end": column.end.isoformat(),
+            }
+        else:
+            assert isinstance(column, IdColumn)
+            schema[column.name] = {
+                "kind": "id",
+                "dtype": "string",
+                "prefix": column.prefix,
+                "digits": column.digits,
+            }
+    if spec.task == "classification":
+        schema[spec.target] = {"kind": "target", "dtype": "int", "classes": [0, 1]}
+    else:
+        schema[spec.target] = {"kind": "target", "dtype": "float", "task": "regression"}
     return schema
 
 
-def _signal(spec: TabularDataset, intercept: float, bayes_auc: float | None) -> dict[str, Any]:
+def _signal(spec: TabularDataset, intercept: float, quality: dict[str, Any]) -> dict[str, Any]:
     numeric = {c.name: c.weight for c in spec.columns if isinstance(c, NumericColumn)}
     categorical = {
         c.name: dict(zip(c.categories, c.weights or [0.0] * len(c.categories), strict=True))
         for c in spec.columns
         if isinstance(c, CategoricalColumn)
     }
-    return {
+    signal: dict[str, Any] = {
         "logit": "intercept + signal_strength * (sum_j weight_j * (x_j - mean_j) / std_j "
         "+ sum_c category_weight_c[x_c])",
         "signal_strength": spec.signal_strength,
         "intercept": intercept,
         "weights": numeric,
         "category_weights": categorical,
-        "bayes_auc_holdout": bayes_auc,
     }
+    booleans = {c.name: c.weight for c in spec.columns if isinstance(c, BooleanColumn)}
+    if booleans:
+        signal["boolean_weights"] = booleans
+    if spec.task == "regression":
+        signal["logit"] = None
+        signal["mean"] = (
+            "target_mean + signal_strength * (sum_j weight_j * z_j + sum_c category_weight_c[x_c] "
+            "+ sum_b weight_b * x_b) + noise_std * e"
+        )
+        signal["noise_std"] = spec.noise_std
+    signal.update(quality)
+    return signal
 
 
 # ------------------------------------------------------------------------------------------ entry point
 
 
+def _labels(spec: TabularDataset, seed: int, train: Split, holdout: Split) -> tuple[Any, ...]:
+    eta_train, eta_holdout = _linear_predictor(spec, train), _linear_predictor(spec, holdout)
+    if spec.task == "classification":
+        intercept = solve_intercept(eta_train, spec.positive_rate)
+        p_train, p_holdout = _sigmoid(intercept + eta_train), _sigmoid(intercept + eta_holdout)
+        y_train = rng_for(seed, spec.name, "train", "label").random(spec.rows) < p_train
+        y_holdout = rng_for(seed, spec.name, "holdout", "label").random(spec.holdout_rows) < p_holdout
+        return intercept, y_train, y_holdout, {"bayes_auc_holdout": roc_auc(y_holdout, p_holdout)}
+    decimals = _regression_decimals(spec)
+    ys = []
+    for split, eta in (("train", eta_train), ("holdout", eta_holdout)):
+        noise = rng_for(seed, spec.name, split, "label").standard_normal(eta.size) * spec.noise_std
+        ys.append(np.round(spec.target_mean + eta + noise, decimals) + 0.0)
+    mean_holdout = spec.target_mean + eta_holdout
+    residual = float(np.mean((ys[1] - mean_holdout) ** 2))
+    total = float(np.var(ys[1]))
+    r2 = 1.0 - residual / total if total > 0 else None
+    return spec.target_mean, ys[0], ys[1], {"bayes_r2_holdout": r2, "bayes_rmse_holdout": math.sqrt(residual)}
+
+
+def _target_summary(spec: TabularDataset, y_train: np.ndarray, y_holdout: np.ndarray) -> dict[str, Any]:
+    if spec.task == "classification":
+        return {
+            "name": spec.target,
+            "positive_rate": spec.positive_rate,
+            "positive_rate_train": float(y_train.mean()),
+            "positive_rate_holdout": float(y_holdout.mean()),
+        }
+    return {
+        "name": spec.target,
+        "task": "regression",
+        "mean_train": float(y_train.mean()),
+        "std_train": float(y_train.std()),
+        "mean_holdout": float(y_holdout.mean()),
+    }
+
+
 def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
     """Generate the training data (with defects), the clean holdout and the ground-truth manifest.
 
-    Deterministic: the same spec and seed give identical frames and manifest.
+    Deterministic: the same spec and seed give identical tables, frames and manifest.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    train = _draw_features(spec, seed, "train", spec.rows)
-    holdout = _draw_features(spec, seed, "holdout", spec.holdout_rows)
+    check_seed(seed)
+    train = draw_split(spec, seed, "train", spec.rows)
+    holdout = draw_split(spec, seed, "holdout", spec.holdout_rows, offset=spec.rows)
+    intercept, y_train, y_holdout, quality = _labels(spec, seed, train, holdout)
+    target_summary = _target_summary(spec, y_train, y_holdout)  # before label noise: the true rates
 
-    eta_train = _linear_predictor(spec, train, spec.rows)
-    eta_holdout = _linear_predictor(spec, holdout, spec.holdout_rows)
-    intercept = solve_intercept(eta_train, spec.positive_rate)
-    p_train = _sigmoid(intercept + eta_train)
-    p_holdout = _sigmoid(intercept + eta_holdout)
-    y_train = _rng(seed, spec.name, "train", "label").random(spec.rows) < p_train
-    y_holdout = _rng(seed, spec.name, "holdout", "label").random(spec.holdout_rows) < p_holdout
-
-    defects = _inject_missing(spec, seed, train) + _inject_outliers(spec, seed, train)
+    defects = Injector(spec, seed, train, y_train).run()
+    train.latent.clear()  # only the values are needed from here on (the frames are built from them)
+    holdout.latent.clear()
     manifest = {
         "generator": "tabular",
         "generator_version": GENERATOR_VERSION,
@@ -296,17 +296,14 @@ def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
         "holdout_rows": spec.holdout_rows,
         "columns": [c.name for c in spec.columns] + [spec.target],
         "schema": _schema(spec),
-        "target": {
-            "name": spec.target,
-            "positive_rate": spec.positive_rate,
-            "positive_rate_train": float(y_train.mean()),
-            "positive_rate_holdout": float(y_holdout.mean()),
-        },
-        "signal": _signal(spec, intercept, roc_auc(y_holdout, p_holdout)),
+        "target": target_summary,
+        "signal": _signal(spec, intercept, quality),
         "defects": defects,
     }
     return GeneratedTabular(
-        train=_frame(spec, train, y_train),
-        holdout=_frame(spec, holdout, y_holdout),
+        train_table=build_table(spec, train, y_train),
+        holdout_table=build_table(spec, holdout, y_holdout),
         manifest=manifest,
+        _spec=spec,
+        _splits=(train, holdout),
     )
