@@ -28,7 +28,10 @@ test-fast: setup
 	@scripts/run-tests.sh -m "not services"
 
 bench: setup
+	@mkdir -p .bench
 	$(PY) benchmarks/bench_foundation.py
+	$(PY) benchmarks/bench_data.py
+	$(PY) benchmarks/bench_interfaces.py
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -25,7 +25,7 @@ die() { printf '\033[31m[setup] error:\033[0m %s\n' "$*" >&2; exit 1; }
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
   for cand in python3.13 python3.12 python3.11 python3; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
       PY="$(command -v "$cand")"; break
     fi
   done
@@ -77,5 +77,24 @@ elif command -v curl >/dev/null 2>&1; then
 else
   die "the MinIO server is needed: install Go >= 1.24 (Debian: apt-get install golang) or curl, or place a minio binary at $MINIO"
 fi
+
+# --- Toxiproxy (network faults; optional: without it network faults are reported unavailable) --------
+TOXIPROXY="$BIN/toxiproxy-server"
+TOXIPROXY_STAMP="$BIN/.toxiproxy-version"
+if [[ -x "$TOXIPROXY" && "$(cat "$TOXIPROXY_STAMP" 2>/dev/null || true)" == "$TOXIPROXY_GO_VERSION" ]]; then
+  say "toxiproxy present ($TOXIPROXY_GO_VERSION)"
+elif command -v go >/dev/null 2>&1; then
+  say "building toxiproxy-server $TOXIPROXY_GO_VERSION with go install"
+  TMPBIN="$(mktemp -d)"
+  if ( cd "$TMPBIN" && GOBIN="$TMPBIN" CGO_ENABLED=0 go install "$TOXIPROXY_GO_MODULE@$TOXIPROXY_GO_VERSION" ); then
+    mv "$TMPBIN/server" "$TOXIPROXY" && rmdir "$TMPBIN"
+    echo "$TOXIPROXY_GO_VERSION" > "$TOXIPROXY_STAMP"
+  else
+    rm -rf "$TMPBIN"; say "warning: toxiproxy could not be built: network faults will be unavailable"
+  fi
+else
+  say "warning: Go not found: toxiproxy not installed, network faults will be unavailable"
+fi
+
 
 say "ready: $("$VENV/bin/mlsandbox" --version 2>/dev/null || echo mlsandbox), minio at $MINIO"

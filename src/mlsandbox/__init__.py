@@ -21,6 +21,12 @@ def _register() -> None:
             # Steps run real processes: job durations and CPU-seconds differ between runs.
             nondeterministic=True,
         )
+    if "mlsandbox/RemoteMLSandbox-v0" not in registry:
+        register(
+            id="mlsandbox/RemoteMLSandbox-v0",
+            entry_point="mlsandbox.env.remote:RemoteMLSandboxEnv",
+            nondeterministic=True,
+        )
 
 
 _register()

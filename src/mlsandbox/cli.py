@@ -15,6 +15,8 @@ from rich.table import Table
 
 from mlsandbox import __version__
 from mlsandbox.errors import MLSandboxError
+from mlsandbox.faults.commands import register as register_fault_commands
+from mlsandbox.gateway.commands import register as register_interface_commands
 
 app = typer.Typer(
     help="mlsandbox: a real-execution sandbox for ML-engineering agents.",
@@ -24,6 +26,8 @@ app = typer.Typer(
 )
 scenarios_app = typer.Typer(help="Built-in scenarios.", no_args_is_help=True)
 app.add_typer(scenarios_app, name="scenarios")
+register_interface_commands(app)  # serve (HTTP gateway), mcp, tools
+register_fault_commands(app)  # curriculum show, faults catalog
 console = Console()
 err_console = Console(stderr=True)
 

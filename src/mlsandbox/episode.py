@@ -54,6 +54,8 @@ class GroundTruth:
 
     manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
     holdouts: dict[str, pd.DataFrame] = field(default_factory=dict)
+    faults: list[Any] = field(default_factory=list)
+    """What the perturbation engine injected (``mlsandbox.faults.engine.FaultRecord``), in order."""
 
 
 @dataclass

@@ -17,8 +17,8 @@ import mlsandbox  # noqa: F401  (registers the env)
 from mlsandbox.agents import RandomAgent, RuleAgent
 from mlsandbox.agents.runner import run_episode
 from mlsandbox.env import MLSandboxEnv, decode_observation
-from mlsandbox.errors import ConfigError
 from mlsandbox.scenario import load_builtin
+from mlsandbox.scenario.perturbations import Perturbation
 
 pytestmark = pytest.mark.services
 
@@ -246,15 +246,17 @@ def test_check_env_passes(sandbox: Any) -> None:
         env.close()
 
 
-def test_scenario_with_a_perturbation_plan_is_refused_until_the_fault_engine_exists(
-    env: MLSandboxEnv,
-) -> None:
+def test_scenario_with_a_perturbation_plan_runs(env: MLSandboxEnv) -> None:
     sc = load_builtin(SCENARIO).model_copy(
         update={
             "perturbations": [
-                {"name": "x", "when": {"at_step": 1}, "fault": {"type": "kill_service", "service": "mlflow"}}
+                Perturbation.model_validate(
+                    {"name": "x", "when": {"at_step": 1}, "fault": {"type": "job_timeout", "timeout_s": 5}}
+                )
             ]
         }
     )
-    with pytest.raises(ConfigError, match="fault engine is not built yet"):
-        env.reset(seed=1, options={"scenario": sc})
+    env.reset(seed=1, options={"scenario": sc})
+    env.step({"type": "list_datasets"})
+    assert env.gateway is not None
+    assert [r.name for r in env.gateway.state.ground_truth.faults] == ["x"]

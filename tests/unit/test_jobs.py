@@ -18,7 +18,6 @@ import pytest
 from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
 from mlsandbox.backends.local.jobs import (
     LocalJobs,
-    _Cgroup,
     cgroups_available,
     exit_code_of,
     parse_result,
@@ -257,7 +256,8 @@ def test_oom_is_killed_by_the_kernel_with_137(jobs: LocalJobs) -> None:
     status = wait_done(jobs, "hog")
     assert (status.state, status.exit_code) == ("failed", 137)
     assert "out of memory" in jobs.logs("hog")
-    cgroup = _Cgroup(jobs.sandbox_name, "hog")
+    cgroup = jobs._jobs["hog"].cgroup
+    assert cgroup is not None
     assert not cgroup.memory.exists() and not cgroup.cpu.exists()
 
 
@@ -265,7 +265,8 @@ def test_oom_is_killed_by_the_kernel_with_137(jobs: LocalJobs) -> None:
 def test_job_runs_inside_its_cgroups_which_are_removed_after(jobs: LocalJobs) -> None:
     jobs.submit(burn("boxed", "--sleep", "60", memory_mb=300, cpus=0.5))
     wait_log(jobs, "boxed", "sleeping")
-    cgroup = _Cgroup(jobs.sandbox_name, "boxed")
+    cgroup = jobs._jobs["boxed"].cgroup
+    assert cgroup is not None and [cgroup.memory, cgroup.cpu] == jobs.cgroup_dirs("boxed")
     assert _job_pid(jobs, "boxed") in cgroup.pids()
     assert (cgroup.memory / "memory.limit_in_bytes").read_text().strip() == str(300 << 20)
     assert (cgroup.cpu / "cpu.cfs_quota_us").read_text().strip() == "50000"

@@ -150,6 +150,97 @@ class Jobs(Protocol):
         """Stop and forget every job carrying ``label`` (episode end)."""
         ...
 
+    def set_resources(
+        self, job_id: str, cpus: float | None = None, memory_mb: int | None = None
+    ) -> JobStatus:
+        """Change the CPU quota and/or memory limit of a job (running: applied at once; the kernel
+        OOM-kills it when its memory is already above the new limit). Raise :class:`KeyError` for an
+        unknown job, :class:`ValueError` when limits cannot be enforced on this machine."""
+        ...
+
+
+# ------------------------------------------------------------------------------------- fault control
+
+
+class ServiceHealth(_Model):
+    """A service as a client sees it: does it answer its health check, how fast, or what error."""
+
+    service: str
+    healthy: bool
+    latency_ms: float | None = None
+    error: str | None = None
+
+
+class ServiceControl(Protocol):
+    """Operations on a sandbox's services (what an operator, a fault, or the agent may do to them)."""
+
+    def names(self) -> list[str]: ...
+    def kill(self, service: str) -> None:
+        """SIGKILL the service (all its processes); it stays down until restarted."""
+        ...
+
+    def freeze(self, service: str) -> None:
+        """Suspend the service's processes (SIGSTOP on local, the cgroup freezer elsewhere)."""
+        ...
+
+    def thaw(self, service: str) -> None: ...
+    def restart(self, service: str, *, wait: bool = True, timeout: float = 90.0) -> ServiceHealth:
+        """Stop (if running) and start the service again on its data; wait until healthy unless not ``wait``."""
+        ...
+
+    def health(self, service: str, *, timeout: float = 5.0) -> ServiceHealth:
+        """Probe the service the way clients reach it (through the sandbox's proxy where there is one)."""
+        ...
+
+    def logs(self, service: str, tail: int = 50) -> str: ...
+
+
+class NetworkControl(Protocol):
+    """Network faults on the client-facing endpoints of a sandbox (Toxiproxy on local, Chaos Mesh on kube)."""
+
+    def endpoints(self) -> list[str]: ...
+    def add_toxic(
+        self, endpoint: str, name: str, kind: str, attributes: dict[str, Any], *, stream: str = "downstream"
+    ) -> None:
+        """Add (or replace) the toxic ``name`` on the endpoint's proxy."""
+        ...
+
+    def remove_toxic(self, endpoint: str, name: str) -> None:
+        """Remove a toxic; no error when it is not there."""
+        ...
+
+    def set_enabled(self, endpoint: str, enabled: bool) -> None: ...
+    def reset(self) -> None:
+        """Remove every toxic and enable every proxy."""
+        ...
+
+
+class FaultControl(Protocol):
+    """Everything the perturbation engine needs from a backend to make faults real."""
+
+    @property
+    def services(self) -> ServiceControl: ...
+    @property
+    def network(self) -> NetworkControl | None:
+        """None when the backend has no network fault mechanism (say why in :meth:`unavailable`)."""
+        ...
+
+    def set_bucket_quota(self, bucket: str, quota_bytes: int | None) -> None:
+        """A hard quota on a bucket (None: no quota)."""
+        ...
+
+    def set_job_limits(self, job_id: str, cpus: float | None = None, memory_mb: int | None = None) -> None:
+        """Cut the limits of a running job (remembered so that a crash leaves nothing cut behind)."""
+        ...
+
+    def restore_job_limits(self, job_id: str, cpus: float | None, memory_mb: int | None) -> None:
+        """Give a job its limits back (no error when it has ended)."""
+        ...
+
+    def unavailable(self) -> dict[str, str]:
+        """Fault types that cannot be made real here, each with the reason."""
+        ...
+
 
 @runtime_checkable
 class Runtime(Protocol):
@@ -163,6 +254,14 @@ class Runtime(Protocol):
     def tracking(self) -> Tracking: ...
     @property
     def jobs(self) -> Jobs: ...
+
+
+@runtime_checkable
+class FaultCapable(Protocol):
+    """A runtime that can make faults real (optional: a runtime without it runs plans with no faults)."""
+
+    @property
+    def faults(self) -> FaultControl: ...
 
 
 @runtime_checkable

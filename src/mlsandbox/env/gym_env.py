@@ -13,43 +13,18 @@ from run to run. The first observation after ``reset(seed=s)`` is identical for 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
-from gymnasium import spaces
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.base import Backend, Runtime
+from mlsandbox.env.spaces import action_space, decode_observation, encode_observation, observation_space
 from mlsandbox.errors import NotRunningError
 from mlsandbox.gateway import Gateway
 from mlsandbox.paths import default_sandbox_name
 from mlsandbox.scenario import Scenario, load_scenario
-
-MAX_TEXT = 65536
-MAX_ACTION_TEXT = 8192
-MAX_STEPS_BOUND = 10_000
-CREDITS_BOUND = 1e9
-CHARSET = "".join(chr(c) for c in range(32, 127))  # JSON with ensure_ascii is printable ASCII only
-_TRUNC_KEEP = MAX_TEXT - 1024
-
-
-def encode_text(observation: dict[str, Any]) -> str:
-    """Compact, stable JSON; an oversized result is replaced by a truncated preview (marked)."""
-    text = json.dumps(observation, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-    if len(text) <= MAX_TEXT:
-        return text
-    preview = json.dumps(observation.get("result"), sort_keys=True, ensure_ascii=True)[:_TRUNC_KEEP]
-    clipped = {**observation, "result": {"truncated": True, "original_chars": len(text), "preview": preview}}
-    return json.dumps(clipped, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-
-
-def decode_observation(obs: dict[str, Any] | str) -> dict[str, Any]:
-    """The structured observation from an env observation (or its ``text``)."""
-    text = obs["text"] if isinstance(obs, dict) else obs
-    return json.loads(text)
 
 
 class MLSandboxEnv(gym.Env[dict[str, Any], str]):
@@ -78,15 +53,8 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         self.gateway: Gateway | None = None
         self._last: dict[str, Any] | None = None
         self._last_info: dict[str, Any] = {}
-        self.action_space = spaces.Text(max_length=MAX_ACTION_TEXT, min_length=1, charset=CHARSET)
-        self.observation_space = spaces.Dict(
-            {
-                "step": spaces.Box(0, MAX_STEPS_BOUND, shape=(), dtype=np.int64),
-                "ok": spaces.Discrete(2),
-                "credits_left": spaces.Box(0.0, CREDITS_BOUND, shape=(), dtype=np.float64),
-                "text": spaces.Text(max_length=MAX_TEXT, min_length=2, charset=CHARSET),
-            }
-        )
+        self.action_space = action_space()
+        self.observation_space = observation_space()
 
     # ------------------------------------------------------------------------------------ gym API
 
@@ -172,14 +140,7 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
             self.gateway = None
 
     def _encode(self, obs: dict[str, Any]) -> dict[str, Any]:
-        budget = obs.get("budget") or {}
-        left = max(0.0, float(budget.get("credits", 0.0)) - float(budget.get("credits_used", 0.0)))
-        return {
-            "step": np.array(min(obs["step"], MAX_STEPS_BOUND), dtype=np.int64),
-            "ok": int(bool(obs["ok"])),
-            "credits_left": np.array(min(left, CREDITS_BOUND), dtype=np.float64),
-            "text": encode_text(obs),
-        }
+        return encode_observation(obs)
 
 
 def render_ansi(obs: dict[str, Any] | None, info: dict[str, Any], gateway: Gateway | None) -> str:
@@ -204,4 +165,4 @@ def render_ansi(obs: dict[str, Any] | None, info: dict[str, Any], gateway: Gatew
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CHARSET", "MLSandboxEnv", "decode_observation", "encode_text"]
+__all__ = ["MLSandboxEnv", "decode_observation"]

@@ -45,7 +45,7 @@ class CleanDataset(_Action):
     dataset: DatasetName
     strategy: Literal["drop_na", "impute_mean", "impute_median", "clip_outliers"]
     output: DatasetName | None = Field(
-        default=None, description="Name of the new dataset, ending in .csv or .parquet"
+        default=None, description="Name of the new dataset, ending in .csv, .parquet, .avro, .jsonl or .xlsx"
     )
 
 
@@ -106,6 +106,72 @@ class Wait(_Action):
     seconds: float = Field(default=5.0, ge=0, le=60)
 
 
+# --------------------------------------------------------------- operations (what goes wrong shows here)
+
+ServiceName = Literal["minio", "mlflow", "prefect-server", "prefect-worker"]
+
+
+class GetLogs(_Action):
+    """The last lines of a log: a job's (target ``job-N``) or a service's (target ``minio``, ``mlflow``,
+    ``prefect-server`` or ``prefect-worker``, also written ``service:NAME``)."""
+
+    type: Literal["get_logs"] = "get_logs"
+    target: str = Field(
+        pattern=r"^(job-[0-9]{1,6}|(service:)?(minio|mlflow|prefect-server|prefect-worker))$",
+        description="job-N or a service name",
+    )
+    tail: int = Field(default=50, ge=1, le=500, description="How many lines, from the end")
+
+
+class GetServiceHealth(_Action):
+    """Probe a service the way the sandbox's clients reach it: healthy or not, the response time in ms,
+    and the error when it does not answer."""
+
+    type: Literal["get_service_health"] = "get_service_health"
+    service: ServiceName
+
+
+class RestartService(_Action):
+    """Restart a service on its data (stop it if it runs, start it, wait until it answers its health
+    check, at most 90 s). Requests to it fail while it restarts."""
+
+    type: Literal["restart_service"] = "restart_service"
+    service: ServiceName
+
+
+class JobChanges(BaseModel):
+    """What to change when retrying a job; anything left out is as in the original job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: DatasetName | None = None
+    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting"] | None = None
+    hyperparams: (
+        dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None]
+        | None
+    ) = Field(default=None, max_length=20)
+    resources: Resources | None = None
+
+
+class RetryJob(_Action):
+    """Start a finished (failed, cancelled or succeeded) training job again as a new job, with the same
+    parameters except the given changes; returns the new job id."""
+
+    type: Literal["retry_job"] = "retry_job"
+    job_id: JobId
+    changes: JobChanges = Field(default_factory=JobChanges)
+
+
+class SetJobResources(_Action):
+    """Change the CPU quota and/or memory limit of a running job, at once. A memory limit below what the
+    job already uses makes the kernel kill it (out of memory)."""
+
+    type: Literal["set_job_resources"] = "set_job_resources"
+    job_id: JobId
+    cpus: float | None = Field(default=None, gt=0, le=2)
+    memory_mb: int | None = Field(default=None, ge=128, le=8192)
+
+
 class Submit(_Action):
     """Declare the work done: ends the episode and grades it."""
 
@@ -121,6 +187,11 @@ ACTION_MODELS: tuple[type[_Action], ...] = (
     ListRuns,
     RegisterModel,
     Wait,
+    GetLogs,
+    GetServiceHealth,
+    RestartService,
+    RetryJob,
+    SetJobResources,
     Submit,
 )
 
@@ -133,6 +204,11 @@ Action = Annotated[
     | ListRuns
     | RegisterModel
     | Wait
+    | GetLogs
+    | GetServiceHealth
+    | RestartService
+    | RetryJob
+    | SetJobResources
     | Submit,
     Field(discriminator="type"),
 ]

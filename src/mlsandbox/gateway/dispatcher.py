@@ -16,14 +16,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mlsandbox.backends.base import JobSpec, Runtime
+from mlsandbox.backends.base import FaultCapable, FaultControl, JobSpec, Runtime
 from mlsandbox.data.clean import clean_frame
-from mlsandbox.data.formats import format_of, from_bytes, to_bytes
+from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
 from mlsandbox.data.profile import profile_frame
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
-from mlsandbox.errors import ActionError, ConfigError
+from mlsandbox.errors import ActionError
 from mlsandbox.evaluation.reward import Grade, grade_episode, step_components
+from mlsandbox.faults.engine import PerturbationEngine
 from mlsandbox.gateway import actions as A
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
 from mlsandbox.scenario.models import Scenario
@@ -62,8 +63,16 @@ class Gateway:
             "list_runs": self._list_runs,
             "register_model": self._register_model,
             "wait": self._wait,
+            "get_logs": self._get_logs,
+            "get_service_health": self._get_service_health,
+            "restart_service": self._restart_service,
+            "retry_job": self._retry_job,
+            "set_job_resources": self._set_job_resources,
             "submit": self._submit,
         }
+        self.faults: PerturbationEngine | None = None
+        """The perturbation engine (None when the scenario has no plan)."""
+        self._job_requests: dict[str, A.TrainModel] = {}
         self._credits_seen = 0.0
         self.grade: Grade | None = None
         self._closed = False
@@ -74,11 +83,6 @@ class Gateway:
         """Create the episode's isolated resources and data; return the first observation."""
         st = self.state
         rt = self.runtime
-        if self.scenario.perturbations:
-            raise ConfigError(
-                f"scenario {self.scenario.id!r} has a perturbation plan, but the fault engine is not built yet: "
-                "remove `perturbations` to run it"
-            )
         rt.object_store.create_bucket(st.bucket)
         st.experiment_id = rt.tracking.create_experiment(
             st.experiment_name,
@@ -89,10 +93,14 @@ class Gateway:
             st.ground_truth.manifests[spec.name] = data.manifest
             st.ground_truth.holdouts[spec.name] = data.holdout
             for fmt in spec.formats:
-                key = f"raw/{spec.name}.{fmt}"
+                key = f"raw/{spec.name}{SUFFIX[fmt]}"
                 payload = to_bytes(data.train, fmt)
                 rt.object_store.put_object(st.bucket, key, payload)
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
+        if self.scenario.perturbations:
+            self.faults = PerturbationEngine(
+                list(self.scenario.perturbations), st, rt, self._fault_control(), seed=self.seed
+            )
         self._audit({"event": "start", "scenario": self.scenario.id, "seed": self.seed})
         return self.initial_observation()
 
@@ -122,6 +130,7 @@ class Gateway:
         self._closed = True
         st, rt = self.state, self.runtime
         steps: list[tuple[str, Callable[[], None]]] = [
+            ("faults", self._recover_faults),
             ("jobs", lambda: rt.jobs.cleanup(st.job_label)),
             ("bucket", lambda: rt.object_store.delete_bucket(st.bucket)),
             ("models", self._delete_models),
@@ -135,7 +144,14 @@ class Gateway:
                 fn()
             except Exception as e:  # cleanup goes on with the rest; gc catches what is left
                 log.warning("episode %s: cleaning %s failed: %s", st.episode_id, what, e)
-        self._audit({"event": "close"})
+        self._audit({"event": "close", "faults": [r.as_dict() for r in st.ground_truth.faults]})
+
+    def _recover_faults(self) -> None:
+        if self.faults is not None:
+            self.faults.recover_all("episode_end")
+
+    def _fault_control(self) -> FaultControl | None:
+        return self.runtime.faults if isinstance(self.runtime, FaultCapable) else None
 
     def _delete_models(self) -> None:
         for name in {n for (n, _) in self.state.registered}:
@@ -154,9 +170,16 @@ class Gateway:
             )
             return StepResult(obs, 0.0, True, False, {"error": "episode_over", "reward_components": {}})
         st.step += 1
+        if self.faults is not None:
+            try:
+                self.faults.tick()  # faults due at this step boundary, before the action is carried out
+            except Exception as e:  # the engine never breaks a step
+                log.warning("episode %s: perturbation tick failed: %s", st.episode_id, e)
         try:
             action = parse_action(raw)
             action_type = action.type
+            if self.faults is not None:
+                self.faults.observe_action(action.model_dump())
             result = self._handlers[action.type](action)
             self._refresh_jobs()
             obs = ok_observation(st.step, action_type, result, self._budget())
@@ -172,6 +195,7 @@ class Gateway:
         truncated = not terminated and st.step >= self.scenario.max_steps
         if terminated or truncated:
             st.done = True
+            self._recover_faults()  # graded on a healthy sandbox
             self._stop_running_jobs()
             grade = grade_episode(st, self.runtime.tracking)
             self.grade = grade
@@ -219,7 +243,8 @@ class Gateway:
             out_fmt = format_of(out_key)
         except ValueError:
             raise ActionError(
-                "invalid_parameters", f"output {out_key!r} must end in .csv or .parquet"
+                "invalid_parameters",
+                f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
             ) from None
         df = self._read(rec)
         cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
@@ -271,7 +296,10 @@ class Gateway:
             labels=dict([st.job_label]),
             timeout_s=self.scenario.budget.max_job_seconds,
         )
+        if self.faults is not None:
+            spec = self.faults.adjust_job(spec, job_id)
         status = self._backend_call(lambda: self.runtime.jobs.submit(spec))
+        self._job_requests[job_id] = a
         st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
         return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
 
@@ -342,6 +370,69 @@ class Gateway:
                 break
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
         return {"jobs": [{"job_id": j.job_id, "state": j.state} for j in self.state.jobs.values()]}
+
+    # ------------------------------------------------------------------------ operations actions
+
+    def _control(self) -> FaultControl:
+        control = self._fault_control()
+        if control is None:
+            raise ActionError("unsupported", "this backend does not expose its services")
+        return control
+
+    def _get_logs(self, a: A.GetLogs) -> dict[str, Any]:
+        if a.target.startswith("job-"):
+            job = self._job(a.target)
+            text = self._backend_call(lambda: self.runtime.jobs.logs(job.backend_id, tail=a.tail))
+            return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
+        service = a.target.removeprefix("service:")
+        text = self._backend_call(lambda: self._control().services.logs(service, tail=a.tail))
+        return {"target": service, "lines": text.splitlines()[-a.tail :]}
+
+    def _get_service_health(self, a: A.GetServiceHealth) -> dict[str, Any]:
+        health = self._backend_call(lambda: self._control().services.health(a.service))
+        return health.model_dump()
+
+    def _restart_service(self, a: A.RestartService) -> dict[str, Any]:
+        health = self._backend_call(lambda: self._control().services.restart(a.service, wait=True))
+        return {"restarted": a.service, **health.model_dump()}
+
+    def _retry_job(self, a: A.RetryJob) -> dict[str, Any]:
+        job = self._job(a.job_id)
+        if job.state not in _TERMINAL_JOB_STATES:
+            raise ActionError("conflict", f"{a.job_id} is {job.state}: only a finished job can be retried")
+        original = self._job_requests.get(a.job_id)
+        if original is None:
+            raise ActionError("not_found", f"{a.job_id} cannot be retried: its parameters are unknown")
+        changes = a.changes.model_dump(exclude_none=True)
+        if a.changes.resources is not None:
+            changes["resources"] = a.changes.resources
+        retry = original.model_copy(update=changes)
+        out = self._train_model(A.TrainModel.model_validate(retry.model_dump()))
+        return {**out, "retry_of": a.job_id}
+
+    def _set_job_resources(self, a: A.SetJobResources) -> dict[str, Any]:
+        job = self._job(a.job_id)
+        if a.cpus is None and a.memory_mb is None:
+            raise ActionError("invalid_parameters", "give cpus and/or memory_mb")
+        if job.state in _TERMINAL_JOB_STATES:
+            raise ActionError("conflict", f"{a.job_id} is {job.state}: limits apply to a running job")
+        try:
+            status = self.runtime.jobs.set_resources(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
+        except KeyError:
+            raise ActionError("not_found", f"job {a.job_id!r} does not exist") from None
+        except ValueError as e:
+            raise ActionError("conflict", str(e)) from None
+        self._update_job(job, status)
+        request = self._job_requests.get(a.job_id)
+        if request is not None:
+            res = request.resources.model_copy(
+                update={k: v for k, v in (("cpus", a.cpus), ("memory_mb", a.memory_mb)) if v is not None}
+            )
+            self._job_requests[a.job_id] = request.model_copy(update={"resources": res})
+        if self.faults is not None:
+            cpus, mem = self.faults.ctx.job_resources.get(job.backend_id, (None, None))
+            self.faults.ctx.job_resources[job.backend_id] = (a.cpus or cpus, a.memory_mb or mem)  # type: ignore[assignment]
+        return {"job_id": a.job_id, "state": status.state, "cpus": a.cpus, "memory_mb": a.memory_mb}
 
     def _submit(self, _: A.Submit) -> dict[str, Any]:
         self.state.submitted = True

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from mlsandbox.errors import ScenarioError
 from mlsandbox.scenario.models import Scenario
+from mlsandbox.scenario.perturbations import FAULT_TYPES
 
 CATALOG_PACKAGE = "mlsandbox.scenario"
 CATALOG_DIR = "catalog"
@@ -37,7 +38,7 @@ def _format_validation_error(source: str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-_UNION_TAGS = {"tabular", "numeric", "categorical", "kill_service"}
+_UNION_TAGS = {"tabular", "numeric", "categorical", *FAULT_TYPES}
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:

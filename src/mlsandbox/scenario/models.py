@@ -6,7 +6,7 @@ Every model forbids unknown fields, so a typo in a scenario file is an error tha
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,8 +17,9 @@ from mlsandbox.data.spec import (
     NumericColumn,
     TabularDataset,
 )
+from mlsandbox.scenario.perturbations import Perturbation, check_plan
 
-__all__ = ["CategoricalColumn", "Defects", "NumericColumn", "Scenario", "TabularDataset"]
+__all__ = ["CategoricalColumn", "Defects", "NumericColumn", "Perturbation", "Scenario", "TabularDataset"]
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
 
@@ -64,26 +65,7 @@ class RewardWeights(_Model):
 
 
 # ------------------------------------------------------------------------------------------ perturbations
-
-
-class KillServiceFault(_Model):
-    type: Literal["kill_service"] = "kill_service"
-    service: Literal["mlflow", "minio", "prefect-server", "prefect-worker"]
-
-
-Fault = Annotated[KillServiceFault, Field(discriminator="type")]
-
-
-class AtStep(_Model):
-    at_step: int = Field(ge=0)
-
-
-class Perturbation(_Model):
-    """One entry of a perturbation plan: what goes wrong and when. The fault engine acts on it."""
-
-    name: str
-    when: AtStep
-    fault: Fault
+# The plan models (triggers, targets, the fault catalog) live in mlsandbox.scenario.perturbations.
 
 
 # --------------------------------------------------------------------------------------------- scenario
@@ -120,11 +102,11 @@ class Scenario(_Model):
             raise ValueError(f"duplicate dataset names: {names}")
         if self.goal.dataset not in names:
             raise ValueError(f"goal.dataset {self.goal.dataset!r} is not one of the datasets {names}")
-        for p in self.perturbations:
-            if p.when.at_step >= self.max_steps:
-                raise ValueError(
-                    f"perturbation {p.name!r} is at step {p.when.at_step}, which never comes (max_steps={self.max_steps})"
-                )
+        check_plan(
+            self.perturbations,
+            max_steps=self.max_steps,
+            datasets={d.name: [c.name for c in d.columns] for d in self.datasets},
+        )
         return self
 
     def dataset(self, name: str) -> TabularDataset:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -81,15 +81,22 @@ class SandboxState(_Model):
     endpoints: Endpoints
     worker_name: str
     services: dict[str, ServiceRecord] = Field(default_factory=dict)
+    client_endpoints: Endpoints | None = None
+    """What the agent's and the workloads' clients use (MinIO and MLflow through Toxiproxy when it runs);
+    None: the direct ``endpoints``."""
 
     def owner_alive(self) -> bool:
         return self.owner is None or supervisor.is_alive(self.owner)
+
+    def service_names(self) -> tuple[str, ...]:
+        """The services of this sandbox: the four core ones, plus Toxiproxy when it was started."""
+        return (*svc.SERVICE_NAMES, svc.TOXIPROXY) if self.ports.toxiproxy else svc.SERVICE_NAMES
 
     def dead_services(self) -> list[str]:
         """Services whose process is not running (never started, exited, or pid recycled)."""
         return [
             name
-            for name in svc.SERVICE_NAMES
+            for name in self.service_names()
             if name not in self.services or not supervisor.is_alive(self.services[name].process)
         ]
 
@@ -282,7 +289,68 @@ class LocalBackend:
             )
         from mlsandbox.backends.local.runtime import LocalRuntime
 
-        return LocalRuntime(endpoints=state.endpoints, sandbox_dir=self.dir, sandbox_name=self.name)
+        return LocalRuntime(
+            endpoints=state.client_endpoints or state.endpoints, sandbox_dir=self.dir, sandbox_name=self.name
+        )
+
+    # ------------------------------------------------------------------------------ service control
+
+    def launch_of(self, state: SandboxState, name: str) -> svc.Launch:
+        """How service ``name`` of this sandbox is started (the same ports, credentials and data)."""
+        base = svc.child_env(self.name, self.home, {})
+        ports, creds = state.ports, state.credentials
+        launches: dict[str, Callable[[], svc.Launch]] = {
+            svc.MINIO: lambda: svc.minio_launch(self.layout, ports, creds, base),
+            svc.MLFLOW: lambda: svc.mlflow_launch(self.layout, ports, creds, base),
+            svc.PREFECT_SERVER: lambda: svc.prefect_server_launch(self.layout, ports, base),
+            svc.PREFECT_WORKER: lambda: svc.prefect_worker_launch(
+                self.layout, ports, state.worker_name, base
+            ),
+            svc.TOXIPROXY: lambda: svc.toxiproxy_launch(self.layout, ports, base),
+        }
+        if name not in launches or name not in state.service_names():
+            raise ValueError(f"unknown service {name!r}; services: {', '.join(state.service_names())}")
+        return launches[name]()
+
+    def start_service(self, name: str) -> ProcessRecord:
+        """Start service ``name`` again after it stopped (its old process group is stopped first).
+
+        The log is appended to (what the service printed before it died stays readable). Returns at once:
+        wait for health with :meth:`service_healthy`.
+        """
+        with sandbox_lock(self.name):
+            state = self._running_state()
+            launch = self.launch_of(state, name)
+            old = state.services.get(name)
+            if old is not None and supervisor.is_alive(old.process):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(old.process.pgid, signal.SIGCONT)  # a frozen group cannot act on SIGTERM
+                supervisor.stop([old.process], timeout=STOP_TIMEOUT_S)
+            process = supervisor.spawn(
+                launch.argv, env=launch.env, log_path=self.layout.log(name), cwd=launch.cwd, append=True
+            )
+            state.services[name] = ServiceRecord(
+                name=name,
+                process=process,
+                port=svc.port_of(name, state.ports),
+                url=svc.url_of(name, state.endpoints),
+                log=str(self.layout.log(name)),
+            )
+            write_state(self.layout, state)
+            return process
+
+    def service_healthy(self, name: str, client: Any = None) -> bool:
+        """One direct health probe of service ``name`` (not through the proxy)."""
+        state = self._running_state()
+        record = state.services.get(name)
+        if record is None or not supervisor.is_alive(record.process):
+            return False
+        with contextlib.ExitStack() as stack:
+            if client is None:
+                client = stack.enter_context(svc.http_client())
+            if name == svc.TOXIPROXY:
+                return _toxiproxy_up(client, state.ports)
+            return svc.probe(name, state.endpoints, state.worker_name, client)
 
     # ------------------------------------------------------------------------------------ helpers
 
@@ -310,7 +378,7 @@ class LocalBackend:
                 return dict(zip(svc.SERVICE_NAMES, pool.map(one, svc.SERVICE_NAMES), strict=True))
 
     def _healthy(self, state: SandboxState) -> bool:
-        return all(self._probe_all(state).values())
+        return all(self._probe_all(state).values()) and not state.dead_services()
 
     def _service_status(self, state: SandboxState, name: str, healthy: bool) -> ServiceStatus:
         record = state.services.get(name)
@@ -342,7 +410,7 @@ class LocalBackend:
         write_state(self.layout, state)
 
     def _start(self, ephemeral: bool, timeout: float, previous: SandboxState | None) -> None:
-        ports = svc.Ports.allocate()
+        ports = svc.Ports.allocate(proxy=svc.toxiproxy_binary() is not None)
         credentials = previous.credentials if previous else svc.Credentials.generate()
         state = SandboxState(
             name=self.name,
@@ -354,6 +422,7 @@ class LocalBackend:
             ports=ports,
             credentials=credentials,
             endpoints=svc.endpoints(ports, credentials),
+            client_endpoints=svc.proxied_endpoints(ports, credentials),
             worker_name=f"{svc.WORK_POOL}-{self.name}-{secrets.token_hex(3)}",
         )
         write_state(self.layout, state)
@@ -388,6 +457,8 @@ class _Startup:
 
     def run(self) -> None:
         chains: list[Callable[[], None]] = [self._minio, self._mlflow, self._prefect]
+        if self.state.ports.toxiproxy is not None:
+            chains.append(self._toxiproxy)
         with (
             self._client,
             ThreadPoolExecutor(max_workers=len(chains), thread_name_prefix="mlsandbox-up") as pool,
@@ -411,6 +482,10 @@ class _Startup:
             raise self._failure(
                 svc.MINIO, f"creating the bucket {svc.ARTIFACT_BUCKET!r} failed: {exc}"
             ) from exc
+
+    def _toxiproxy(self) -> None:
+        self._launch(svc.TOXIPROXY, svc.toxiproxy_launch(self.layout, self.state.ports, self.base_env))
+        self._wait_healthy(svc.TOXIPROXY)
 
     def _mlflow(self) -> None:
         self._seed_db(svc.MLFLOW_DB, self.layout.mlflow_db)
@@ -515,7 +590,11 @@ class _Startup:
         while True:
             if self.cancel.is_set():
                 raise _Cancelled
-            if svc.probe(name, self.state.endpoints, self.state.worker_name, self._client):
+            if (
+                _toxiproxy_up(self._client, self.state.ports)
+                if name == svc.TOXIPROXY
+                else svc.probe(name, self.state.endpoints, self.state.worker_name, self._client)
+            ):
                 with self._lock:
                     ready = time.time() - record.process.create_time
                     self.state.services[name] = record.model_copy(update={"ready_s": round(ready, 2)})
@@ -538,6 +617,16 @@ class _Startup:
             f"{name} failed to start in sandbox {self.backend.name!r}: {what} (health check: {check}).\n"
             f"Last {LOG_TAIL_LINES} lines of {log}:\n{textwrap.indent(tail, '    ')}"
         )
+
+
+def _toxiproxy_up(client: Any, ports: svc.Ports) -> bool:
+    url = svc.toxiproxy_url(ports)
+    if url is None:
+        return False
+    try:
+        return bool(client.get(f"{url}/version").status_code == 200)
+    except Exception:
+        return False
 
 
 def _wait_all(futures: list[Future[None]]) -> None:

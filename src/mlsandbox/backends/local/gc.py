@@ -10,10 +10,15 @@ A sandbox is garbage when
 A live ephemeral sandbox (owner still running) and a healthy persistent one are never touched, nor is a
 sandbox whose lock is held (an ``up`` or ``down`` in progress). Then every process carrying the marker of a
 sandbox that has no state any more (jobs, flow runs, services of a crashed start) is stopped.
+
+A sandbox that is left running may still carry faults injected by an episode whose process died (Toxiproxy
+toxics, a disabled proxy, a bucket quota, a SIGSTOPped service, cut job limits): each process journals
+them under ``<sandbox>/faults/``, and the journals of gone processes are undone here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import defaultdict
 from typing import Literal
@@ -28,6 +33,7 @@ from mlsandbox.errors import BackendError
 from . import services as svc
 from . import supervisor
 from .backend import SandboxState, home_key, read_state, sandbox_lock, teardown
+from .chaos import killed_on_purpose, undo_stale_journals
 
 ORPHAN_STOP_TIMEOUT_S = 3.0
 
@@ -90,7 +96,9 @@ def list_sandboxes() -> list[SandboxInfo]:
     return infos
 
 
-def garbage_reason(state: SandboxState | None, readable: bool = True) -> str | None:
+def garbage_reason(
+    state: SandboxState | None, readable: bool = True, excused: set[str] | frozenset[str] = frozenset()
+) -> str | None:
     """Why a sandbox (whose lock is free) is garbage, or None when it must be left alone."""
     if not readable:
         return "its state file is unreadable"
@@ -103,7 +111,7 @@ def garbage_reason(state: SandboxState | None, readable: bool = True) -> str | N
             return None
         owner = state.owner.pid if state.owner else "?"
         return f"it is ephemeral and its owner process {owner} is gone"
-    dead = state.dead_services()
+    dead = [name for name in state.dead_services() if name not in excused]
     if dead:
         return f"services not running: {', '.join(dead)}"
     return None
@@ -114,6 +122,7 @@ def collect_garbage() -> list[str]:
     home = home_key()
     lines = [line for name in _sandbox_names() if (line := _collect_sandbox(name, home))]
     lines += _collect_orphans(home)
+    lines += _collect_orphan_jobs(home)
     _remove_stale_locks()
     return lines
 
@@ -144,9 +153,12 @@ def _collect_sandbox(name: str, home: str) -> str | None:
             state = read_state(layout)
         except BackendError:
             state, readable = None, False
-        reason = garbage_reason(state, readable)
+        # Faults of episodes whose process died are undone first (toxics, quotas, SIGSTOPs, job limits);
+        # a service killed as a fault by a live episode is down on purpose, not broken.
+        lines = undo_stale_journals(layout.root, state) if state is not None else []
+        reason = garbage_reason(state, readable, killed_on_purpose(layout.root))
         if reason is None:
-            return None
+            return "\n".join(lines) or None
         stopped = teardown(name, home, layout, state, remove_data=True)
         return f"sandbox {name}: {reason}; stopped {len(stopped)} process(es), removed {layout.root}"
 
@@ -195,3 +207,35 @@ def _with_marked_groups(procs: list[psutil.Process]) -> list[psutil.Process]:
             except (ProcessLookupError, PermissionError):
                 continue
     return list(targets.values())
+
+
+def _collect_orphan_jobs(home: str) -> list[str]:
+    """Stop jobs (and their process groups) whose owning process is gone, in sandboxes that live on."""
+    from .jobs import OWNER_ENV, cgroups_available, remove_stale_cgroups
+
+    gone: dict[str, list[psutil.Process]] = defaultdict(list)
+    for proc in supervisor.find_marked(None, home):
+        try:
+            owner = proc.environ().get(OWNER_ENV)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if not owner or "-" not in owner:
+            continue
+        pid_s, _, ticks_s = owner.partition("-")
+        try:
+            alive = supervisor.start_ticks(int(pid_s)) == int(ticks_s)
+        except ValueError:
+            alive = False
+        if not alive:
+            gone[owner].append(proc)
+    lines = []
+    sandboxes: set[str] = set()
+    for owner, procs in sorted(gone.items()):
+        sandboxes.update(n for p in procs if (n := supervisor.marker_of(p)))
+        stopped = supervisor.stop([], extra=_with_marked_groups(procs), timeout=1.0)
+        lines.append(f"jobs of gone process {owner.split('-')[0]}: stopped {len(stopped)} process(es)")
+    if sandboxes and cgroups_available():
+        for name in sandboxes:  # their (now empty) cgroups, when they were nested in ours
+            with contextlib.suppress(OSError, ValueError):
+                remove_stale_cgroups(paths.validate_sandbox_name(name))
+    return lines

@@ -8,7 +8,7 @@ MLflow, Prefect), thread-count variables from ``cpus``, ``spec.env``, and the sa
 stray processes.
 
 Limits. As root on a cgroup v1 hierarchy, a job runs in its own memory and cpu cgroups
-``<own cgroup>/mlsandbox/<sandbox_name>/<job_id>`` (nested under the cgroup of the process that runs
+``<own cgroup>/mlsandbox/<sandbox_name>/<job_id>.<random>`` (nested under the cgroup of the process that runs
 :class:`LocalJobs`, so jobs stay inside whatever limits that process is under):
 ``memory.limit_in_bytes = memory_mb`` (no swap) and ``cpu.cfs_quota_us`` from ``cpus``. A tiny ``sh``
 shim joins the cgroups and then ``exec``s the workload, so every byte and cycle of the job is accounted.
@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import math
 import os
 import re
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
@@ -107,7 +109,10 @@ class _Cgroup:
     """A job's memory and cpu cgroups (v1)."""
 
     def __init__(self, sandbox_name: str, job_id: str) -> None:
-        self.memory, self.cpu = (d / job_id for d in sandbox_cgroup_dirs(sandbox_name))
+        # One directory per job *instance*: a forgotten job's late clean-up can never remove (and kill)
+        # the cgroup of a new job that reuses its id.
+        leaf = f"{job_id}.{secrets.token_hex(4)}"
+        self.memory, self.cpu = (d / leaf for d in sandbox_cgroup_dirs(sandbox_name))
 
     @property
     def procs_files(self) -> list[str]:
@@ -134,6 +139,30 @@ class _Cgroup:
             for d in created:  # still empty: nothing has joined yet
                 _remove_cgroup_dir(d)
             raise BackendError(f"could not set up the cgroups of job {self.memory.name!r}: {exc}") from exc
+
+    def set_memory(self, memory_mb: int) -> int:
+        """Set the memory limit; when the group already uses more (the kernel refuses with EBUSY), set it
+        to what it uses now, so its next allocation is OOM-killed. Returns the limit set, in MiB."""
+        limit = memory_mb << 20
+        try:
+            (self.memory / "memory.limit_in_bytes").write_text(str(limit))
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            usage = int((self.memory / "memory.usage_in_bytes").read_text())
+            limit = -(-usage // 4096) * 4096
+            (self.memory / "memory.limit_in_bytes").write_text(str(limit))
+        memsw = self.memory / "memory.memsw.limit_in_bytes"
+        if memsw.exists():
+            with contextlib.suppress(OSError):
+                memsw.write_text(str(limit))
+        return limit >> 20
+
+    def set_cpus(self, cpus: float) -> None:
+        (self.cpu / "cpu.cfs_quota_us").write_text(str(max(1000, int(cpus * CFS_PERIOD_US))))
+
+    def cpu_quota_us(self) -> int:
+        return int((self.cpu / "cpu.cfs_quota_us").read_text())
 
     def oom_kills(self) -> int:
         """How many processes the kernel OOM-killed in this group (failcnt when the kernel has no counter)."""
@@ -198,6 +227,15 @@ def remove_stale_cgroups(sandbox_name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ processes
+
+OWNER_ENV = "MLSANDBOX_JOB_OWNER"
+"""``<pid>-<start ticks>`` of the process that started a job: a job whose owner is gone is garbage."""
+
+
+def _owner_marker() -> str:
+    from mlsandbox.backends.local.supervisor import start_ticks
+
+    return f"{os.getpid()}-{start_ticks(os.getpid())}"
 
 
 def exit_code_of(wait_status: int) -> int:
@@ -461,6 +499,44 @@ class LocalJobs:
         self._stop(job, grace_s)
         return self.get(job_id)
 
+    def set_resources(
+        self, job_id: str, cpus: float | None = None, memory_mb: int | None = None
+    ) -> JobStatus:
+        """Change a job's CPU quota and/or memory limit: at once in its cgroups when it runs, and in its
+        spec (what ``get`` and a retry see). A memory limit below what the job already uses is set to its
+        current usage (the kernel cannot shrink it further): its next allocation is OOM-killed.
+        :class:`KeyError` for an unknown job; :class:`ValueError` for a finished job or without cgroups."""
+        if (cpus is not None and cpus <= 0) or (memory_mb is not None and memory_mb <= 0):
+            raise ValueError("cpus and memory_mb must be positive")
+        with self._lock:
+            job = self._job(job_id)
+            if job.finished:
+                raise ValueError(f"job {job_id!r} is {job.state}: limits apply to a queued or running job")
+            if not self.use_cgroups:
+                raise ValueError("job limits cannot be changed here: cgroups need root and cgroup v1")
+            update: dict[str, Any] = {}
+            if cpus is not None:
+                update["cpus"] = cpus
+            if memory_mb is not None:
+                update["memory_mb"] = memory_mb
+            job.spec = job.spec.model_copy(update=update)
+            cgroup = job.cgroup if job.state == "running" else None
+        if cgroup is not None:
+            try:
+                if cpus is not None:
+                    cgroup.set_cpus(cpus)
+                if memory_mb is not None:
+                    cgroup.set_memory(memory_mb)
+            except FileNotFoundError:
+                pass  # the job ended meanwhile: its cgroup is gone
+        return self.get(job_id)
+
+    def cgroup_dirs(self, job_id: str) -> list[Path]:
+        """The memory and cpu cgroup directories of a running job ([] when it has none)."""
+        with self._lock:
+            job = self._job(job_id)
+            return [] if job.cgroup is None or job.finished else [job.cgroup.memory, job.cgroup.cpu]
+
     def list(self, label: tuple[str, str] | None = None) -> list[JobStatus]:
         """Jobs in submission order, only those carrying ``label`` = (key, value) when given."""
         with self._lock:
@@ -509,6 +585,7 @@ class LocalJobs:
             **thread_env(spec.cpus),
             "PYTHONUNBUFFERED": "1",
             "MLSANDBOX_JOB_ID": spec.job_id,
+            OWNER_ENV: _owner_marker(),
             **spec.env,
             **marker_env(self.sandbox_name, self.home),
         }

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlsandbox.backends.base import Endpoints
 from mlsandbox.backends.local.jobs import LocalJobs
 from mlsandbox.backends.mlflow_tracking import MLflowTracking
 from mlsandbox.backends.s3 import S3ObjectStore
+from mlsandbox.errors import BackendError
+
+if TYPE_CHECKING:
+    from mlsandbox.backends.local.chaos import LocalFaultControl
 
 
 class LocalRuntime:
@@ -22,6 +27,7 @@ class LocalRuntime:
         self._object_store: S3ObjectStore | None = None
         self._tracking: MLflowTracking | None = None
         self._jobs: LocalJobs | None = None
+        self._faults: LocalFaultControl | None = None
 
     def __repr__(self) -> str:
         return f"LocalRuntime(sandbox_name={self.sandbox_name!r}, sandbox_dir={str(self.sandbox_dir)!r})"
@@ -51,6 +57,22 @@ class LocalRuntime:
             if self._jobs is None:
                 self._jobs = LocalJobs(self.sandbox_dir, self.sandbox_name, self._endpoints)
             return self._jobs
+
+    @property
+    def faults(self) -> LocalFaultControl:
+        """Fault mechanisms on this sandbox (signals, cgroups, Toxiproxy, MinIO quotas); made on first use."""
+        with self._lock:
+            if self._faults is None:
+                from mlsandbox.backends.local.backend import LocalBackend
+                from mlsandbox.backends.local.chaos import LocalFaultControl
+
+                backend = LocalBackend(self.sandbox_name)
+                if backend.dir.resolve() != self.sandbox_dir.resolve():
+                    raise BackendError(f"sandbox {self.sandbox_name!r} does not live in {self.sandbox_dir}")
+                self._faults = LocalFaultControl(backend, self._endpoints, None)
+            faults = self._faults
+        faults.jobs = self.jobs
+        return faults
 
     def close(self) -> None:
         """Kill the sandbox's running jobs (when any were started). The services are the backend's."""

@@ -14,6 +14,7 @@ Nothing here keeps state: :mod:`mlsandbox.backends.local.backend` decides when t
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import secrets
 import socket
@@ -36,6 +37,9 @@ MLFLOW = "mlflow"
 PREFECT_SERVER = "prefect-server"
 PREFECT_WORKER = "prefect-worker"
 SERVICE_NAMES: tuple[str, ...] = (MINIO, MLFLOW, PREFECT_SERVER, PREFECT_WORKER)
+TOXIPROXY = "toxiproxy"
+"""The network-fault proxy in front of MinIO and MLflow: optional (started when its binary is installed)."""
+PROXIED: tuple[str, ...] = (MINIO, MLFLOW)
 
 ARTIFACT_BUCKET = "mlflow-artifacts"
 WORK_POOL = "mlsandbox"
@@ -56,19 +60,27 @@ class Ports(_Model):
     minio_console: int
     mlflow: int
     prefect: int
+    toxiproxy: int | None = None
+    """Toxiproxy's API (None: no proxy in this sandbox)."""
+    minio_proxy: int | None = None
+    mlflow_proxy: int | None = None
 
     @classmethod
-    def allocate(cls) -> Ports:
-        """Four distinct free ports (each bound once by the kernel's choice, then released)."""
-        sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(4)]
+    def allocate(cls, proxy: bool = False) -> Ports:
+        """Distinct free ports (each bound once by the kernel's choice, then released)."""
+        sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(7 if proxy else 4)]
         try:
             for s in sockets:
                 s.bind((HOST, 0))
-            minio, console, mlflow, prefect = (s.getsockname()[1] for s in sockets)
+            found = [s.getsockname()[1] for s in sockets]
         finally:
             for s in sockets:
                 s.close()
-        return cls(minio=minio, minio_console=console, mlflow=mlflow, prefect=prefect)
+        minio, console, mlflow, prefect = found[:4]
+        ports = cls(minio=minio, minio_console=console, mlflow=mlflow, prefect=prefect)
+        if proxy:
+            ports.toxiproxy, ports.minio_proxy, ports.mlflow_proxy = found[4:]
+        return ports
 
 
 class Credentials(_Model):
@@ -147,6 +159,12 @@ def minio_binary() -> Path:
     return path
 
 
+def toxiproxy_binary() -> Path | None:
+    """The Toxiproxy server installed by ``make setup`` (None when absent: no network faults)."""
+    path = paths.bin_dir() / "toxiproxy-server"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
 def venv_tool(name: str) -> Path:
     """An entry point installed next to the running interpreter (the project venv's, never a global one)."""
     path = Path(sys.executable).parent / name
@@ -169,6 +187,49 @@ def endpoints(ports: Ports, credentials: Credentials) -> Endpoints:
         mlflow_url=f"http://{HOST}:{ports.mlflow}",
         prefect_api_url=f"http://{HOST}:{ports.prefect}/api",
     )
+
+
+def proxied_endpoints(ports: Ports, credentials: Credentials) -> Endpoints:
+    """What the agent's and the workloads' clients use: MinIO and MLflow through Toxiproxy when it runs."""
+    direct = endpoints(ports, credentials)
+    if ports.minio_proxy is None or ports.mlflow_proxy is None:
+        return direct
+    return direct.model_copy(
+        update={
+            "s3_url": f"http://{HOST}:{ports.minio_proxy}",
+            "mlflow_url": f"http://{HOST}:{ports.mlflow_proxy}",
+        }
+    )
+
+
+def toxiproxy_launch(layout: Layout, ports: Ports, base: dict[str, str]) -> Launch:
+    """Toxiproxy with one proxy per client-facing service (``minio``, ``mlflow``), created at start."""
+    binary = toxiproxy_binary()
+    if binary is None or ports.toxiproxy is None:
+        raise MissingToolError("toxiproxy-server is not installed: run `make setup`")
+    config = [
+        {"name": MINIO, "listen": f"{HOST}:{ports.minio_proxy}", "upstream": f"{HOST}:{ports.minio}"},
+        {"name": MLFLOW, "listen": f"{HOST}:{ports.mlflow_proxy}", "upstream": f"{HOST}:{ports.mlflow}"},
+    ]
+    work = layout.root / "toxiproxy"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "proxies.json").write_text(json.dumps(config, indent=2))
+    argv = [
+        str(binary),
+        "-host",
+        HOST,
+        "-port",
+        str(ports.toxiproxy),
+        "-config",
+        str(work / "proxies.json"),
+        "-seed",
+        "1",
+    ]
+    return Launch(argv=argv, env=dict(base), cwd=work)
+
+
+def toxiproxy_url(ports: Ports) -> str | None:
+    return None if ports.toxiproxy is None else f"http://{HOST}:{ports.toxiproxy}"
 
 
 def child_env(sandbox: str, home: str, extra: dict[str, str]) -> dict[str, str]:
@@ -337,6 +398,7 @@ def health_check_description(service: str, ep: Endpoints, worker_name: str) -> s
         PREFECT_WORKER: (
             f"an ONLINE worker {worker_name!r} in POST {ep.prefect_api_url}/work_pools/{WORK_POOL}/workers/filter"
         ),
+        TOXIPROXY: "GET <toxiproxy>/version",
     }[service]
 
 

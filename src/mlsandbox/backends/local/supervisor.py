@@ -76,11 +76,13 @@ def spawn(
     env: Mapping[str, str],
     log_path: Path,
     cwd: Path,
+    append: bool = False,
 ) -> ProcessRecord:
-    """Start ``argv`` in a new session (its own process group), stdout and stderr to ``log_path``."""
+    """Start ``argv`` in a new session (its own process group), stdout and stderr to ``log_path``
+    (truncated first unless ``append``)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cwd.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
+    with log_path.open("ab" if append else "wb") as log:
         proc = subprocess.Popen(
             [os.fspath(a) for a in argv],
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,114 @@
+"""``MLSandboxEnv`` over HTTP: the same spaces and observations, one gateway session per env."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import gymnasium as gym
+import httpx
+from gymnasium.envs.registration import EnvSpec
+
+from mlsandbox.env.spaces import action_space, encode_observation, observation_space
+from mlsandbox.gateway.client import GatewayClient, GatewayHTTPError
+from mlsandbox.gateway.sessions import SessionOptions
+
+REMOTE_ENV_ID = "mlsandbox/RemoteMLSandbox-v0"
+
+
+class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
+    """``MLSandboxEnv`` over HTTP: each env is one gateway session (created on the first ``reset``)."""
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        url: str | None = None,
+        scenario: str = "tabular-quality-basic",
+        *,
+        client: GatewayClient | None = None,
+        options: SessionOptions | dict[str, Any] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if client is None and url is None:
+            raise ValueError("give the gateway's url or a GatewayClient")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.scenario = scenario
+        self.session_options = options
+        self._owns_client = client is None
+        self.client = client or GatewayClient(str(url))
+        if self.spec is None:  # steps run real processes remotely: like MLSandboxEnv, nondeterministic
+            self.spec = EnvSpec(
+                REMOTE_ENV_ID,
+                entry_point=f"{__name__}:RemoteMLSandboxEnv",
+                nondeterministic=True,
+                kwargs={
+                    "url": url or str(self.client.http.base_url),
+                    "scenario": scenario,
+                    "options": options,
+                },
+            )
+        self.session_id: str | None = None
+        self._last: dict[str, Any] | None = None
+        self._last_info: dict[str, Any] = {}
+        self.action_space = action_space()
+        self.observation_space = observation_space()
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        unknown = set(options) - {"scenario"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; supported: ['scenario']")
+        if "scenario" in options:
+            self.scenario = str(options["scenario"])
+        episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        if self.session_id is None:
+            created = self.client.create_session(
+                self.scenario, seed=episode_seed, options=self.session_options
+            )
+            self.session_id = created.session_id
+            obs, info = created.observation, created.info
+        else:
+            res = self.client.reset(self.session_id, seed=episode_seed, scenario=self.scenario)
+            obs, info = res.observation, res.info
+        self._last = obs.model_dump(exclude_unset=True)
+        self._last_info = info
+        return self._encode(self._last), info
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self.session_id is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        res = self.client.step(self.session_id, action)
+        self._last = res.observation.model_dump(exclude_unset=True)
+        self._last_info = res.info
+        return self._encode(self._last), res.reward, res.terminated, res.truncated, res.info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        from mlsandbox.gateway.render import render_observation
+
+        return "(no episode)\n" if self._last is None else render_observation(self._last) + "\n"
+
+    def close(self) -> None:
+        if self.session_id is not None:
+            with contextlib.suppress(GatewayHTTPError, httpx.HTTPError):
+                self.client.close(self.session_id)
+            self.session_id = None
+        if self._owns_client:
+            self.client.shutdown()
+        super().close()
+
+    @staticmethod
+    def _encode(obs: dict[str, Any]) -> dict[str, Any]:
+        return encode_observation(obs)
+
+
+__all__ = ["REMOTE_ENV_ID", "RemoteMLSandboxEnv"]

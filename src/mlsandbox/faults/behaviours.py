@@ -1,0 +1,323 @@
+"""What each fault of the catalog does: ``inject``/``recover`` (both idempotent), its per-step effect, how
+it changes jobs started while it is active, which agent actions address it, and when its symptom is gone.
+
+The mechanisms themselves belong to the backend (:class:`~mlsandbox.backends.base.FaultControl`); the
+object-level faults (a missing column) act through the runtime's object store. Nothing here is shown to
+the agent: it sees symptoms only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlsandbox.backends.base import FaultControl, JobSpec, Runtime
+from mlsandbox.data.formats import from_bytes, to_bytes
+from mlsandbox.episode import EpisodeState
+from mlsandbox.scenario import perturbations as P
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACTIONS = ("get_service_health", "get_logs", "restart_service")
+JOB_ACTIONS = ("get_job", "get_logs", "retry_job", "set_job_resources")
+
+
+@dataclass
+class FaultContext:
+    """What a fault acts on: the episode, the runtime, the backend's fault mechanisms (None: none here)."""
+
+    state: EpisodeState
+    runtime: Runtime
+    control: FaultControl | None
+    job_resources: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """Backend job id -> (cpus, memory_mb) as requested, before any fault cut them."""
+
+    def require_control(self) -> FaultControl:
+        if self.control is None:
+            raise FaultUnavailable("this backend has no fault mechanisms")
+        return self.control
+
+
+class FaultUnavailable(Exception):
+    """The fault cannot be made real on this backend or machine (the reason is the message)."""
+
+
+class Behaviour:
+    """The base: a fault with no effect. Subclasses override what they need."""
+
+    def __init__(self, entry: P.Perturbation) -> None:
+        self.entry = entry
+        self.fault: Any = entry.fault
+        self.affected_jobs: list[str] = []
+        """Agent-visible job ids this fault touched (for detection)."""
+
+    @property
+    def target_name(self) -> str:
+        return self.entry.target_name
+
+    def inject(self, ctx: FaultContext) -> None: ...
+    def recover(self, ctx: FaultContext) -> None: ...
+    def on_tick(self, ctx: FaultContext) -> None:
+        """Called at every step boundary while active (a crash loop kills again)."""
+
+    def adjust_job(self, spec: JobSpec) -> JobSpec:
+        """A job started while the fault is active (limits cut, a deadline tightened)."""
+        return spec
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        """Whether the agent's action looks at or acts on the faulty component."""
+        return False
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        """Whether the symptom has gone while the fault is still injected (the agent mitigated it)."""
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ services
+
+
+def _service_arg(action: dict[str, Any]) -> str | None:
+    value = action.get("service") or action.get("target")
+    if not isinstance(value, str):
+        return None
+    return value.split(":", 1)[1] if value.startswith("service:") else value
+
+
+class _ServiceBehaviour(Behaviour):
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        return ctx.require_control().services.health(self.target_name, timeout=1.0).healthy
+
+
+class KillService(_ServiceBehaviour):
+    def inject(self, ctx: FaultContext) -> None:
+        ctx.require_control().services.kill(self.target_name)
+
+    def recover(self, ctx: FaultContext) -> None:
+        services = ctx.require_control().services
+        if not services.health(self.target_name, timeout=2.0).healthy:
+            services.restart(self.target_name, wait=True)
+
+
+class FreezeService(_ServiceBehaviour):
+    def inject(self, ctx: FaultContext) -> None:
+        ctx.require_control().services.freeze(self.target_name)
+
+    def recover(self, ctx: FaultContext) -> None:
+        ctx.require_control().services.thaw(self.target_name)
+
+
+class RestartService(_ServiceBehaviour):
+    def inject(self, ctx: FaultContext) -> None:
+        ctx.require_control().services.restart(self.target_name, wait=False)
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        return True
+
+
+class CrashLoop(KillService):
+    def on_tick(self, ctx: FaultContext) -> None:
+        services = ctx.require_control().services
+        if services.health(self.target_name, timeout=1.0).healthy:  # brought back: it dies again
+            services.kill(self.target_name)
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------- jobs
+
+
+class _JobBehaviour(Behaviour):
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in JOB_ACTIONS and (
+            action.get("job_id") in self.affected_jobs or action.get("target") in self.affected_jobs
+        )
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        """A job started after the injection succeeded."""
+        return any(
+            j.state == "succeeded" and j.submitted_step >= self._injected_step(ctx)
+            for j in ctx.state.jobs.values()
+        )
+
+    def _injected_step(self, ctx: FaultContext) -> int:
+        return getattr(self, "injected_step", ctx.state.step)
+
+    def _running(self, ctx: FaultContext) -> list[Any]:
+        return [j for j in ctx.state.jobs.values() if j.state in ("queued", "running")]
+
+
+class _LimitBehaviour(_JobBehaviour):
+    def limits(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def inject(self, ctx: FaultContext) -> None:
+        control = ctx.require_control()
+        for job in self._running(ctx):
+            try:
+                control.set_job_limits(job.backend_id, **self.limits())
+                self.affected_jobs.append(job.job_id)
+            except (KeyError, ValueError) as e:
+                log.debug("limits of %s not cut: %s", job.job_id, e)
+
+    def recover(self, ctx: FaultContext) -> None:
+        control = ctx.require_control()
+        for job in ctx.state.jobs.values():
+            if job.job_id in self.affected_jobs and job.backend_id in ctx.job_resources:
+                cpus, memory_mb = ctx.job_resources[job.backend_id]
+                keys = self.limits()
+                control.restore_job_limits(
+                    job.backend_id,
+                    cpus if "cpus" in keys else None,
+                    memory_mb if "memory_mb" in keys else None,
+                )
+
+
+class MemoryLimit(_LimitBehaviour):
+    def limits(self) -> dict[str, Any]:
+        return {"memory_mb": self.fault.memory_mb}
+
+    def adjust_job(self, spec: JobSpec) -> JobSpec:
+        return spec.model_copy(update={"memory_mb": min(spec.memory_mb, self.fault.memory_mb)})
+
+
+class CpuThrottle(_LimitBehaviour):
+    def limits(self) -> dict[str, Any]:
+        return {"cpus": self.fault.cpus}
+
+    def adjust_job(self, spec: JobSpec) -> JobSpec:
+        return spec.model_copy(update={"cpus": min(spec.cpus, self.fault.cpus)})
+
+
+class JobTimeout(_JobBehaviour):
+    def adjust_job(self, spec: JobSpec) -> JobSpec:
+        limit = self.fault.timeout_s
+        return spec.model_copy(update={"timeout_s": min(spec.timeout_s or limit, limit)})
+
+
+# -------------------------------------------------------------------------------------------------- bucket
+
+
+class DiskFull(Behaviour):
+    def inject(self, ctx: FaultContext) -> None:
+        ctx.require_control().set_bucket_quota(ctx.state.bucket, self.fault.quota_bytes)
+
+    def recover(self, ctx: FaultContext) -> None:
+        ctx.require_control().set_bucket_quota(ctx.state.bucket, None)
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == "minio"
+
+
+# ------------------------------------------------------------------------------------------------- network
+
+
+_TOXICS: dict[str, tuple[str, dict[str, str]]] = {
+    "latency": ("latency", {"latency": "latency_ms", "jitter": "jitter_ms"}),
+    "bandwidth": ("bandwidth", {"rate": "rate_kbps"}),
+    "timeout": ("timeout", {"timeout": "timeout_ms"}),
+    "reset_peer": ("reset_peer", {"timeout": "timeout_ms"}),
+}
+
+
+class Network(Behaviour):
+    @property
+    def toxic_name(self) -> str:
+        return f"mlsandbox-{self.entry.name}"
+
+    def _network(self, ctx: FaultContext) -> Any:
+        control = ctx.require_control()
+        if control.network is None:
+            raise FaultUnavailable(control.unavailable().get(self.fault.type, "no network fault mechanism"))
+        return control.network
+
+    def inject(self, ctx: FaultContext) -> None:
+        net = self._network(ctx)
+        if self.fault.type == "endpoint_down":
+            net.set_enabled(self.target_name, False)
+            return
+        kind, attrs = _TOXICS[self.fault.type]
+        values = {k: getattr(self.fault, v) for k, v in attrs.items()}
+        net.add_toxic(self.target_name, self.toxic_name, kind, values, stream=self.fault.stream)
+
+    def recover(self, ctx: FaultContext) -> None:
+        net = self._network(ctx)
+        if self.fault.type == "endpoint_down":
+            net.set_enabled(self.target_name, True)
+        else:
+            net.remove_toxic(self.target_name, self.toxic_name)
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+
+
+# ---------------------------------------------------------------------------------------------------- task
+
+
+class MissingColumn(_JobBehaviour):
+    """Rewrites the dataset's raw objects without the column; the originals are kept to restore them."""
+
+    def __init__(self, entry: P.Perturbation) -> None:
+        super().__init__(entry)
+        self.originals: dict[str, bytes] = {}
+
+    def _keys(self, ctx: FaultContext) -> list[str]:
+        return [
+            r.key
+            for r in ctx.state.datasets.values()
+            if r.origin == "scenario" and r.key.rsplit("/", 1)[-1].rsplit(".", 1)[0] == self.target_name
+        ]
+
+    def inject(self, ctx: FaultContext) -> None:
+        store = ctx.runtime.object_store
+        for key in self._keys(ctx):
+            if key in self.originals:
+                continue
+            rec = ctx.state.datasets[key]
+            original = store.get_object(ctx.state.bucket, key)
+            df = from_bytes(original, rec.fmt)
+            if self.fault.column not in df.columns:
+                continue
+            payload = to_bytes(df.drop(columns=[self.fault.column]), rec.fmt)
+            store.put_object(ctx.state.bucket, key, payload)
+            self.originals[key] = original
+            rec.size = len(payload)
+
+    def recover(self, ctx: FaultContext) -> None:
+        store = ctx.runtime.object_store
+        for key, original in list(self.originals.items()):
+            store.put_object(ctx.state.bucket, key, original)
+            if key in ctx.state.datasets:
+                ctx.state.datasets[key].size = len(original)
+            del self.originals[key]
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        dataset = action.get("dataset")
+        return action.get("type") in ("check_data_quality", "clean_dataset") and dataset in self.originals
+
+
+BEHAVIOURS: dict[str, type[Behaviour]] = {
+    "kill_service": KillService,
+    "freeze_service": FreezeService,
+    "restart_service": RestartService,
+    "crash_loop": CrashLoop,
+    "memory_limit": MemoryLimit,
+    "cpu_throttle": CpuThrottle,
+    "disk_full": DiskFull,
+    "latency": Network,
+    "bandwidth": Network,
+    "timeout": Network,
+    "reset_peer": Network,
+    "endpoint_down": Network,
+    "missing_column": MissingColumn,
+    "job_timeout": JobTimeout,
+}
+assert set(BEHAVIOURS) == set(P.FAULT_TYPES), "every fault of the catalog has a behaviour"
+
+
+def behaviour_for(entry: P.Perturbation) -> Behaviour:
+    return BEHAVIOURS[entry.fault.type](entry)

@@ -1,0 +1,325 @@
+"""The perturbation engine: runs a scenario's plan against a live episode.
+
+The gateway calls :meth:`PerturbationEngine.tick` at every step boundary, before the step's action is
+carried out. A tick (1) notices faults whose symptom the agent made go away (a killed service restarted,
+a job that succeeded after a limit was cut) — a ``manual`` fault then counts as mitigated and is over;
+(2) recovers faults whose duration has run out (``auto``); (3) lets active faults act again (a crash loop
+kills the service it finds up); (4) injects the entries whose trigger fires. :meth:`observe_action` records
+the first action that addresses each fault (time to detect). :meth:`recover_all` undoes everything (episode
+end, close, reset); every ``inject``/``recover`` is idempotent and a failing one never breaks a step.
+
+Triggers are deterministic by seed: the draw of a probability trigger at step ``s`` is a function of
+``(seed, entry name, s)`` only, so the same seed gives the same schedule whatever the agent does. Time
+triggers and second-based durations are checked at step boundaries (a ``wait`` of 60 s is one boundary).
+
+Ground truth goes to ``state.ground_truth.faults`` (one :class:`FaultRecord` per injection); it is never
+part of an observation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mlsandbox.backends.base import FaultControl, JobSpec, Runtime
+from mlsandbox.episode import EpisodeState
+from mlsandbox.faults.behaviours import Behaviour, FaultContext, FaultUnavailable, behaviour_for
+from mlsandbox.scenario import perturbations as P
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FaultRecord:
+    """Ground truth of one injection, for grading (time to detect, time to mitigate)."""
+
+    name: str
+    fault: str
+    target: str
+    params: dict[str, Any]
+    injected_step: int
+    injected_at: float
+    recovery: str
+    recovered_step: int | None = None
+    recovered_at: float | None = None
+    recovered_by: str | None = None
+    """``expiry`` (its duration ran out), ``agent`` (a manual fault the agent mitigated), ``episode_end``."""
+    detected_step: int | None = None
+    time_to_detect_s: float | None = None
+    mitigated_step: int | None = None
+    time_to_mitigate_s: float | None = None
+    affected_jobs: list[str] = field(default_factory=list)
+    error: str | None = None
+    """Why the fault could not be injected (unavailable here, or the mechanism failed)."""
+
+    @property
+    def active(self) -> bool:
+        return self.recovered_at is None and self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def draw(seed: int, name: str, step: int) -> float:
+    """The uniform draw in [0, 1) of entry ``name`` at step ``step`` for episode seed ``seed``."""
+    digest = hashlib.sha256(f"{seed}/{name}/{step}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big")).random()
+
+
+def _condition_holds(condition: str, state: EpisodeState) -> bool:
+    jobs = state.jobs.values()
+    if condition == "job_submitted":
+        return bool(state.jobs)
+    if condition == "job_running":
+        return any(j.state == "running" for j in jobs)
+    if condition == "job_succeeded":
+        return any(j.state == "succeeded" for j in jobs)
+    if condition == "model_registered":
+        return bool(state.registered)
+    raise ValueError(f"unknown condition {condition!r}")
+
+
+@dataclass
+class _Slot:
+    """The runtime state of one plan entry."""
+
+    entry: P.Perturbation
+    times: int = 0
+    fired_once: bool = False
+    active: Behaviour | None = None
+    record: FaultRecord | None = None
+
+
+class PerturbationEngine:
+    """Injects and recovers the faults of a plan over one episode."""
+
+    def __init__(
+        self,
+        plan: list[P.Perturbation],
+        state: EpisodeState,
+        runtime: Runtime,
+        control: FaultControl | None,
+        *,
+        seed: int,
+        clock: Any = time.time,
+    ) -> None:
+        self.state = state
+        self.seed = seed
+        self.clock = clock
+        self.ctx = FaultContext(state=state, runtime=runtime, control=control)
+        self.slots = [_Slot(entry) for entry in plan]
+        self.records: list[FaultRecord] = []
+        self._unavailable: dict[str, str] = {}
+        if control is not None:
+            try:
+                self._unavailable = dict(control.unavailable())
+            except Exception as e:  # pragma: no cover - defensive
+                log.warning("fault control cannot say what is unavailable: %s", e)
+
+    # ------------------------------------------------------------------------------------------ ticks
+
+    def tick(self) -> None:
+        """One step boundary (call before the action of ``state.step`` is carried out)."""
+        now = self.clock()
+        for slot in self.slots:
+            if slot.active is not None:
+                self._check_mitigated(slot, now)
+        for slot in self.slots:
+            if slot.active is not None and self._expired(slot, now):
+                self._recover(slot, "expiry")
+        for slot in self.slots:
+            if slot.active is not None:
+                try:
+                    slot.active.on_tick(self.ctx)
+                except Exception as e:
+                    log.warning("fault %s: tick failed: %s", slot.entry.name, e)
+        for slot in self.slots:
+            if slot.active is None and self._due(slot, now):
+                self._inject(slot, now)
+
+    def observe_action(self, action: dict[str, Any]) -> None:
+        """Record the first action that addresses each injected fault (time to detect)."""
+        now = self.clock()
+        for slot in self.slots:
+            rec, beh = slot.record, slot.active
+            if rec is None or rec.error is not None or rec.detected_step is not None or beh is None:
+                continue
+            try:
+                hit = beh.addresses(action)
+            except Exception:
+                hit = False
+            if hit:
+                rec.detected_step = self.state.step
+                rec.time_to_detect_s = round(now - rec.injected_at, 3)
+
+    def adjust_job(self, spec: JobSpec, job_id: str) -> JobSpec:
+        """A job about to start: every active fault may change it (cut limits, a tighter deadline)."""
+        self.ctx.job_resources[spec.job_id] = (spec.cpus, spec.memory_mb)
+        for slot in self.slots:
+            if slot.active is None:
+                continue
+            changed = slot.active.adjust_job(spec)
+            if changed != spec:
+                slot.active.affected_jobs.append(job_id)
+                if slot.record is not None:
+                    slot.record.affected_jobs = list(slot.active.affected_jobs)
+                spec = changed
+        return spec
+
+    def recover_all(self, reason: str = "episode_end") -> None:
+        """Undo every active fault, newest first. Idempotent."""
+        for slot in reversed(self.slots):
+            if slot.active is not None:
+                self._recover(slot, reason)
+
+    @property
+    def active_faults(self) -> list[FaultRecord]:
+        return [s.record for s in self.slots if s.active is not None and s.record is not None]
+
+    # -------------------------------------------------------------------------------------- internals
+
+    def _due(self, slot: _Slot, now: float) -> bool:
+        w, step = slot.entry.when, self.state.step
+        if isinstance(w, P.AtStep):
+            return not slot.fired_once and step >= w.at_step
+        if isinstance(w, P.AtTime):
+            return not slot.fired_once and now - self.state.started_at >= w.at_time
+        if isinstance(w, P.OnCondition):
+            return not slot.fired_once and _condition_holds(w.condition, self.state)
+        if isinstance(w, P.Every):
+            if w.max_times is not None and slot.times >= w.max_times:
+                return False
+            return step >= w.start and (step - w.start) % w.every == 0
+        if isinstance(w, P.WithProbability):
+            if w.max_times is not None and slot.times >= w.max_times:
+                return False
+            return step >= w.start and draw(self.seed, slot.entry.name, step) < w.probability
+        raise TypeError(f"unknown trigger {w!r}")
+
+    def _expired(self, slot: _Slot, now: float) -> bool:
+        rec, d = slot.record, slot.entry.duration
+        if rec is None or d is None or slot.entry.recovery == "manual":
+            return False
+        if d.steps is not None:
+            return self.state.step >= rec.injected_step + d.steps
+        return d.seconds is not None and now >= rec.injected_at + d.seconds
+
+    def _inject(self, slot: _Slot, now: float) -> None:
+        entry = slot.entry
+        slot.fired_once = True
+        slot.times += 1
+        rec = FaultRecord(
+            name=entry.name,
+            fault=entry.fault.type,
+            target=entry.target or "",
+            params=entry.fault.model_dump(exclude={"type"}),
+            injected_step=self.state.step,
+            injected_at=now,
+            recovery=entry.recovery,
+        )
+        self.records.append(rec)
+        self.state.ground_truth.faults.append(rec)
+        slot.record = rec
+        beh = behaviour_for(entry)
+        beh.injected_step = self.state.step  # type: ignore[attr-defined]
+        if entry.fault.type in self._unavailable:
+            rec.error = f"unavailable: {self._unavailable[entry.fault.type]}"
+            log.warning("fault %s (%s) not injected: %s", entry.name, entry.fault.type, rec.error)
+            return
+        try:
+            beh.inject(self.ctx)
+        except FaultUnavailable as e:
+            rec.error = f"unavailable: {e}"
+        except Exception as e:
+            rec.error = f"injection failed: {type(e).__name__}: {e}"
+            log.warning("fault %s: injection failed: %s", entry.name, e)
+            try:  # leave nothing half-done
+                beh.recover(self.ctx)
+            except Exception as e2:
+                log.warning("fault %s: undoing a failed injection failed: %s", entry.name, e2)
+        rec.affected_jobs = list(beh.affected_jobs)
+        if rec.error is not None:
+            return
+        slot.active = beh
+        if entry.fault.instant:
+            self._finish(slot, "expiry", now)
+
+    def _recover(self, slot: _Slot, reason: str) -> None:
+        beh = slot.active
+        if beh is None:
+            return
+        try:
+            beh.recover(self.ctx)
+        except Exception as e:
+            log.warning("fault %s: recovery failed: %s", slot.entry.name, e)
+            if slot.record is not None and slot.record.error is None:
+                slot.record.error = f"recovery failed: {type(e).__name__}: {e}"
+        self._finish(slot, reason, self.clock())
+
+    def _finish(self, slot: _Slot, reason: str, now: float) -> None:
+        rec = slot.record
+        slot.active = None
+        if rec is None:
+            return
+        rec.recovered_step, rec.recovered_at, rec.recovered_by = self.state.step, now, reason
+        if rec.mitigated_step is None and reason in ("agent", "expiry"):
+            rec.mitigated_step = self.state.step
+            rec.time_to_mitigate_s = round(now - rec.injected_at, 3)
+
+    def _check_mitigated(self, slot: _Slot, now: float) -> None:
+        beh, rec = slot.active, slot.record
+        if (
+            beh is None
+            or rec is None
+            or rec.mitigated_step is not None
+            or rec.injected_step >= self.state.step
+        ):
+            return
+        try:
+            gone = beh.symptom_gone(self.ctx)
+        except Exception:
+            gone = False
+        if not gone:
+            return
+        rec.mitigated_step = self.state.step
+        rec.time_to_mitigate_s = round(now - rec.injected_at, 3)
+        if slot.entry.recovery == "manual":
+            self._recover(slot, "agent")
+
+
+def preview_schedule(plan: list[P.Perturbation], seed: int, max_steps: int) -> list[tuple[int, str]]:
+    """The (step, entry name) injections of the step-driven triggers (at_step, every, probability),
+    assuming each fault lasts its ``steps`` duration (one step when it has none). Time and condition
+    triggers depend on the run and are left out."""
+    out: list[tuple[int, str]] = []
+    for entry in plan:
+        w = entry.when
+        busy_until, times, fired = 0, 0, False
+        length = entry.duration.steps if entry.duration and entry.duration.steps else 1
+        for step in range(1, max_steps + 1):
+            if step < busy_until:
+                continue
+            if isinstance(w, P.AtStep):
+                due = not fired and step >= w.at_step
+            elif isinstance(w, P.Every):
+                due = (
+                    (w.max_times is None or times < w.max_times)
+                    and step >= w.start
+                    and (step - w.start) % w.every == 0
+                )
+            elif isinstance(w, P.WithProbability):
+                due = (
+                    (w.max_times is None or times < w.max_times)
+                    and step >= w.start
+                    and draw(seed, entry.name, step) < w.probability
+                )
+            else:
+                break
+            if due:
+                fired, times, busy_until = True, times + 1, step + length
+                out.append((step, entry.name))
+    return sorted(out)

@@ -1,0 +1,198 @@
+"""A typed Python client for the HTTP gateway, and a Gymnasium env that runs against a remote gateway.
+
+```python
+with GatewayClient("http://127.0.0.1:8765") as gw:
+    s = gw.create_session("tabular-quality-basic", seed=7)
+    r = gw.step(s.session_id, {"type": "list_datasets"})
+    print(r.observation.result)
+```
+
+The client remembers the token of each session it created, so calls name the session only. HTTP errors
+raise :class:`GatewayHTTPError` (with the status code and the server's ``detail``); an invalid *action* is
+not an HTTP error but a normal step with an error observation.
+
+:class:`RemoteMLSandboxEnv` has the same observation and action spaces as ``MLSandboxEnv`` and the same
+observations for the same actions; only the episode lives behind the gateway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from mlsandbox.errors import MLSandboxError
+from mlsandbox.gateway.sessions import (
+    CloseResponse,
+    CreateSessionRequest,
+    Health,
+    ObservationResponse,
+    ResetRequest,
+    ResetResponse,
+    SessionCreated,
+    SessionOptions,
+    StepResponse,
+    ToolsResponse,
+)
+
+_M = TypeVar("_M", bound=BaseModel)
+
+DEFAULT_TIMEOUT_S = 120.0
+"""A ``wait`` action may take 60 s and a reset a few seconds: the read timeout leaves room for both."""
+
+
+class GatewayHTTPError(MLSandboxError):
+    """The gateway answered with an HTTP error (401, 403, 404, 422, 429, 503 ...)."""
+
+    def __init__(self, status_code: int, detail: Any, method: str, path: str) -> None:
+        self.status_code = status_code
+        self.detail = detail
+        super().__init__(f"{method} {path} -> {status_code}: {detail}")
+
+
+class GatewayClient:
+    """Sync client for one gateway (``base_url``), e.g. ``http://127.0.0.1:8765``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._owns_http = http is None
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        self.tokens: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------------ service
+
+    def health(self) -> Health:
+        return self._call("GET", "/health", Health)
+
+    def tools(self) -> ToolsResponse:
+        return self._call("GET", "/tools", ToolsResponse)
+
+    # ------------------------------------------------------------------------------ sessions
+
+    def create_session(
+        self,
+        scenario: str = "tabular-quality-basic",
+        seed: int | None = None,
+        options: SessionOptions | dict[str, Any] | None = None,
+    ) -> SessionCreated:
+        opts = options if isinstance(options, SessionOptions) else SessionOptions(**(options or {}))
+        req = CreateSessionRequest(scenario=scenario, seed=seed, options=opts)
+        created = self._call("POST", "/sessions", SessionCreated, json=req.model_dump(exclude_defaults=True))
+        self.tokens[created.session_id] = created.token
+        return created
+
+    def step(self, session_id: str, action: Any) -> StepResponse:
+        """Send one action: a dict or action model (sent as a JSON object) or raw text (sent as a JSON string)."""
+        return self._call(
+            "POST",
+            f"/sessions/{session_id}/step",
+            StepResponse,
+            json=_action_body(action),
+            session_id=session_id,
+        )
+
+    def observation(self, session_id: str) -> ObservationResponse:
+        return self._call(
+            "GET", f"/sessions/{session_id}/observation", ObservationResponse, session_id=session_id
+        )
+
+    def reset(
+        self,
+        session_id: str,
+        seed: int | None = None,
+        scenario: str | None = None,
+        options: SessionOptions | dict[str, Any] | None = None,
+    ) -> ResetResponse:
+        opts = (
+            None
+            if options is None
+            else options
+            if isinstance(options, SessionOptions)
+            else SessionOptions(**options)
+        )
+        req = ResetRequest(seed=seed, scenario=scenario, options=opts)
+        body = req.model_dump(exclude_none=True)
+        return self._call(
+            "POST", f"/sessions/{session_id}/reset", ResetResponse, json=body, session_id=session_id
+        )
+
+    def close(self, session_id: str) -> CloseResponse:
+        """Close a session on the gateway (its episode's resources are removed)."""
+        try:
+            return self._call("DELETE", f"/sessions/{session_id}", CloseResponse, session_id=session_id)
+        finally:
+            self.tokens.pop(session_id, None)
+
+    def close_all(self) -> None:
+        """Close every session this client created and still holds a token for."""
+        for sid in list(self.tokens):
+            with contextlib.suppress(GatewayHTTPError):
+                self.close(sid)
+
+    def shutdown(self) -> None:
+        """Close this client's sessions and its HTTP connections."""
+        try:
+            self.close_all()
+        finally:
+            if self._owns_http:
+                self.http.close()
+
+    def __enter__(self) -> GatewayClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        model: type[_M],
+        *,
+        json: Any = None,
+        session_id: str | None = None,
+    ) -> _M:
+        headers = {}
+        if session_id is not None and session_id in self.tokens:
+            headers["Authorization"] = f"Bearer {self.tokens[session_id]}"
+        kwargs: dict[str, Any] = {"headers": headers}
+        if json is not None:
+            kwargs["json"] = json
+        resp = self.http.request(method, path, **kwargs)
+        if resp.status_code >= 400:
+            try:
+                detail = resp.json().get("detail")
+            except ValueError:
+                detail = resp.text
+            raise GatewayHTTPError(resp.status_code, detail, method, path)
+        return model.model_validate(resp.json())
+
+
+def _action_body(action: Any) -> Any:
+    if isinstance(action, BaseModel):
+        return action.model_dump(mode="json")
+    if isinstance(action, dict | str):
+        return action
+    if isinstance(action, bytes | bytearray):
+        return action.decode(errors="replace")
+    try:  # a list or a number: the gateway rejects it as in-process (it is not an object)
+        return json.dumps(action)
+    except (TypeError, ValueError):
+        return repr(action)
+
+
+__all__ = ["GatewayClient", "GatewayHTTPError"]

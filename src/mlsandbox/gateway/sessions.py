@@ -1,0 +1,458 @@
+"""Sessions: many isolated episodes on one running sandbox, each reached with its own bearer token.
+
+A :class:`SessionManager` holds one :class:`~mlsandbox.gateway.Gateway` per session (an episode of a
+scenario with a seed). Sessions share the sandbox's services; each gateway has its own bucket,
+experiment, job label and model-name prefix, so sessions cannot see each other's work.
+
+Thread safety: a manager-wide lock guards the session table only; each session has its own lock, so two
+steps on one session run one after the other while steps on different sessions run in parallel.
+
+The wire models of the HTTP gateway live here too (pydantic, ``extra="forbid"``), so the server
+(:mod:`mlsandbox.gateway.http`) and the client (:mod:`mlsandbox.gateway.client`) share them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mlsandbox import __version__
+from mlsandbox.backends.base import Runtime
+from mlsandbox.errors import MLSandboxError
+from mlsandbox.gateway.actions import ACTION_TYPES, action_catalog
+from mlsandbox.gateway.dispatcher import Gateway
+from mlsandbox.scenario import Scenario, catalog_ids, load_builtin
+
+DEFAULT_MAX_SESSIONS = 16
+SESSION_ID_PATTERN = r"^s-[0-9a-f]{16}$"
+MAX_SEED = 2**31 - 1
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+class SessionError(MLSandboxError):
+    """A session request that cannot be served (the HTTP layer maps each subclass to a status code)."""
+
+
+class Unauthorized(SessionError):
+    """No token, or a token that belongs to no open session."""
+
+
+class Forbidden(SessionError):
+    """A valid token used on another session."""
+
+
+class SessionNotFound(SessionError):
+    """The session was closed while the request waited for it."""
+
+
+class TooManySessions(SessionError):
+    """The manager's session cap is reached."""
+
+
+class SessionStartError(SessionError):
+    """The episode could not be created on the sandbox (a service failed)."""
+
+
+# ------------------------------------------------------------------------------------------ wire models
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionOptions(_Wire):
+    """Per-session changes to the scenario."""
+
+    max_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="Override the scenario's step limit (the episode truncates there).",
+    )
+
+
+class CreateSessionRequest(_Wire):
+    scenario: str = Field(
+        default="tabular-quality-basic",
+        description="A built-in scenario id (see `mlsandbox scenarios list`).",
+        json_schema_extra={"enum": catalog_ids()},
+    )
+    seed: int | None = Field(
+        default=None, ge=0, le=MAX_SEED, description="Episode seed; the scenario's own seed when omitted."
+    )
+    options: SessionOptions = Field(default_factory=SessionOptions)
+
+    @field_validator("scenario")
+    @classmethod
+    def _known_scenario(cls, v: str) -> str:
+        return _check_scenario(v)
+
+
+class ResetRequest(_Wire):
+    scenario: str | None = Field(
+        default=None,
+        description="Switch to another built-in scenario; the session's current one when omitted.",
+        json_schema_extra={"anyOf": [{"type": "string", "enum": catalog_ids()}, {"type": "null"}]},
+    )
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="The scenario's seed when omitted.")
+    options: SessionOptions | None = Field(
+        default=None, description="The session's current options when omitted."
+    )
+
+    @field_validator("scenario")
+    @classmethod
+    def _known_scenario(cls, v: str | None) -> str | None:
+        return None if v is None else _check_scenario(v)
+
+
+class ObservationError(_Wire):
+    code: str = Field(description="Stable machine-readable code, e.g. invalid_parameters, not_found.")
+    message: str
+    details: Any = Field(default=None, description="For invalid_parameters: [{field, message}].")
+
+
+class Budget(_Wire):
+    credits: float
+    credits_used: float
+    steps_left: int
+
+
+class Observation(_Wire):
+    """What the agent sees after a step (or a reset, with ``step`` 0 and ``action`` null)."""
+
+    step: int
+    ok: bool
+    action: str | None
+    result: dict[str, Any] | None
+    error: ObservationError | None
+    budget: Budget
+
+
+class SessionCreated(_Wire):
+    session_id: str = Field(pattern=SESSION_ID_PATTERN)
+    token: str = Field(description="Bearer token for this session only: `Authorization: Bearer <token>`.")
+    scenario: str
+    seed: int
+    observation: Observation
+    info: dict[str, Any]
+
+
+class StepResponse(_Wire):
+    observation: Observation
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+class ResetResponse(_Wire):
+    scenario: str
+    seed: int
+    observation: Observation
+    info: dict[str, Any]
+
+
+class ObservationResponse(_Wire):
+    session_id: str
+    observation: Observation
+    done: bool = Field(description="The episode has ended (terminated or truncated): only reset helps now.")
+
+
+class CloseResponse(_Wire):
+    session_id: str
+    closed: bool
+
+
+class ActionSpec(_Wire):
+    type: str
+    description: str
+    parameters: dict[str, Any] = Field(description="JSON Schema of the action object (with its `type`).")
+
+
+class ToolsResponse(_Wire):
+    actions: list[ActionSpec]
+
+
+class Health(_Wire):
+    status: Literal["ok"] = "ok"
+    version: str
+    sandbox: str
+    sessions: int
+    max_sessions: int
+
+
+class ErrorResponse(_Wire):
+    detail: str
+
+
+def _check_scenario(v: str) -> str:
+    ids = catalog_ids()
+    if v not in ids:
+        raise ValueError(f"unknown scenario {v!r}; built-in scenarios: {', '.join(ids)}")
+    return v
+
+
+# ------------------------------------------------------------------------------------------ sessions
+
+
+@dataclass
+class Session:
+    id: str
+    token: str
+    scenario: Scenario
+    seed: int
+    options: SessionOptions
+    gateway: Gateway
+    created_at: float = field(default_factory=time.time)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    closed: bool = False
+    observation: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.gateway.state.done
+
+
+class SessionManager:
+    """Creates, steps, resets and closes sessions on one running sandbox."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        sandbox_name: str,
+        audit_dir: Path | None = None,
+        *,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+    ) -> None:
+        if max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
+        self.runtime = runtime
+        self.sandbox_name = sandbox_name
+        self.audit_dir = audit_dir
+        self.max_sessions = max_sessions
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+        self._by_token: dict[str, str] = {}
+        self._pending = 0
+
+    # --------------------------------------------------------------------------------- queries
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def session_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._sessions)
+
+    def authorize(self, session_id: str, token: str | None) -> Session:
+        """The session ``session_id`` if ``token`` is its token; :class:`Unauthorized` / :class:`Forbidden`."""
+        if not token:
+            raise Unauthorized(
+                "missing bearer token: send `Authorization: Bearer <token>` from POST /sessions"
+            )
+        with self._lock:
+            owner = self._by_token.get(token)
+            session = self._sessions.get(owner) if owner else None
+        if session is None or not secrets.compare_digest(session.token, token):
+            raise Unauthorized("invalid or expired token")
+        if session.id != session_id:
+            raise Forbidden("this token belongs to another session")
+        return session
+
+    def health(self) -> Health:
+        return Health(
+            version=__version__, sandbox=self.sandbox_name, sessions=len(self), max_sessions=self.max_sessions
+        )
+
+    @staticmethod
+    def tools() -> ToolsResponse:
+        return ToolsResponse(actions=[ActionSpec(**a) for a in action_catalog()])
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    def create(self, request: CreateSessionRequest | None = None) -> SessionCreated:
+        """A new session with a fresh episode; the token in the answer is the only way to reach it."""
+        request = request or CreateSessionRequest()
+        with self._lock:
+            if len(self._sessions) + self._pending >= self.max_sessions:
+                raise TooManySessions(
+                    f"the gateway holds {self.max_sessions} sessions at most: close one first"
+                )
+            self._pending += 1
+        try:
+            scenario, seed = (
+                self._scenario(request.scenario, request.options),
+                self._seed(request.scenario, request.seed),
+            )
+            gateway, observation, info = self._start(scenario, seed)
+            session = Session(
+                id=f"s-{secrets.token_hex(8)}",
+                token=secrets.token_urlsafe(32),
+                scenario=scenario,
+                seed=seed,
+                options=request.options,
+                gateway=gateway,
+                observation=observation,
+            )
+            with self._lock:
+                self._sessions[session.id] = session
+                self._by_token[session.token] = session.id
+        finally:
+            with self._lock:
+                self._pending -= 1
+        info["session_id"] = session.id
+        return SessionCreated(
+            session_id=session.id,
+            token=session.token,
+            scenario=scenario.id,
+            seed=seed,
+            observation=Observation.model_validate(observation),
+            info=info,
+        )
+
+    def step(self, session: Session, action: Any) -> StepResponse:
+        """One action on the session's episode; invalid actions give error observations, never errors."""
+        with session.lock:
+            self._check_open(session)
+            res = session.gateway.step(action)
+            session.observation = res.observation
+        return StepResponse(
+            observation=Observation.model_validate(res.observation),
+            reward=res.reward,
+            terminated=res.terminated,
+            truncated=res.truncated,
+            info=res.info,
+        )
+
+    def observation(self, session: Session) -> ObservationResponse:
+        with session.lock:
+            self._check_open(session)
+            return ObservationResponse(
+                session_id=session.id,
+                observation=Observation.model_validate(session.observation),
+                done=session.done,
+            )
+
+    def reset(self, session: Session, request: ResetRequest | None = None) -> ResetResponse:
+        """A new episode on the same session (same id and token); the old episode is closed first."""
+        request = request or ResetRequest()
+        with session.lock:
+            self._check_open(session)
+            scenario_id = request.scenario or session.scenario.id
+            options = request.options if request.options is not None else session.options
+            scenario = self._scenario(scenario_id, options)
+            seed = self._seed(scenario_id, request.seed)
+            session.gateway.close()
+            try:
+                gateway, observation, info = self._start(scenario, seed)
+            except SessionStartError:
+                self._forget(session)  # its episode is gone and no new one started: the session ends
+                session.closed = True
+                raise
+            session.gateway, session.scenario, session.seed, session.options = (
+                gateway,
+                scenario,
+                seed,
+                options,
+            )
+            session.observation = observation
+        info["session_id"] = session.id
+        return ResetResponse(
+            scenario=scenario.id, seed=seed, observation=Observation.model_validate(observation), info=info
+        )
+
+    def close(self, session_id: str) -> bool:
+        """Close a session and its episode's resources; ``False`` if it was not open. Waits for a running step."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            return False
+        with session.lock:
+            if session.closed:
+                return False
+            session.closed = True
+            self._forget(session)
+            session.gateway.close()
+        return True
+
+    def close_all(self) -> int:
+        """Close every session (gateway shutdown); the number closed."""
+        return sum(self.close(sid) for sid in self.session_ids())
+
+    # --------------------------------------------------------------------------------- helpers
+
+    def _forget(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.pop(session.id, None)
+            self._by_token.pop(session.token, None)
+
+    @staticmethod
+    def _check_open(session: Session) -> None:
+        if session.closed:
+            raise SessionNotFound(f"session {session.id} is closed")
+
+    @staticmethod
+    def _scenario(scenario_id: str, options: SessionOptions) -> Scenario:
+        scenario = load_builtin(scenario_id)
+        if options.max_steps is not None:
+            scenario = scenario.model_copy(update={"max_steps": options.max_steps})
+        return scenario
+
+    @staticmethod
+    def _seed(scenario_id: str, seed: int | None) -> int:
+        return load_builtin(scenario_id).seed if seed is None else seed
+
+    def _start(self, scenario: Scenario, seed: int) -> tuple[Gateway, dict[str, Any], dict[str, Any]]:
+        t0 = time.perf_counter()
+        gateway = Gateway(
+            self.runtime, scenario, seed=seed, sandbox=self.sandbox_name, audit_dir=self.audit_dir
+        )
+        try:
+            observation = gateway.start()
+        except Exception as e:
+            gateway.close()
+            raise SessionStartError(
+                f"could not start an episode of {scenario.id!r}: {type(e).__name__}: {e}"
+            ) from e
+        info = {
+            "episode_id": gateway.state.episode_id,
+            "scenario": scenario.id,
+            "seed": seed,
+            "sandbox": self.sandbox_name,
+            "actions": list(ACTION_TYPES),
+            "timings": {"reset_s": round(time.perf_counter() - t0, 6)},
+        }
+        return gateway, observation, info
+
+
+__all__ = [
+    "DEFAULT_MAX_SESSIONS",
+    "ActionSpec",
+    "CloseResponse",
+    "CreateSessionRequest",
+    "ErrorResponse",
+    "Forbidden",
+    "Health",
+    "Observation",
+    "ObservationResponse",
+    "ResetRequest",
+    "ResetResponse",
+    "Session",
+    "SessionCreated",
+    "SessionError",
+    "SessionManager",
+    "SessionNotFound",
+    "SessionOptions",
+    "SessionStartError",
+    "StepResponse",
+    "TooManySessions",
+    "Unauthorized",
+]

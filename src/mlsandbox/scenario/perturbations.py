@@ -1,0 +1,391 @@
+"""Perturbation plans: what goes wrong in an episode, on what, when, for how long, and how it ends.
+
+A plan is a list of :class:`Perturbation` entries inside a scenario (``perturbations:``)::
+
+    perturbations:
+      - name: tracker-outage
+        when: {at_step: 3}                 # or {at_time: 20}, {every: 5}, {probability: 0.2},
+                                           #    {condition: job_running}
+        target: service:mlflow             # service:NAME | endpoint:NAME | jobs | bucket | dataset:NAME
+        fault: {type: kill_service}        # one of the catalog below, with its parameters
+        duration: {steps: 4}               # or {seconds: 30}; omitted: until the episode ends
+        recovery: auto                     # auto: undone when the duration ends; manual: the agent must
+                                           #   mitigate it (the sandbox still undoes it at episode end)
+
+Only the models live here (the scenario layer parses and validates plans); the perturbation engine in
+:mod:`mlsandbox.faults` gives them effect. Every model forbids unknown fields; every fault has a ``type``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+SERVICES: tuple[str, ...] = ("minio", "mlflow", "prefect-server", "prefect-worker")
+"""Services a service fault may target."""
+ENDPOINTS: tuple[str, ...] = ("minio", "mlflow")
+"""Client-facing endpoints (behind the sandbox's proxy) a network fault may target."""
+CONDITIONS: tuple[str, ...] = ("job_submitted", "job_running", "job_succeeded", "model_registered")
+"""Conditions on episode state a ``when: {condition: ...}`` trigger may wait for."""
+TargetKind = Literal["service", "endpoint", "jobs", "bucket", "dataset"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ------------------------------------------------------------------------------------------------ when
+
+
+class AtStep(_Model):
+    """Once, before the action of step ``at_step`` (1 = the first step) is carried out."""
+
+    at_step: int = Field(ge=1)
+
+
+class AtTime(_Model):
+    """Once, at the first step boundary at least ``at_time`` seconds after the episode started."""
+
+    at_time: float = Field(gt=0)
+
+
+class Every(_Model):
+    """Before steps ``start``, ``start + every``, ... (while the previous injection is no longer active)."""
+
+    every: int = Field(ge=1)
+    start: int = Field(default=1, ge=1)
+    max_times: int | None = Field(default=None, ge=1)
+
+
+class WithProbability(_Model):
+    """Before each step with probability ``probability`` (a seeded draw: same seed, same schedule)."""
+
+    probability: float = Field(gt=0, le=1)
+    start: int = Field(default=1, ge=1)
+    max_times: int | None = Field(default=1, ge=1)
+
+
+class OnCondition(_Model):
+    """Once, at the first step boundary where ``condition`` holds in the episode state."""
+
+    condition: Literal["job_submitted", "job_running", "job_succeeded", "model_registered"]
+
+
+def _when_tag(value: Any) -> str | None:
+    keys = value.keys() if isinstance(value, dict) else getattr(type(value), "model_fields", {}).keys()
+    for tag in ("at_step", "at_time", "every", "probability", "condition"):
+        if tag in keys:
+            return tag
+    return None
+
+
+When = Annotated[
+    Annotated[AtStep, Tag("at_step")]
+    | Annotated[AtTime, Tag("at_time")]
+    | Annotated[Every, Tag("every")]
+    | Annotated[WithProbability, Tag("probability")]
+    | Annotated[OnCondition, Tag("condition")],
+    Discriminator(
+        _when_tag,
+        custom_error_type="invalid_when",
+        custom_error_message=("`when` needs one of at_step, at_time, every, probability or condition"),
+    ),
+]
+
+
+class Duration(_Model):
+    """How long an injected fault lasts: ``steps`` step boundaries or ``seconds`` of wall clock."""
+
+    steps: int | None = Field(default=None, ge=1)
+    seconds: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> Duration:
+        if (self.steps is None) == (self.seconds is None):
+            raise ValueError("a duration is either {steps: N} or {seconds: T}")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+class _Fault(_Model):
+    targets: ClassVar[tuple[TargetKind, ...]] = ()
+    """Target kinds this fault acts on."""
+    default_target: ClassVar[str | None] = None
+    category: ClassVar[str] = ""
+    instant: ClassVar[bool] = False
+    """An instant fault (a restart) has no duration: it happens and is over."""
+
+
+class KillServiceFault(_Fault):
+    """SIGKILL of the service's process group; recovery restarts it."""
+
+    targets = ("service",)
+    category = "service"
+    type: Literal["kill_service"] = "kill_service"
+
+
+class FreezeServiceFault(_Fault):
+    """SIGSTOP of the service's process group (it hangs: connections open, nothing answers); SIGCONT."""
+
+    targets = ("service",)
+    category = "service"
+    type: Literal["freeze_service"] = "freeze_service"
+
+
+class RestartServiceFault(_Fault):
+    """An unplanned restart: SIGTERM, then the service starts again (requests fail meanwhile)."""
+
+    targets = ("service",)
+    category = "service"
+    instant = True
+    type: Literal["restart_service"] = "restart_service"
+
+
+class CrashLoopFault(_Fault):
+    """The service dies again at every step boundary while active, even after a restart."""
+
+    targets = ("service",)
+    category = "service"
+    type: Literal["crash_loop"] = "crash_loop"
+
+
+class MemoryLimitFault(_Fault):
+    """The memory limit of the episode's jobs is cut to ``memory_mb``: a job needing more is OOM-killed
+    by the kernel (exit 137). Applies to running jobs and to jobs started while the fault is active."""
+
+    targets = ("jobs",)
+    default_target = "jobs"
+    category = "resource"
+    type: Literal["memory_limit"] = "memory_limit"
+    memory_mb: int = Field(default=64, ge=8, le=8192)
+
+
+class CpuThrottleFault(_Fault):
+    """The CPU quota (cgroup ``cpu.cfs_quota_us``) of the episode's jobs is cut to ``cpus`` cores."""
+
+    targets = ("jobs",)
+    default_target = "jobs"
+    category = "resource"
+    type: Literal["cpu_throttle"] = "cpu_throttle"
+    cpus: float = Field(default=0.05, ge=0.01, le=2)
+
+
+class DiskFullFault(_Fault):
+    """A hard quota of ``quota_bytes`` on the episode's bucket (MinIO admin API): writes fail with the
+    real ``XMinioAdminBucketQuotaExceeded`` error."""
+
+    targets = ("bucket",)
+    default_target = "bucket"
+    category = "resource"
+    type: Literal["disk_full"] = "disk_full"
+    quota_bytes: int = Field(default=1, ge=1)
+
+
+class _NetworkFault(_Fault):
+    targets = ("endpoint",)
+    category = "network"
+    stream: Literal["upstream", "downstream"] = "downstream"
+
+
+class LatencyFault(_NetworkFault):
+    """Toxiproxy ``latency``: every chunk through the endpoint's proxy is delayed."""
+
+    type: Literal["latency"] = "latency"
+    latency_ms: int = Field(default=500, ge=1, le=60_000)
+    jitter_ms: int = Field(default=0, ge=0, le=60_000)
+
+
+class BandwidthFault(_NetworkFault):
+    """Toxiproxy ``bandwidth``: the endpoint's throughput is capped at ``rate_kbps`` KB/s."""
+
+    type: Literal["bandwidth"] = "bandwidth"
+    rate_kbps: int = Field(default=16, ge=1)
+
+
+class TimeoutFault(_NetworkFault):
+    """Toxiproxy ``timeout``: data stops flowing; connections close after ``timeout_ms`` (0: never)."""
+
+    type: Literal["timeout"] = "timeout"
+    timeout_ms: int = Field(default=0, ge=0)
+
+
+class ResetPeerFault(_NetworkFault):
+    """Toxiproxy ``reset_peer``: connections are reset (TCP RST) after ``timeout_ms``."""
+
+    type: Literal["reset_peer"] = "reset_peer"
+    timeout_ms: int = Field(default=0, ge=0)
+
+
+class EndpointDownFault(_NetworkFault):
+    """The endpoint's proxy is disabled: connections are refused."""
+
+    type: Literal["endpoint_down"] = "endpoint_down"
+
+
+class MissingColumnFault(_Fault):
+    """A feature column disappears from the dataset's raw objects (every format); restored on recovery."""
+
+    targets = ("dataset",)
+    category = "task"
+    type: Literal["missing_column"] = "missing_column"
+    column: str = Field(min_length=1)
+
+
+class JobTimeoutFault(_Fault):
+    """Jobs started while active are killed after ``timeout_s`` seconds (a too tight deadline)."""
+
+    targets = ("jobs",)
+    default_target = "jobs"
+    category = "task"
+    type: Literal["job_timeout"] = "job_timeout"
+    timeout_s: float = Field(default=3.0, gt=0)
+
+
+FAULT_MODELS: tuple[type[_Fault], ...] = (
+    KillServiceFault,
+    FreezeServiceFault,
+    RestartServiceFault,
+    CrashLoopFault,
+    MemoryLimitFault,
+    CpuThrottleFault,
+    DiskFullFault,
+    LatencyFault,
+    BandwidthFault,
+    TimeoutFault,
+    ResetPeerFault,
+    EndpointDownFault,
+    MissingColumnFault,
+    JobTimeoutFault,
+)
+FAULT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in FAULT_MODELS)
+
+Fault = Annotated[
+    KillServiceFault
+    | FreezeServiceFault
+    | RestartServiceFault
+    | CrashLoopFault
+    | MemoryLimitFault
+    | CpuThrottleFault
+    | DiskFullFault
+    | LatencyFault
+    | BandwidthFault
+    | TimeoutFault
+    | ResetPeerFault
+    | EndpointDownFault
+    | MissingColumnFault
+    | JobTimeoutFault,
+    Field(discriminator="type"),
+]
+
+
+# ----------------------------------------------------------------------------------------------- entry
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """``"service:mlflow"`` -> ``("service", "mlflow")``; ``"jobs"`` -> ``("jobs", "")``."""
+    kind, _, name = target.partition(":")
+    return kind, name
+
+
+class Perturbation(_Model):
+    """One entry of a perturbation plan: what goes wrong, on what, when, for how long."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    when: When
+    target: str | None = None
+    """``service:NAME``, ``endpoint:NAME``, ``jobs``, ``bucket`` or ``dataset:NAME``; faults with an
+    obvious target (``jobs``, ``bucket``) default to it."""
+    fault: Fault
+    duration: Duration | None = None
+    """None: the fault lasts until the agent mitigates it or the episode ends."""
+    recovery: Literal["auto", "manual"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fault(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            fault = data.get("fault")
+            kind = fault.get("type") if isinstance(fault, dict) else None
+            if isinstance(fault, dict) and kind not in FAULT_TYPES:
+                raise ValueError(f"unknown fault type {kind!r}; the catalog has: {', '.join(FAULT_TYPES)}")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Perturbation:
+        fault = self.fault
+        kind_name = fault.type
+        target = self.target if self.target is not None else fault.default_target
+        if target is None:
+            raise ValueError(
+                f"fault {kind_name!r} needs a target: {' or '.join(k + ':NAME' for k in fault.targets)}"
+            )
+        if self.target is None:
+            object.__setattr__(self, "target", target)
+        kind, name = parse_target(target)
+        if kind not in fault.targets:
+            raise ValueError(
+                f"fault {kind_name!r} acts on a {' or '.join(fault.targets)} target, got {target!r}"
+            )
+        allowed = {"service": SERVICES, "endpoint": ENDPOINTS}.get(kind)
+        if allowed is not None and name not in allowed:
+            raise ValueError(f"unknown {kind} {name!r} in target {target!r}; {kind}s: {', '.join(allowed)}")
+        if kind == "dataset" and not name:
+            raise ValueError(f"target {target!r} names no dataset: use dataset:NAME")
+        if kind in ("jobs", "bucket") and name:
+            raise ValueError(f"target {target!r}: {kind!r} takes no name")
+        if fault.instant and (self.duration is not None or self.recovery == "manual"):
+            raise ValueError(f"fault {kind_name!r} is instant: it takes no duration and no manual recovery")
+        if self.recovery == "manual" and self.duration is not None:
+            raise ValueError("a manual recovery means no duration: the agent has to mitigate the fault")
+        return self
+
+    @property
+    def target_kind(self) -> str:
+        return parse_target(self.target or "")[0]
+
+    @property
+    def target_name(self) -> str:
+        return parse_target(self.target or "")[1]
+
+
+def check_plan(plan: list[Perturbation], *, max_steps: int, datasets: dict[str, list[str]]) -> None:
+    """Checks across a plan and its scenario; raises ValueError naming the entry.
+
+    ``datasets`` maps each dataset name to its column names.
+    """
+    names = [p.name for p in plan]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate perturbation names: {dupes}")
+    max_seconds = max_steps * 60.0
+    for p in plan:
+        w = p.when
+        where = f"perturbation {p.name!r}"
+        if isinstance(w, AtStep) and w.at_step > max_steps:
+            raise ValueError(f"{where} is at step {w.at_step}, which never comes (max_steps={max_steps})")
+        if isinstance(w, Every | WithProbability) and w.start > max_steps:
+            raise ValueError(f"{where} starts at step {w.start}, which never comes (max_steps={max_steps})")
+        if isinstance(w, Every) and w.every >= max_steps and w.max_times not in (None, 1):
+            raise ValueError(f"{where} repeats every {w.every} steps: it cannot happen {w.max_times} times")
+        if isinstance(w, AtTime) and w.at_time > max_seconds:
+            raise ValueError(
+                f"{where} is at {w.at_time:g} s, later than any episode can last "
+                f"({max_steps} steps of at most 60 s = {max_seconds:g} s)"
+            )
+        if p.duration is not None and p.duration.steps is not None and p.duration.steps > max_steps:
+            raise ValueError(f"{where} lasts {p.duration.steps} steps, longer than max_steps={max_steps}")
+        if p.target_kind == "dataset":
+            if p.target_name not in datasets:
+                raise ValueError(
+                    f"{where} targets dataset {p.target_name!r}, which is not one of {sorted(datasets)}"
+                )
+            if isinstance(p.fault, MissingColumnFault):
+                columns = datasets[p.target_name]
+                if p.fault.column not in columns:
+                    raise ValueError(
+                        f"{where}: column {p.fault.column!r} is not a column of dataset "
+                        f"{p.target_name!r} ({', '.join(columns)})"
+                    )

@@ -1,0 +1,300 @@
+"""Perturbation plans: precise errors, seeded schedules, the engine's bookkeeping (with a fake backend)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mlsandbox.backends.base import JobSpec, ServiceHealth
+from mlsandbox.episode import EpisodeState
+from mlsandbox.errors import ScenarioError
+from mlsandbox.faults.curriculum import LEVELS, apply_level
+from mlsandbox.faults.engine import PerturbationEngine, draw, preview_schedule
+from mlsandbox.scenario import load_builtin
+from mlsandbox.scenario.loader import parse_scenario
+from mlsandbox.scenario.perturbations import Perturbation
+
+BASE = "tabular-quality-basic"
+
+
+def _with_plan(plan: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    data = load_builtin(BASE).model_dump()
+    data["perturbations"] = plan
+    data.update(extra)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"when": {"at_step": 2}, "fault": {"type": "explode"}}, "unknown fault type 'explode'"),
+        ({"when": {"at_step": 2}, "fault": {"type": "kill_service"}}, "needs a target: service:NAME"),
+        (
+            {"when": {"at_step": 2}, "target": "service:mysql", "fault": {"type": "kill_service"}},
+            "unknown service 'mysql'",
+        ),
+        (
+            {"when": {"at_step": 2}, "target": "endpoint:minio", "fault": {"type": "kill_service"}},
+            "acts on a service target",
+        ),
+        ({"when": {"at_step": 99}, "fault": {"type": "disk_full"}}, "at step 99, which never comes"),
+        ({"when": {"at_time": 1e6}, "fault": {"type": "disk_full"}}, "later than any episode can last"),
+        ({"when": {"at_stepp": 2}, "fault": {"type": "disk_full"}}, "needs one of at_step, at_time"),
+        ({"when": {"probability": 1.5}, "fault": {"type": "disk_full"}}, "less than or equal to 1"),
+        (
+            {"when": {"at_step": 2}, "fault": {"type": "disk_full"}, "duration": {"steps": 1, "seconds": 2}},
+            "either {steps: N} or {seconds: T}",
+        ),
+        (
+            {
+                "when": {"at_step": 2},
+                "target": "dataset:customers",
+                "fault": {"type": "missing_column", "column": "zzz"},
+            },
+            "column 'zzz' is not a column of dataset 'customers'",
+        ),
+        (
+            {
+                "when": {"at_step": 2},
+                "target": "service:minio",
+                "fault": {"type": "restart_service"},
+                "duration": {"steps": 2},
+            },
+            "is instant",
+        ),
+    ],
+)
+def test_bad_plans_fail_precisely(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ScenarioError, match=message.replace("{", r"\{").replace("(", r"\(")):
+        parse_scenario(_with_plan([{"name": "bad", **entry}]))
+
+
+def test_duplicate_names_and_defaults() -> None:
+    with pytest.raises(ScenarioError, match="duplicate perturbation names"):
+        parse_scenario(
+            _with_plan([{"name": "a", "when": {"at_step": 1}, "fault": {"type": "disk_full"}}] * 2)
+        )
+    sc = parse_scenario(
+        _with_plan([{"name": "a", "when": {"at_step": 1}, "fault": {"type": "memory_limit"}}])
+    )
+    assert sc.perturbations[0].target == "jobs" and sc.perturbations[0].fault.memory_mb == 64
+
+
+# ------------------------------------------------------------------------------------------ fake backend
+
+
+class FakeServices:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.down: set[str] = set()
+
+    def names(self) -> list[str]:
+        return ["minio", "mlflow"]
+
+    def kill(self, service: str) -> None:
+        self.calls.append(("kill", service))
+        self.down.add(service)
+
+    def freeze(self, service: str) -> None:
+        self.calls.append(("freeze", service))
+        self.down.add(service)
+
+    def thaw(self, service: str) -> None:
+        self.calls.append(("thaw", service))
+        self.down.discard(service)
+
+    def restart(self, service: str, *, wait: bool = True, timeout: float = 90.0) -> ServiceHealth:
+        self.calls.append(("restart", service))
+        self.down.discard(service)
+        return ServiceHealth(service=service, healthy=True)
+
+    def health(self, service: str, *, timeout: float = 5.0) -> ServiceHealth:
+        return ServiceHealth(service=service, healthy=service not in self.down)
+
+    def logs(self, service: str, tail: int = 50) -> str:
+        return ""
+
+
+class FakeNetwork:
+    def __init__(self) -> None:
+        self.toxics: dict[tuple[str, str], dict[str, Any]] = {}
+        self.disabled: set[str] = set()
+
+    def endpoints(self) -> list[str]:
+        return ["minio", "mlflow"]
+
+    def add_toxic(
+        self, endpoint: str, name: str, kind: str, attributes: dict[str, Any], *, stream: str = "downstream"
+    ) -> None:
+        self.toxics[(endpoint, name)] = {"type": kind, **attributes}
+
+    def remove_toxic(self, endpoint: str, name: str) -> None:
+        self.toxics.pop((endpoint, name), None)
+
+    def set_enabled(self, endpoint: str, enabled: bool) -> None:
+        (self.disabled.discard if enabled else self.disabled.add)(endpoint)
+
+    def reset(self) -> None:
+        self.toxics.clear()
+        self.disabled.clear()
+
+
+class FakeControl:
+    def __init__(self) -> None:
+        self.services = FakeServices()
+        self.network = FakeNetwork()
+        self.quotas: dict[str, int | None] = {}
+
+    def set_bucket_quota(self, bucket: str, quota_bytes: int | None) -> None:
+        self.quotas[bucket] = quota_bytes
+
+    def set_job_limits(
+        self, job_id: str, cpus: float | None = None, memory_mb: int | None = None
+    ) -> None: ...
+    def restore_job_limits(self, job_id: str, cpus: float | None, memory_mb: int | None) -> None: ...
+    def unavailable(self) -> dict[str, str]:
+        return {"bandwidth": "not here"}
+
+
+def _engine(
+    plan: list[dict[str, Any]], seed: int = 1, max_steps: int = 30
+) -> tuple[PerturbationEngine, EpisodeState, FakeControl]:
+    sc = parse_scenario(_with_plan(plan, max_steps=max_steps))
+    st = EpisodeState(episode_id="e1", scenario=sc, seed=seed, sandbox="t")
+    control = FakeControl()
+    eng = PerturbationEngine(list(sc.perturbations), st, runtime=None, control=control, seed=seed)  # type: ignore[arg-type]
+    return eng, st, control
+
+
+def _run(eng: PerturbationEngine, st: EpisodeState, steps: int) -> list[tuple[int, str]]:
+    for _ in range(steps):
+        st.step += 1
+        eng.tick()
+    return [(r.injected_step, r.name) for r in eng.records]
+
+
+PROB_PLAN = [
+    {
+        "name": "flaky",
+        "when": {"probability": 0.3, "max_times": None},
+        "target": "endpoint:minio",
+        "fault": {"type": "latency", "latency_ms": 100},
+        "duration": {"steps": 2},
+    },
+    {
+        "name": "quota",
+        "when": {"probability": 0.1, "max_times": 3},
+        "fault": {"type": "disk_full"},
+        "duration": {"steps": 1},
+    },
+]
+
+
+def test_probability_triggers_same_seed_same_schedule() -> None:
+    a = _run(*_engine(PROB_PLAN, seed=5)[:2], 30)
+    b = _run(*_engine(PROB_PLAN, seed=5)[:2], 30)
+    c = _run(*_engine(PROB_PLAN, seed=6)[:2], 30)
+    assert a == b and len(a) >= 3
+    assert a != c
+    sc = parse_scenario(_with_plan(PROB_PLAN))
+    assert preview_schedule(list(sc.perturbations), 5, 30) == sorted(a)
+    assert draw(5, "flaky", 3) == draw(5, "flaky", 3) != draw(5, "flaky", 4)
+
+
+def test_engine_injects_recovers_and_records_ground_truth() -> None:
+    eng, st, control = _engine(
+        [
+            {
+                "name": "kill",
+                "when": {"at_step": 2},
+                "target": "service:mlflow",
+                "fault": {"type": "kill_service"},
+                "recovery": "manual",
+            },
+            {
+                "name": "lat",
+                "when": {"at_step": 1},
+                "target": "endpoint:minio",
+                "fault": {"type": "latency", "latency_ms": 250},
+                "duration": {"steps": 2},
+            },
+            {
+                "name": "bw",
+                "when": {"at_step": 1},
+                "target": "endpoint:minio",
+                "fault": {"type": "bandwidth"},
+            },
+            {
+                "name": "down",
+                "when": {"condition": "model_registered"},
+                "target": "endpoint:mlflow",
+                "fault": {"type": "endpoint_down"},
+            },
+        ]
+    )
+    st.step = 1
+    eng.tick()
+    assert control.network.toxics == {
+        ("minio", "mlsandbox-lat"): {"type": "latency", "latency": 250, "jitter": 0}
+    }
+    bw = next(r for r in eng.records if r.name == "bw")
+    assert bw.error is not None and "unavailable" in bw.error  # said, not silently skipped
+    st.step = 2
+    eng.tick()
+    assert ("kill", "mlflow") in control.services.calls
+    eng.observe_action({"type": "get_service_health", "service": "mlflow"})
+    kill = next(r for r in eng.records if r.name == "kill")
+    assert kill.detected_step == 2 and kill.time_to_detect_s is not None
+    st.step = 3
+    eng.tick()  # latency expires after 2 steps
+    lat = next(r for r in eng.records if r.name == "lat")
+    assert lat.recovered_by == "expiry" and not control.network.toxics
+    control.services.restart("mlflow")  # the agent restarts it
+    st.step = 4
+    eng.tick()
+    assert kill.recovered_by == "agent" and kill.mitigated_step == 4 and kill.time_to_mitigate_s is not None
+    st.registered.append(("churn", "1"))
+    st.step = 5
+    eng.tick()
+    assert control.network.disabled == {"mlflow"}
+    eng.recover_all()
+    eng.recover_all()  # idempotent
+    assert not control.network.disabled and not control.network.toxics
+    assert all(not r.active for r in eng.records)
+    assert st.ground_truth.faults == eng.records
+
+
+def test_jobs_started_under_a_fault_are_changed() -> None:
+    eng, st, _ = _engine(
+        [
+            {"name": "mem", "when": {"at_step": 1}, "fault": {"type": "memory_limit", "memory_mb": 50}},
+            {"name": "deadline", "when": {"at_step": 1}, "fault": {"type": "job_timeout", "timeout_s": 2}},
+        ]
+    )
+    st.step = 1
+    eng.tick()
+    spec = JobSpec(job_id="e1-job-1", workload="trainer", args=[], memory_mb=1024, timeout_s=300)
+    out = eng.adjust_job(spec, "job-1")
+    assert out.memory_mb == 50 and out.timeout_s == 2
+    assert eng.records[0].affected_jobs == ["job-1"]
+    eng.observe_action({"type": "get_job", "job_id": "job-1"})
+    assert eng.records[0].detected_step == 1
+
+
+def test_curriculum_levels_apply_to_the_builtin_scenarios() -> None:
+    sc = load_builtin(BASE)
+    assert [lv.difficulty for lv in LEVELS] == sorted(lv.difficulty for lv in LEVELS)
+    for lv in LEVELS:
+        out = apply_level(sc, lv.name)
+        assert len(out.perturbations) == len(lv.plan)
+        assert out.budget.credits == pytest.approx(sc.budget.credits * lv.budget_factor)
+    for sid in ("tabular-ops-tracker-outage", "tabular-ops-resource-storm"):
+        assert load_builtin(sid).perturbations
+
+
+def test_perturbation_model_is_strict() -> None:
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        Perturbation.model_validate(
+            {"name": "x", "when": {"at_step": 1}, "fault": {"type": "disk_full", "quota": 3}}
+        )
