@@ -90,7 +90,12 @@ def test_impossible_perturbation_timing(tmp_path: Path) -> None:
     data = _base()
     data["max_steps"] = 5
     data["perturbations"] = [
-        {"name": "late", "when": {"at_step": 9}, "target": "service:mlflow", "fault": {"type": "kill_service"}}
+        {
+            "name": "late",
+            "when": {"at_step": 9},
+            "target": "service:mlflow",
+            "fault": {"type": "kill_service"},
+        }
     ]
     with pytest.raises(ScenarioError, match="at step 9, which never comes"):
         load_scenario_file(_write(tmp_path, data))

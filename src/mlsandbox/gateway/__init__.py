@@ -4,4 +4,12 @@ from mlsandbox.gateway.actions import ACTION_MODELS, ACTION_TYPES, Action, actio
 from mlsandbox.gateway.dispatcher import Gateway, parse_action
 from mlsandbox.gateway.observations import StepResult
 
-__all__ = ["ACTION_MODELS", "ACTION_TYPES", "Action", "Gateway", "StepResult", "action_catalog", "parse_action"]
+__all__ = [
+    "ACTION_MODELS",
+    "ACTION_TYPES",
+    "Action",
+    "Gateway",
+    "StepResult",
+    "action_catalog",
+    "parse_action",
+]
