@@ -43,3 +43,5 @@ gc: setup
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .bench build dist src/*.egg-info
+
+include kube.mk

@@ -96,5 +96,6 @@ else
   say "warning: Go not found: toxiproxy not installed, network faults will be unavailable"
 fi
 
+"$ROOT/scripts/install-kube-tools.sh" || die "installing helm and kubeconform failed (see above)"
 
 say "ready: $("$VENV/bin/mlsandbox" --version 2>/dev/null || echo mlsandbox), minio at $MINIO"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from mlsandbox.backends.base import Runtime
     from mlsandbox.backends.local import LocalBackend
 
-SERVICE_FIXTURES = frozenset({"sandbox", "runtime"})
+SERVICE_FIXTURES = frozenset({"sandbox", "runtime", "s3"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -48,3 +48,20 @@ def sandbox() -> Iterator[LocalBackend]:
 @pytest.fixture(scope="session")
 def runtime(sandbox: LocalBackend) -> Runtime:
     return sandbox.runtime()
+
+
+@pytest.fixture(scope="session")
+def s3(sandbox: LocalBackend) -> Any:
+    """A plain boto3 S3 client on the sandbox's object store (to check what actions really wrote)."""
+    import boto3
+    from botocore.config import Config
+
+    ep = sandbox.endpoints()
+    return boto3.client(
+        "s3",
+        endpoint_url=ep.s3_url,
+        aws_access_key_id=ep.s3_access_key,
+        aws_secret_access_key=ep.s3_secret_key,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )

@@ -14,9 +14,11 @@ from rich.live import Live
 from rich.table import Table
 
 from mlsandbox import __version__
+from mlsandbox.backends.kube.commands import kube_app
 from mlsandbox.errors import MLSandboxError
 from mlsandbox.faults.commands import register as register_fault_commands
 from mlsandbox.gateway.commands import register as register_interface_commands
+from mlsandbox.k8s_operator.commands import operator_app
 
 app = typer.Typer(
     help="mlsandbox: a real-execution sandbox for ML-engineering agents.",
@@ -28,6 +30,8 @@ scenarios_app = typer.Typer(help="Built-in scenarios.", no_args_is_help=True)
 app.add_typer(scenarios_app, name="scenarios")
 register_interface_commands(app)  # serve (HTTP gateway), mcp, tools
 register_fault_commands(app)  # curriculum show, faults catalog
+app.add_typer(kube_app, name="kube")
+app.add_typer(operator_app, name="operator")
 console = Console()
 err_console = Console(stderr=True)
 

@@ -6,10 +6,8 @@ import hashlib
 import json
 from typing import Any
 
-import boto3
 import gymnasium as gym
 import pytest
-from botocore.config import Config
 from gymnasium.utils.env_checker import check_env
 from mlflow import MlflowClient
 
@@ -30,19 +28,6 @@ def env(sandbox: Any):
     e = MLSandboxEnv(SCENARIO, sandbox=sandbox.name, start_sandbox=False)
     yield e
     e.close()
-
-
-@pytest.fixture(scope="module")
-def s3(sandbox: Any):
-    ep = sandbox.endpoints()
-    return boto3.client(
-        "s3",
-        endpoint_url=ep.s3_url,
-        aws_access_key_id=ep.s3_access_key,
-        aws_secret_access_key=ep.s3_secret_key,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
 
 
 @pytest.fixture(scope="module")

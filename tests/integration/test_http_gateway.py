@@ -12,12 +12,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import gymnasium as gym
 import httpx
 import pytest
 import uvicorn
-from botocore.config import Config
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gymnasium.utils.env_checker import check_env
@@ -85,19 +83,6 @@ def server_url(app: FastAPI) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=15)
-
-
-@pytest.fixture(scope="module")
-def s3(sandbox: Any) -> Any:
-    ep = sandbox.endpoints()
-    return boto3.client(
-        "s3",
-        endpoint_url=ep.s3_url,
-        aws_access_key_id=ep.s3_access_key,
-        aws_secret_access_key=ep.s3_secret_key,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
 
 
 def _buckets(s3: Any) -> set[str]:

@@ -11,9 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
-import boto3
 import pytest
-from botocore.config import Config
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
@@ -34,19 +32,6 @@ pytestmark = pytest.mark.services
 
 SCENARIO = "tabular-quality-basic"
 TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-@pytest.fixture(scope="module")
-def s3(sandbox: Any) -> Any:
-    ep = sandbox.endpoints()
-    return boto3.client(
-        "s3",
-        endpoint_url=ep.s3_url,
-        aws_access_key_id=ep.s3_access_key,
-        aws_secret_access_key=ep.s3_secret_key,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
 
 
 def _episode_buckets(s3: Any) -> set[str]:

@@ -1,0 +1,7 @@
+"""The ``kube`` backend: the sandbox on a Kubernetes cluster (kind locally, any cluster at scale).
+
+- :mod:`.manifests`: pure builders of what the backend creates (training Jobs, their status mapping).
+- :mod:`.chaos`: faults as Chaos Mesh resources (PodChaos, NetworkChaos, StressChaos, HTTPChaos).
+- :mod:`.client`: the small cluster API the operator and the backend use, over the ``kubernetes`` client.
+- :mod:`.schemas`: offline strict validation of manifests with kubeconform.
+"""

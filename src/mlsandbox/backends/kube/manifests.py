@@ -1,0 +1,216 @@
+"""Pure builders of what the kube backend creates for an episode, and the mapping of what it reads back.
+
+Training and other batch workloads run as ``batch/v1`` Jobs: the same ``python -m mlsandbox.workloads.<w>
+*args`` as on the local backend, the same environment (service endpoints, thread counts from ``cpus``,
+``spec.env``), and requests equal to limits from the :class:`~mlsandbox.backends.base.JobSpec` (so a job
+that allocates more than ``memory_mb`` is OOM-killed by the kernel, exit status 137, as on ``local``).
+:func:`job_status` maps a Job and its pod back to the backend-neutral :class:`JobStatus`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
+from mlsandbox.backends.local.jobs import endpoint_env, parse_result, thread_env
+
+JOB_ID_LABEL = "mlsandbox.dev/job-id"
+WORKLOAD_LABEL = "mlsandbox.dev/workload"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+S3_SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "access-key", "AWS_SECRET_ACCESS_KEY": "secret-key"}
+FINISHED_TTL_S = 3600
+OOM_EXIT = 137
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_KEY_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+Manifest = dict[str, Any]
+
+
+def job_name(job_id: str) -> str:
+    """The Job's name: the job id with ``.`` and ``_`` as ``-`` (a DNS label); ValueError if impossible."""
+    name = re.sub(r"[._]", "-", job_id.lower())
+    if not _NAME_RE.match(name) or len(name) > 52:  # 52: the pod name adds a 11-character suffix
+        raise ValueError(f"job id {job_id!r} cannot name a Kubernetes Job (at most 52 letters, digits, '-')")
+    return name
+
+
+def cpu_quantity(cpus: float) -> str:
+    return f"{max(1, round(cpus * 1000))}m"
+
+
+def memory_quantity(memory_mb: int) -> str:
+    return f"{memory_mb}Mi"
+
+
+def _check_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        if not _LABEL_KEY_RE.match(key) or not _LABEL_VALUE_RE.match(value):
+            raise ValueError(f"{key}={value!r} is not a valid Kubernetes label")
+    return dict(labels)
+
+
+def job_env(spec: JobSpec, endpoints: Endpoints, s3_secret: str | None) -> list[dict[str, Any]]:
+    """The job's environment, as on ``local``; with ``s3_secret`` the S3 keys come from that Secret."""
+    values = {
+        **endpoint_env(endpoints),
+        **thread_env(spec.cpus),
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp",
+        "MLSANDBOX_JOB_ID": spec.job_id,
+        **spec.env,
+    }
+    env: list[dict[str, Any]] = []
+    for name, value in values.items():
+        if s3_secret and name in S3_SECRET_KEYS and name not in spec.env:
+            ref = {"secretKeyRef": {"name": s3_secret, "key": S3_SECRET_KEYS[name]}}
+            env.append({"name": name, "valueFrom": ref})
+        else:
+            env.append({"name": name, "value": value})
+    return env
+
+
+def training_job(
+    spec: JobSpec,
+    *,
+    namespace: str,
+    image: str,
+    endpoints: Endpoints,
+    s3_secret: str | None = None,
+    image_pull_policy: str = "IfNotPresent",
+) -> Manifest:
+    """A ``batch/v1`` Job running ``spec`` once (no retries), killed after ``timeout_s`` if set."""
+    name = job_name(spec.job_id)
+    labels = {
+        **_check_labels(spec.labels),
+        "app.kubernetes.io/part-of": "mlsandbox",
+        COMPONENT_LABEL: spec.workload,
+        WORKLOAD_LABEL: spec.workload,
+        JOB_ID_LABEL: name,
+    }
+    resources = {"cpu": cpu_quantity(spec.cpus), "memory": memory_quantity(spec.memory_mb)}
+    container = {
+        "name": spec.workload,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["python", "-m", f"mlsandbox.workloads.{spec.workload}", *spec.args],
+        "env": job_env(spec, endpoints, s3_secret),
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "workingDir": "/work",
+        "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": FINISHED_TTL_S,
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "runAsGroup": 10001,
+                    "fsGroup": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [container],
+                "volumes": [
+                    {"name": "work", "emptyDir": {}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                ],
+            },
+        },
+    }
+    if spec.timeout_s is not None:
+        job_spec["activeDeadlineSeconds"] = max(1, math.ceil(spec.timeout_s))
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"mlsandbox.dev/job-id": spec.job_id},
+        },
+        "spec": job_spec,
+    }
+
+
+# ------------------------------------------------------------------------------------------ read back
+
+
+def _timestamp(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if not pod:
+        return None
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = container.get("state") or {}
+        if "terminated" in state:
+            return state["terminated"]
+        last = container.get("lastState") or {}
+        if "terminated" in last:
+            return last["terminated"]
+    return None
+
+
+def job_status(
+    job_id: str, job: Mapping[str, Any], pod: Mapping[str, Any] | None = None, logs: str = ""
+) -> JobStatus:
+    """The backend-neutral status of a Job (and its pod, for exit codes; its logs, for the result line).
+
+    An OOM-killed container reports exit code 137 like the local backend; a Job stopped by its deadline
+    is ``failed`` with the exit code of its killed container (137 when SIGKILLed), else ``None``.
+    """
+    status = job.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    terminated = _terminated(pod)
+    exit_code = terminated.get("exitCode") if terminated else None
+    if terminated and terminated.get("reason") == "OOMKilled":
+        exit_code = OOM_EXIT
+    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+        state = "succeeded"
+        exit_code = 0 if exit_code is None else exit_code
+    elif "Failed" in conditions or "FailureTarget" in conditions:
+        state = "failed"
+    elif (job.get("spec") or {}).get("suspend"):
+        state = "cancelled"
+    elif status.get("active") or status.get("startTime"):
+        state = "running"
+    else:
+        state = "queued"
+    return JobStatus(
+        job_id=job_id,
+        state=state,
+        exit_code=exit_code,
+        started_at=_timestamp(status.get("startTime")),
+        finished_at=_timestamp(status.get("completionTime"))
+        or (_timestamp(terminated.get("finishedAt")) if terminated else None),
+        result=parse_result(logs) if state == "succeeded" else {},
+    )
+
+
+def oom_killed(pod: Mapping[str, Any] | None) -> bool:
+    terminated = _terminated(pod)
+    return bool(terminated and terminated.get("reason") == "OOMKilled")

@@ -1,0 +1,229 @@
+"""Pure builders of the Kubernetes objects one sandbox owns (plain dicts, ready for server-side apply).
+
+A sandbox ``<ns>/<name>`` gets its own namespace (:func:`sandbox_namespace_name`) holding:
+
+- a ResourceQuota from the budget (CPU and memory requests and limits, pods, no NodePort/LoadBalancer);
+- a LimitRange: defaults for containers that set nothing, and no container above the whole budget;
+- NetworkPolicies: everything denied, then traffic inside the namespace, DNS, and traffic to and from
+  the control namespace (the gateway, and the shared services the chart installs there) allowed: a
+  sandbox can reach neither other sandboxes nor the outside world;
+- for the agent (unless ``agentAccess.mode`` is ``none``): a ServiceAccount and a Role + RoleBinding
+  limited to that namespace (``read``: get/list/watch and logs; ``operate``: also Jobs and scaling).
+
+The namespace is cluster-scoped and cannot be owned by a namespaced Sandbox, so deletion is driven by
+the operator's finalizer: deleting the namespace removes everything in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .model import SandboxSpec
+
+SANDBOX_LABEL = "mlsandbox.dev/sandbox"
+SANDBOX_NAMESPACE_LABEL = "mlsandbox.dev/sandbox-namespace"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "mlsandbox-operator", "app.kubernetes.io/part-of": "mlsandbox"}
+
+Manifest = dict[str, Any]
+
+# What a container gets when it declares nothing (small: the services declare their own).
+DEFAULT_REQUEST = {"cpu": "100m", "memory": "128Mi"}
+DEFAULT_LIMIT = {"cpu": "500m", "memory": "512Mi"}
+
+_READ_RESOURCES = {
+    "": [
+        "pods",
+        "pods/log",
+        "services",
+        "endpoints",
+        "configmaps",
+        "events",
+        "resourcequotas",
+        "limitranges",
+    ],
+    "apps": ["deployments", "replicasets", "statefulsets"],
+    "batch": ["jobs"],
+}
+
+
+def sandbox_namespace_name(namespace: str, name: str) -> str:
+    """``sbx-<namespace>-<name>``; shortened with a hash when longer than a namespace name may be (63)."""
+    full = f"sbx-{namespace}-{name}"
+    if len(full) <= 63:
+        return full
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:8]
+    return f"{full[:54].rstrip('-')}-{digest}"
+
+
+def labels(namespace: str, name: str) -> dict[str, str]:
+    return {**MANAGED_BY, SANDBOX_LABEL: name, SANDBOX_NAMESPACE_LABEL: namespace}
+
+
+def _meta(name: str, namespace: str | None, sandbox: tuple[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels(*sandbox)}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return meta
+
+
+def namespace(target: str, sandbox: tuple[str, str], spec: SandboxSpec) -> Manifest:
+    """The sandbox's namespace; Pod Security ``baseline`` enforced, ``restricted`` warned about."""
+    meta = _meta(target, None, sandbox)
+    meta["labels"].update(
+        {
+            "pod-security.kubernetes.io/enforce": "baseline",
+            "pod-security.kubernetes.io/warn": "restricted",
+            "mlsandbox.dev/scenario": spec.scenario,
+        }
+    )
+    meta["annotations"] = {"mlsandbox.dev/seed": str(spec.seed)}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def resource_quota(target: str, sandbox: tuple[str, str], spec: SandboxSpec) -> Manifest:
+    b = spec.budget
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _meta("budget", target, sandbox),
+        "spec": {
+            "hard": {
+                "requests.cpu": b.cpu,
+                "limits.cpu": b.cpu,
+                "requests.memory": b.memory,
+                "limits.memory": b.memory,
+                "pods": str(b.max_pods),
+                "services.nodeports": "0",
+                "services.loadbalancers": "0",
+                "persistentvolumeclaims": "4",
+            }
+        },
+    }
+
+
+def limit_range(target: str, sandbox: tuple[str, str], spec: SandboxSpec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": _meta("defaults", target, sandbox),
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "default": dict(DEFAULT_LIMIT),
+                    "defaultRequest": dict(DEFAULT_REQUEST),
+                    "max": {"cpu": spec.budget.cpu, "memory": spec.budget.memory},
+                }
+            ]
+        },
+    }
+
+
+def network_policies(target: str, sandbox: tuple[str, str], control_namespace: str) -> list[Manifest]:
+    """Deny all, then allow: within the namespace, DNS to kube-system, to and from the control namespace."""
+
+    def policy(name: str, spec: dict[str, Any]) -> Manifest:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _meta(name, target, sandbox),
+            "spec": {"podSelector": {}, **spec},
+        }
+
+    own = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": target}}}
+    control = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": control_namespace}}}
+    dns = {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+    return [
+        policy("default-deny", {"policyTypes": ["Ingress", "Egress"]}),
+        policy(
+            "allow-same-namespace",
+            {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [own]}], "egress": [{"to": [own]}]},
+        ),
+        policy("allow-dns", {"policyTypes": ["Egress"], "egress": [dns]}),
+        policy(
+            "allow-control-plane",
+            {
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [control]}],
+                "egress": [{"to": [control]}],
+            },
+        ),
+    ]
+
+
+def agent_rules(mode: str) -> list[dict[str, Any]]:
+    """The agent's permissions in its namespace (nothing on secrets, RBAC, quotas' spec or the namespace)."""
+    if mode == "none":
+        return []
+    read = ["get", "list", "watch"]
+    rules = [
+        {"apiGroups": [group], "resources": res, "verbs": read} for group, res in _READ_RESOURCES.items()
+    ]
+    if mode == "operate":
+        rules += [
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
+            {
+                "apiGroups": ["apps"],
+                "resources": ["deployments", "deployments/scale"],
+                "verbs": ["patch", "update"],
+            },
+        ]
+    return rules
+
+
+def agent_rbac(target: str, sandbox: tuple[str, str], spec: SandboxSpec) -> list[Manifest]:
+    """ServiceAccount, Role and RoleBinding of the agent; empty when ``agentAccess.mode`` is ``none``."""
+    access = spec.agent_access
+    if access.mode == "none":
+        return []
+    account = access.service_account_name
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(account, target, sandbox),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(f"{account}-{access.mode}", target, sandbox),
+            "rules": agent_rules(access.mode),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(account, target, sandbox),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": f"{account}-{access.mode}",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": target}],
+        },
+    ]
+
+
+def sandbox_resources(
+    namespace_: str, name: str, spec: SandboxSpec, control_namespace: str
+) -> list[Manifest]:
+    """Everything one sandbox consists of, namespace first (the order to apply them in)."""
+    target = sandbox_namespace_name(namespace_, name)
+    sandbox = (namespace_, name)
+    return [
+        namespace(target, sandbox, spec),
+        resource_quota(target, sandbox, spec),
+        limit_range(target, sandbox, spec),
+        *network_policies(target, sandbox, control_namespace),
+        *agent_rbac(target, sandbox, spec),
+    ]

@@ -1,0 +1,343 @@
+"""The kube backend's manifest builders: training Jobs (and their status read back) and Chaos Mesh faults.
+
+Every built manifest is validated with ``kubeconform -strict`` against the Kubernetes schemas of the pinned
+version and the Chaos Mesh CRD schemas in chaos/schemas (offline; a missing tool fails with a hint to run
+``make setup``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from mlsandbox.backends.base import Endpoints, JobSpec
+from mlsandbox.backends.kube import chaos, schemas
+from mlsandbox.backends.kube.commands import chaos_example_text
+from mlsandbox.backends.kube.manifests import (
+    OOM_EXIT,
+    job_name,
+    job_status,
+    oom_killed,
+    training_job,
+)
+from mlsandbox.backends.local.jobs import endpoint_env, thread_env
+from mlsandbox.errors import MissingToolError
+
+ENDPOINTS = Endpoints(
+    s3_url="http://mls-mlsandbox-minio:9000",
+    s3_access_key="mlsandbox",
+    s3_secret_key="secret-secret",
+    mlflow_url="http://mls-mlsandbox-mlflow:5000",
+    prefect_api_url="http://mls-mlsandbox-prefect-server:4200/api",
+)
+TRAINER_ARGS = [
+    "--bucket",
+    "ep-1",
+    "--key",
+    "raw/customers.csv",
+    "--target",
+    "label",
+    "--algorithm",
+    "logistic_regression",
+    "--hyperparams",
+    '{"C": 0.5}',
+    "--experiment-id",
+    "1",
+    "--seed",
+    "7",
+]
+
+
+def validate(docs: list[dict[str, Any]]) -> schemas.Report:
+    try:
+        report = schemas.kubeconform(docs, crd_schema_dirs=[schemas.CHAOS_SCHEMA_DIR])
+    except MissingToolError as exc:
+        pytest.fail(str(exc))
+    assert len(report.results) == len(docs), report.results
+    return report
+
+
+def spec(**overrides: Any) -> JobSpec:
+    values: dict[str, Any] = {
+        "job_id": "train-3",
+        "workload": "trainer",
+        "args": TRAINER_ARGS,
+        "cpus": 1.5,
+        "memory_mb": 768,
+        "labels": {"mlsandbox.dev/episode": "ep-1"},
+        "timeout_s": 120.5,
+    }
+    return JobSpec(**{**values, **overrides})
+
+
+def env_of(job: dict[str, Any]) -> dict[str, Any]:
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+# ------------------------------------------------------------------------------------------------ jobs
+
+
+def test_training_job_runs_the_same_command_as_the_local_backend() -> None:
+    job = training_job(
+        spec(), namespace="sbx-default-demo", image="mlsandbox/trainer:0.1.0", endpoints=ENDPOINTS
+    )
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "mlsandbox.workloads.trainer", *TRAINER_ARGS]
+    assert container["image"] == "mlsandbox/trainer:0.1.0"
+    env = env_of(job)
+    for name, value in {**endpoint_env(ENDPOINTS), **thread_env(1.5)}.items():
+        assert env[name] == value, name
+    assert env["MLSANDBOX_JOB_ID"] == "train-3"
+
+
+def test_training_job_requests_equal_limits_and_no_retries() -> None:
+    job = training_job(spec(), namespace="ns", image="img:1", endpoints=ENDPOINTS)
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"] == {"cpu": "1500m", "memory": "768Mi"}
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["activeDeadlineSeconds"] == 121
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert job["metadata"]["namespace"] == "ns"
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/component"] == "trainer"
+    assert labels["mlsandbox.dev/episode"] == "ep-1"
+    assert labels["mlsandbox.dev/job-id"] == "train-3"
+
+
+def test_training_job_without_timeout_has_no_deadline_and_takes_s3_keys_from_a_secret() -> None:
+    job = training_job(
+        spec(timeout_s=None, env={"EXTRA": "1"}),
+        namespace="ns",
+        image="img:1",
+        endpoints=ENDPOINTS,
+        s3_secret="mls-minio",
+    )
+    assert "activeDeadlineSeconds" not in job["spec"]
+    env = env_of(job)
+    assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "mls-minio", "key": "access-key"}}
+    assert env["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {"name": "mls-minio", "key": "secret-key"}}
+    assert env["EXTRA"] == "1"
+    assert "secret-secret" not in yaml.safe_dump(job)
+
+
+def test_job_names_follow_kubernetes_rules() -> None:
+    assert job_name("train_3.retry") == "train-3-retry"
+    with pytest.raises(ValueError, match="cannot name"):
+        job_name("x" * 60)
+    with pytest.raises(ValueError, match="not a valid Kubernetes label"):
+        training_job(spec(labels={"bad key!": "v"}), namespace="ns", image="img:1", endpoints=ENDPOINTS)
+
+
+def test_training_jobs_validate_strictly() -> None:
+    jobs = [
+        training_job(spec(), namespace="ns", image="img:1", endpoints=ENDPOINTS),
+        training_job(
+            spec(job_id="burn-1", workload="burn", args=["--mem-mb", "10"], timeout_s=None),
+            namespace="ns",
+            image="img:1",
+            endpoints=ENDPOINTS,
+            s3_secret="mls-minio",
+        ),
+    ]
+    report = validate(jobs)
+    assert not report.failures, report.describe()
+
+
+def _job(status: dict[str, Any], suspend: bool = False) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "spec": {"suspend": suspend}, "status": status}
+
+
+def _pod(terminated: dict[str, Any] | None) -> dict[str, Any]:
+    state = {"terminated": terminated} if terminated else {"running": {}}
+    return {"status": {"containerStatuses": [{"name": "trainer", "state": state}]}}
+
+
+def test_job_status_maps_queued_running_and_success_with_result() -> None:
+    assert job_status("j", _job({})).state == "queued"
+    running = job_status("j", _job({"active": 1, "startTime": "2026-01-01T00:00:00Z"}), _pod(None))
+    assert running.state == "running" and running.started_at == 1767225600.0
+    done = job_status(
+        "j",
+        _job(
+            {
+                "startTime": "2026-01-01T00:00:00Z",
+                "completionTime": "2026-01-01T00:00:30Z",
+                "conditions": [{"type": "Complete", "status": "True"}],
+            }
+        ),
+        _pod({"exitCode": 0, "reason": "Completed"}),
+        logs='fitting ...\nMLSANDBOX_RESULT {"run_id": "r1", "metrics": {"val_auc": 0.9}}\n',
+    )
+    assert done.state == "succeeded" and done.exit_code == 0
+    assert done.finished_at == 1767225630.0
+    assert done.result == {"run_id": "r1", "metrics": {"val_auc": 0.9}}
+    assert job_status("j", _job({}, suspend=True)).state == "cancelled"
+
+
+def test_an_oom_killed_job_fails_with_137_like_on_local() -> None:
+    pod = _pod({"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-01-01T00:01:00Z"})
+    status = job_status("j", _job({"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}), pod)
+    assert status.state == "failed" and status.exit_code == OOM_EXIT
+    assert status.finished_at == 1767225660.0
+    assert oom_killed(pod) and not oom_killed(_pod({"exitCode": 1, "reason": "Error"}))
+    deadline = job_status(
+        "j",
+        _job({"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}),
+        _pod({"exitCode": 143, "reason": "Error"}),
+    )
+    assert deadline.state == "failed" and deadline.exit_code == 143
+
+
+# ----------------------------------------------------------------------------------------------- chaos
+
+T = chaos.Target(component="mlflow")
+CASES: list[tuple[chaos.ChaosFault, str, dict[str, Any]]] = [
+    (chaos.KillService(name="k", service="minio"), "PodChaos", {"action": "pod-kill"}),
+    (
+        chaos.PodKill(name="k", target=T, grace_period_s=5),
+        "PodChaos",
+        {"action": "pod-kill", "gracePeriod": 5},
+    ),
+    (
+        chaos.PodFailure(name="k", target=T, duration="30s"),
+        "PodChaos",
+        {"action": "pod-failure", "duration": "30s"},
+    ),
+    (
+        chaos.ContainerKill(name="k", target=T, containers=["mlflow"]),
+        "PodChaos",
+        {"action": "container-kill", "containerNames": ["mlflow"]},
+    ),
+    (
+        chaos.NetworkDelay(name="k", target=T, latency_ms=250, jitter_ms=10, correlation=25),
+        "NetworkChaos",
+        {"action": "delay", "delay": {"latency": "250ms", "jitter": "10ms", "correlation": "25"}},
+    ),
+    (
+        chaos.NetworkLoss(name="k", target=T, loss_percent=12.5),
+        "NetworkChaos",
+        {"action": "loss", "loss": {"loss": "12.5", "correlation": "0"}},
+    ),
+    (
+        chaos.NetworkPartition(name="k", target=T, peer=chaos.Target(component="minio"), direction="to"),
+        "NetworkChaos",
+        {"action": "partition", "direction": "to"},
+    ),
+    (
+        chaos.NetworkBandwidth(name="k", target=T, rate="10mbps"),
+        "NetworkChaos",
+        {"action": "bandwidth", "bandwidth": {"rate": "10mbps", "limit": 20000, "buffer": 10000}},
+    ),
+    (
+        chaos.StressCpu(name="k", target=T, workers=2, load=50),
+        "StressChaos",
+        {"stressors": {"cpu": {"workers": 2, "load": 50}}},
+    ),
+    (
+        chaos.StressMemory(name="k", target=T, size="512MB"),
+        "StressChaos",
+        {"stressors": {"memory": {"workers": 1, "size": "512MB"}}},
+    ),
+    (
+        chaos.HttpAbort(name="k", target=T, port=5000),
+        "HTTPChaos",
+        {"abort": True, "port": 5000, "target": "Request"},
+    ),
+    (
+        chaos.HttpDelay(name="k", target=T, port=5000, delay_ms=1500, method="GET"),
+        "HTTPChaos",
+        {"delay": "1500ms", "method": "GET", "path": "*"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("fault", "kind", "expected"), CASES, ids=[c[0].type for c in CASES])
+def test_each_fault_maps_to_its_chaos_mesh_resource(
+    fault: chaos.ChaosFault, kind: str, expected: dict[str, Any]
+) -> None:
+    manifest = chaos.chaos_resource(fault, namespace="sbx-default-demo", sandbox="demo")
+    assert manifest["apiVersion"] == "chaos-mesh.org/v1alpha1" and manifest["kind"] == kind
+    assert manifest["metadata"]["namespace"] == "sbx-default-demo"
+    assert manifest["metadata"]["name"] == "mls-k"
+    assert manifest["metadata"]["labels"]["mlsandbox.dev/fault"] == fault.type
+    spec = manifest["spec"]
+    for key, value in expected.items():
+        assert spec[key] == value, key
+    component = fault.service if isinstance(fault, chaos.KillService) else "mlflow"
+    assert spec["selector"] == {
+        "namespaces": ["sbx-default-demo"],
+        "labelSelectors": {"app.kubernetes.io/component": component},
+    }
+    assert spec["mode"] == "all"
+
+
+def test_partition_targets_the_peer_in_the_same_namespace_only() -> None:
+    fault = chaos.NetworkPartition(
+        name="p", target=T, peer=chaos.Target(component="minio", mode="fixed", value="1")
+    )
+    spec = chaos.chaos_resource(fault, namespace="ns-a", sandbox="a")["spec"]
+    assert spec["target"] == {
+        "mode": "fixed",
+        "value": "1",
+        "selector": {"namespaces": ["ns-a"], "labelSelectors": {"app.kubernetes.io/component": "minio"}},
+    }
+
+
+def test_faults_are_parsed_from_plain_data_and_bad_parameters_are_refused() -> None:
+    from pydantic import TypeAdapter
+
+    adapter: TypeAdapter[chaos.ChaosFault] = TypeAdapter(chaos.ChaosFault)
+    fault = adapter.validate_python(
+        {"type": "network_delay", "name": "slow", "target": {"component": "minio"}, "latency_ms": 100}
+    )
+    assert isinstance(fault, chaos.NetworkDelay)
+    for bad in (
+        {"type": "network_delay", "name": "slow", "target": {"component": "minio"}, "latency_ms": 0},
+        {"type": "network_loss", "name": "l", "target": {"component": "minio"}, "loss_percent": 150},
+        {"type": "pod_kill", "name": "Bad_Name", "target": {"component": "minio"}},
+        {"type": "pod_kill", "name": "k", "target": {"component": "minio"}, "surprise": 1},
+        {"type": "time_skew", "name": "k"},
+    ):
+        with pytest.raises(ValidationError):
+            adapter.validate_python(bad)
+
+
+def test_all_chaos_resources_validate_against_the_chaos_mesh_crds() -> None:
+    docs = [chaos.chaos_resource(fault, namespace="ns", sandbox="s") for fault, _, _ in CASES]
+    docs += list(chaos.example_resources().values())
+    report = validate(docs)
+    assert not report.failures, report.describe()
+
+
+def test_chaos_schemas_are_strict() -> None:
+    manifest = chaos.chaos_resource(chaos.PodKill(name="k", target=T), namespace="ns", sandbox="s")
+    manifest["spec"]["surprise"] = True
+    wrong_action = chaos.chaos_resource(chaos.PodKill(name="k", target=T), namespace="ns", sandbox="s")
+    wrong_action["spec"]["action"] = "pod-explode"
+    report = validate([manifest, wrong_action])
+    assert [r.status for r in report.results] == ["statusInvalid", "statusInvalid"], report.results
+
+
+def test_the_chaos_directory_holds_the_rendered_examples() -> None:
+    files = {path.stem for path in schemas.CHAOS_DIR.glob("*.yaml")}
+    assert files == set(chaos.EXAMPLES)
+    for key in chaos.EXAMPLES:
+        text = (schemas.CHAOS_DIR / f"{key}.yaml").read_text()
+        assert text == chaos_example_text(key), (
+            f"chaos/{key}.yaml is stale: run `mlsandbox kube chaos-examples`"
+        )
+    covered = {fault.type for fault in chaos.EXAMPLES.values()}
+    assert covered == {c[0].type for c in CASES}
+
+
+def test_chaos_schema_files_cover_the_kinds_we_generate() -> None:
+    kinds = {c[1].lower() for c in CASES}
+    present = {
+        Path(p).name.split("_")[0] for p in (schemas.CHAOS_SCHEMA_DIR / "chaos-mesh.org").glob("*.json")
+    }
+    assert kinds <= present
