@@ -243,6 +243,8 @@ def run(
                 # The table grows in place as the episode runs (plain lines when not a terminal).
                 with Live(table, console=console, refresh_per_second=4, vertical_overflow="visible"):
                     res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
+                if not console.is_terminal:
+                    console.line()
             results.append(res)
             _print_breakdown(res)
     except KeyboardInterrupt:
