@@ -22,7 +22,7 @@ from mlsandbox.backends.base import Backend, Endpoints
 from mlsandbox.backends.local import LocalBackend, collect_garbage, list_sandboxes, supervisor
 from mlsandbox.backends.local.backend import SandboxState
 from mlsandbox.backends.local.gc import garbage_reason
-from mlsandbox.backends.local.services import ARTIFACT_BUCKET, SERVICE_NAMES, Credentials, Ports
+from mlsandbox.backends.local.services import ARTIFACT_BUCKET, SERVICE_NAMES, TOXIPROXY, Credentials, Ports
 from mlsandbox.backends.local.supervisor import ProcessRecord
 from mlsandbox.errors import MissingToolError, NotRunningError, ServiceStartError
 
@@ -76,17 +76,17 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.services
-def test_up_runs_four_healthy_services(sandbox: LocalBackend) -> None:
+def test_up_runs_four_healthy_services_and_the_fault_proxy(sandbox: LocalBackend) -> None:
     assert isinstance(sandbox, Backend)
     statuses = {s.name: s for s in sandbox.status()}
-    assert list(statuses) == list(SERVICE_NAMES)
+    assert list(statuses) == [*SERVICE_NAMES, TOXIPROXY]
     for status in statuses.values():
         assert status.state == "running", status
         assert status.pid and psutil.pid_exists(status.pid)
         assert status.rss_bytes and status.rss_bytes > 10 * 2**20
         assert status.uptime_s is not None and status.uptime_s > 0
-    ports = [statuses[n].port for n in ("minio", "mlflow", "prefect-server")]
-    assert all(ports) and len(set(ports)) == 3
+    ports = [statuses[n].port for n in ("minio", "mlflow", "prefect-server", TOXIPROXY)]
+    assert all(ports) and len(set(ports)) == 4
     assert statuses["prefect-server"].url == sandbox.endpoints().prefect_api_url
     assert sandbox.is_alive()
     assert (sandbox.dir / "state.json").is_file()

@@ -266,7 +266,12 @@ class LocalBackend:
         if state is None:
             return [ServiceStatus(name=name, state="stopped") for name in svc.SERVICE_NAMES]
         healthy = self._probe_all(state)
-        return [self._service_status(state, name, healthy[name]) for name in svc.SERVICE_NAMES]
+        rows = [self._service_status(state, name, healthy[name]) for name in svc.SERVICE_NAMES]
+        if svc.TOXIPROXY in state.service_names():  # the fault proxy: healthy while its process runs
+            record = state.services.get(svc.TOXIPROXY)
+            alive = record is not None and supervisor.is_alive(record.process)
+            rows.append(self._service_status(state, svc.TOXIPROXY, alive))
+        return rows
 
     def state(self) -> SandboxState | None:
         """The sandbox's recorded state (None when it is not up)."""
@@ -382,7 +387,7 @@ class LocalBackend:
 
     def _service_status(self, state: SandboxState, name: str, healthy: bool) -> ServiceStatus:
         record = state.services.get(name)
-        url = svc.url_of(name, state.endpoints)
+        url = svc.url_of(name, state.endpoints, state.ports)
         port = svc.port_of(name, state.ports)
         if record is None or not supervisor.is_alive(record.process):
             return ServiceStatus(name=name, state="stopped", url=url, port=port)

@@ -374,7 +374,9 @@ PREFECT_DB = DbTemplate("prefect")
 MLFLOW_DB = DbTemplate("mlflow")
 
 
-def url_of(service: str, ep: Endpoints) -> str | None:
+def url_of(service: str, ep: Endpoints, ports: Ports | None = None) -> str | None:
+    if service == TOXIPROXY:
+        return f"http://{HOST}:{ports.toxiproxy}" if ports is not None and ports.toxiproxy else None
     return {
         MINIO: ep.s3_url,
         MLFLOW: ep.mlflow_url,
@@ -383,7 +385,12 @@ def url_of(service: str, ep: Endpoints) -> str | None:
 
 
 def port_of(service: str, ports: Ports) -> int | None:
-    return {MINIO: ports.minio, MLFLOW: ports.mlflow, PREFECT_SERVER: ports.prefect}.get(service)
+    return {
+        MINIO: ports.minio,
+        MLFLOW: ports.mlflow,
+        PREFECT_SERVER: ports.prefect,
+        TOXIPROXY: ports.toxiproxy,
+    }.get(service)
 
 
 # ------------------------------------------------------------------------------------------ health
