@@ -20,7 +20,16 @@ import gymnasium as gym
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.base import Backend, Runtime
-from mlsandbox.env.spaces import action_space, decode_observation, encode_observation, observation_space
+from mlsandbox.env.spaces import (
+    RENDER_MODES,
+    action_space,
+    check_render_mode,
+    decode_observation,
+    encode_observation,
+    episode_seed,
+    observation_space,
+    scenario_option,
+)
 from mlsandbox.errors import NotRunningError
 from mlsandbox.gateway import Gateway
 from mlsandbox.paths import default_sandbox_name
@@ -28,7 +37,7 @@ from mlsandbox.scenario import Scenario, load_scenario
 
 
 class MLSandboxEnv(gym.Env[dict[str, Any], str]):
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
 
     def __init__(
         self,
@@ -39,11 +48,7 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         start_sandbox: bool = True,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
-            )
-        self.render_mode = render_mode
+        self.render_mode = check_render_mode(render_mode)
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.sandbox_name = sandbox or default_sandbox_name()
         self._backend: Backend = get_backend(backend, self.sandbox_name)
@@ -63,35 +68,32 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         t0 = time.perf_counter()
-        options = options or {}
-        unknown = set(options) - {"scenario"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; supported: ['scenario']")
-        if "scenario" in options:
-            ref = options["scenario"]
+        ref = scenario_option(options)
+        if ref is not None:
             self.scenario = ref if isinstance(ref, Scenario) else load_scenario(ref)
         runtime = self._ensure_runtime()
         self._end_episode()
-        episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        ep_seed = episode_seed(seed, self.np_random)
+        backend_dir = getattr(self._backend, "dir", None)
         self.gateway = Gateway(
             runtime,
             self.scenario,
-            seed=episode_seed,
+            seed=ep_seed,
             sandbox=self.sandbox_name,
-            audit_dir=getattr(self._backend, "dir", None) and self._backend.dir / "episodes",  # type: ignore[attr-defined]
+            audit_dir=backend_dir / "episodes" if backend_dir is not None else None,
         )
         obs = self.gateway.start()
         self._last = obs
         info = {
             "episode_id": self.gateway.state.episode_id,
             "scenario": self.scenario.id,
-            "seed": episode_seed,
+            "seed": ep_seed,
             "sandbox": self.sandbox_name,
             "owns_sandbox": self._owns_sandbox,
             "timings": {"reset_s": round(time.perf_counter() - t0, 6)},
         }
         self._last_info = info
-        return self._encode(obs), info
+        return encode_observation(obs), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self.gateway is None:
@@ -99,7 +101,7 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         res = self.gateway.step(action)
         self._last = res.observation
         self._last_info = res.info
-        return self._encode(res.observation), res.reward, res.terminated, res.truncated, res.info
+        return encode_observation(res.observation), res.reward, res.terminated, res.truncated, res.info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -138,9 +140,6 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         if self.gateway is not None:
             self.gateway.close()
             self.gateway = None
-
-    def _encode(self, obs: dict[str, Any]) -> dict[str, Any]:
-        return encode_observation(obs)
 
 
 def render_ansi(obs: dict[str, Any] | None, info: dict[str, Any], gateway: Gateway | None) -> str:

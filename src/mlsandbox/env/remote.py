@@ -9,7 +9,15 @@ import gymnasium as gym
 import httpx
 from gymnasium.envs.registration import EnvSpec
 
-from mlsandbox.env.spaces import action_space, encode_observation, observation_space
+from mlsandbox.env.spaces import (
+    RENDER_MODES,
+    action_space,
+    check_render_mode,
+    encode_observation,
+    episode_seed,
+    observation_space,
+    scenario_option,
+)
 from mlsandbox.gateway.client import GatewayClient, GatewayHTTPError
 from mlsandbox.gateway.sessions import SessionOptions
 
@@ -19,7 +27,7 @@ REMOTE_ENV_ID = "mlsandbox/RemoteMLSandbox-v0"
 class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
     """``MLSandboxEnv`` over HTTP: each env is one gateway session (created on the first ``reset``)."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
 
     def __init__(
         self,
@@ -32,11 +40,7 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
     ) -> None:
         if client is None and url is None:
             raise ValueError("give the gateway's url or a GatewayClient")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
-            )
-        self.render_mode = render_mode
+        self.render_mode = check_render_mode(render_mode)
         self.scenario = scenario
         self.session_options = options
         self._owns_client = client is None
@@ -62,25 +66,20 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
-        options = options or {}
-        unknown = set(options) - {"scenario"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; supported: ['scenario']")
-        if "scenario" in options:
-            self.scenario = str(options["scenario"])
-        episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        ref = scenario_option(options)
+        if ref is not None:
+            self.scenario = str(ref)
+        ep_seed = episode_seed(seed, self.np_random)
         if self.session_id is None:
-            created = self.client.create_session(
-                self.scenario, seed=episode_seed, options=self.session_options
-            )
+            created = self.client.create_session(self.scenario, seed=ep_seed, options=self.session_options)
             self.session_id = created.session_id
             obs, info = created.observation, created.info
         else:
-            res = self.client.reset(self.session_id, seed=episode_seed, scenario=self.scenario)
+            res = self.client.reset(self.session_id, seed=ep_seed, scenario=self.scenario)
             obs, info = res.observation, res.info
         self._last = obs.model_dump(exclude_unset=True)
         self._last_info = info
-        return self._encode(self._last), info
+        return encode_observation(self._last), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self.session_id is None:
@@ -88,7 +87,7 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         res = self.client.step(self.session_id, action)
         self._last = res.observation.model_dump(exclude_unset=True)
         self._last_info = res.info
-        return self._encode(self._last), res.reward, res.terminated, res.truncated, res.info
+        return encode_observation(self._last), res.reward, res.terminated, res.truncated, res.info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -105,10 +104,6 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         if self._owns_client:
             self.client.shutdown()
         super().close()
-
-    @staticmethod
-    def _encode(obs: dict[str, Any]) -> dict[str, Any]:
-        return encode_observation(obs)
 
 
 __all__ = ["REMOTE_ENV_ID", "RemoteMLSandboxEnv"]

@@ -1,4 +1,4 @@
-"""The spaces and the observation encoding shared by every MLSandbox env (in-process and remote).
+"""What every MLSandbox env shares (in-process and remote): spaces, observation encoding, reset options.
 
 Observation: a ``Dict`` space with a few numbers for RL code (``step``, ``ok``, ``credits_left``) and
 ``text``, the whole structured observation as compact JSON (decode it with :func:`decode_observation`).
@@ -62,3 +62,27 @@ def decode_observation(obs: dict[str, Any] | str) -> dict[str, Any]:
     """The structured observation from an env observation (or its ``text``)."""
     text = obs["text"] if isinstance(obs, dict) else obs
     return json.loads(text)
+
+
+RENDER_MODES = ("ansi",)
+RESET_OPTIONS = ("scenario",)
+
+
+def check_render_mode(render_mode: str | None) -> str | None:
+    if render_mode is not None and render_mode not in RENDER_MODES:
+        raise ValueError(f"render_mode must be one of {list(RENDER_MODES)}, got {render_mode!r}")
+    return render_mode
+
+
+def scenario_option(options: dict[str, Any] | None) -> Any | None:
+    """The ``scenario`` reset option (None when absent); ValueError for any other option."""
+    options = options or {}
+    unknown = set(options) - set(RESET_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown reset options {sorted(unknown)}; supported: {list(RESET_OPTIONS)}")
+    return options.get("scenario")
+
+
+def episode_seed(seed: int | None, rng: np.random.Generator) -> int:
+    """The episode's seed: the given one, else drawn from the env's seeded generator (reproducible)."""
+    return seed if seed is not None else int(rng.integers(0, 2**31 - 1))

@@ -1,8 +1,28 @@
-"""Agent gateway: action models, validation, dispatch to the backend, observations, audit log."""
+"""Agent gateway: action models, validation, dispatch to the backend, observations, audit log.
 
-from mlsandbox.gateway.actions import ACTION_MODELS, ACTION_TYPES, Action, action_catalog
-from mlsandbox.gateway.dispatcher import Gateway, parse_action
-from mlsandbox.gateway.observations import StepResult
+Names are loaded on first use, so that importing a light module of the package (the tool schemas for
+the command line, say) does not pull in the dispatcher's data and scikit-learn stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlsandbox.gateway.actions import ACTION_MODELS, ACTION_TYPES, Action, action_catalog
+    from mlsandbox.gateway.dispatcher import Gateway, parse_action
+    from mlsandbox.gateway.observations import StepResult
+
+_EXPORTS = {
+    "ACTION_MODELS": "actions",
+    "ACTION_TYPES": "actions",
+    "Action": "actions",
+    "action_catalog": "actions",
+    "Gateway": "dispatcher",
+    "parse_action": "dispatcher",
+    "StepResult": "observations",
+}
 
 __all__ = [
     "ACTION_MODELS",
@@ -13,3 +33,10 @@ __all__ = [
     "action_catalog",
     "parse_action",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
