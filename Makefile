@@ -32,6 +32,7 @@ bench: setup
 	$(PY) benchmarks/bench_foundation.py
 	$(PY) benchmarks/bench_data.py
 	$(PY) benchmarks/bench_interfaces.py
+	$(PY) benchmarks/bench_faults.py
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
