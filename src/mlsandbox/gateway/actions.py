@@ -7,13 +7,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 
+from mlsandbox.gateway.registry import ActionPack, get_catalog
 from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
 
 
 class _Action(BaseModel):
+    """Base of every action model (plug-in packs may derive from :class:`ActionModel`)."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+ActionModel = _Action
 
 
 class ListDatasets(_Action):
@@ -178,7 +184,7 @@ class Submit(_Action):
     type: Literal["submit"] = "submit"
 
 
-ACTION_MODELS: tuple[type[_Action], ...] = (
+CORE_MODELS: tuple[type[_Action], ...] = (
     ListDatasets,
     CheckDataQuality,
     CleanDataset,
@@ -195,7 +201,18 @@ ACTION_MODELS: tuple[type[_Action], ...] = (
     Submit,
 )
 
-Action = Annotated[
+CORE_PACK = ActionPack(
+    name="core",
+    models=CORE_MODELS,
+    implementation="mlsandbox.gateway.dispatcher",
+    description="Datasets, training, tracking, registry, operations and submit.",
+    read_only=frozenset(
+        {"list_datasets", "check_data_quality", "get_job", "list_runs", "get_logs", "get_service_health"}
+    ),
+    destructive=frozenset({"restart_service"}),
+)
+
+CoreAction = Annotated[
     ListDatasets
     | CheckDataQuality
     | CleanDataset
@@ -212,21 +229,20 @@ Action = Annotated[
     | Submit,
     Field(discriminator="type"),
 ]
-
-ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Action)
-ACTION_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in ACTION_MODELS)
+Action = CoreAction  # the full catalog (plug-ins included) is built at run time: see get_catalog()
 
 
 def action_catalog() -> list[dict[str, Any]]:
-    """Every action with its description and the JSON Schema of its parameters."""
-    out = []
-    for model in ACTION_MODELS:
-        schema = model.model_json_schema()
-        out.append(
-            {
-                "type": model.model_fields["type"].default,
-                "description": " ".join((model.__doc__ or "").split()),
-                "parameters": schema,
-            }
-        )
-    return out
+    """Every action of the catalog (all packs) with its description and the JSON Schema of its parameters."""
+    return get_catalog().describe()
+
+
+def __getattr__(name: str) -> Any:
+    # The catalog depends on the installed packs: computed on first use, not at import.
+    if name == "ACTION_MODELS":
+        return get_catalog().models
+    if name == "ACTION_TYPES":
+        return get_catalog().types
+    if name == "ACTION_ADAPTER":
+        return get_catalog().adapter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

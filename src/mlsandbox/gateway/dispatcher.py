@@ -27,6 +27,7 @@ from mlsandbox.evaluation.reward import Grade, grade_episode, step_components
 from mlsandbox.faults.engine import PerturbationEngine
 from mlsandbox.gateway import actions as A
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
+from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.scenario.models import Scenario
 
 log = logging.getLogger(__name__)
@@ -54,22 +55,10 @@ class Gateway:
             episode_id=new_episode_id(self.seed), scenario=scenario, seed=self.seed, sandbox=sandbox
         )
         self._audit_path = (audit_dir / f"{self.state.episode_id}.jsonl") if audit_dir else None
-        self._handlers: dict[str, Callable[[Any], dict[str, Any]]] = {
-            "list_datasets": self._list_datasets,
-            "check_data_quality": self._check_data_quality,
-            "clean_dataset": self._clean_dataset,
-            "train_model": self._train_model,
-            "get_job": self._get_job,
-            "list_runs": self._list_runs,
-            "register_model": self._register_model,
-            "wait": self._wait,
-            "get_logs": self._get_logs,
-            "get_service_health": self._get_service_health,
-            "restart_service": self._restart_service,
-            "retry_job": self._retry_job,
-            "set_job_resources": self._set_job_resources,
-            "submit": self._submit,
-        }
+        self.catalog = get_catalog()
+        self._packs = PackRuntime.load(self.catalog)
+        self.ext: dict[str, dict[str, Any]] = {p.name: {} for p in self.catalog.packs}
+        """Per-pack episode state, keyed by pack name (what a pack's handlers and hooks remember)."""
         self.faults: PerturbationEngine | None = None
         """The perturbation engine (None when the scenario has no plan)."""
         self._job_requests: dict[str, A.TrainModel] = {}
@@ -101,6 +90,8 @@ class Gateway:
             self.faults = PerturbationEngine(
                 list(self.scenario.perturbations), st, rt, self._fault_control(), seed=self.seed
             )
+        for _, hook in self._packs.hooks["on_start"]:
+            hook(self)
         self._audit({"event": "start", "scenario": self.scenario.id, "seed": self.seed})
         return self.initial_observation()
 
@@ -115,12 +106,12 @@ class Gateway:
                 "title": sc.title,
                 "task": sc.task.strip(),
                 "deliverable": {"register_model_as": sc.goal.model_name},
-                "datasets": self._dataset_list(),
-                "actions": list(A.ACTION_TYPES),
+                "datasets": self.dataset_list(),
+                "actions": list(self.catalog.types),
                 "max_steps": sc.max_steps,
             },
             "error": None,
-            "budget": self._budget(),
+            "budget": self.budget(),
         }
 
     def close(self) -> None:
@@ -131,6 +122,7 @@ class Gateway:
         st, rt = self.state, self.runtime
         steps: list[tuple[str, Callable[[], None]]] = [
             ("faults", self._recover_faults),
+            *[(f"pack {name}", lambda hook=hook: hook(self)) for name, hook in reversed(self._packs.hooks["on_close"])],
             ("jobs", lambda: rt.jobs.cleanup(st.job_label)),
             ("bucket", lambda: rt.object_store.delete_bucket(st.bucket)),
             ("models", self._delete_models),
@@ -166,7 +158,7 @@ class Gateway:
         grade: Grade | None = None
         if st.done:
             obs = error_observation(
-                st.step, None, ActionError("episode_over", "the episode is over: call reset"), self._budget()
+                st.step, None, ActionError("episode_over", "the episode is over: call reset"), self.budget()
             )
             return StepResult(obs, 0.0, True, False, {"error": "episode_over", "reward_components": {}})
         st.step += 1
@@ -175,20 +167,25 @@ class Gateway:
                 self.faults.tick()  # faults due at this step boundary, before the action is carried out
             except Exception as e:  # the engine never breaks a step
                 log.warning("episode %s: perturbation tick failed: %s", st.episode_id, e)
+        for name, hook in self._packs.hooks["on_step"]:
+            try:
+                hook(self)
+            except Exception as e:  # a pack's hook never breaks a step
+                log.warning("episode %s: pack %s step hook failed: %s", st.episode_id, name, e)
         try:
             action = parse_action(raw)
             action_type = action.type
             if self.faults is not None:
                 self.faults.observe_action(action.model_dump())
-            result = self._handlers[action.type](action)
-            self._refresh_jobs()
-            obs = ok_observation(st.step, action_type, result, self._budget())
+            result = self._packs.handlers[action.type](self, action)
+            self.refresh_jobs()
+            obs = ok_observation(st.step, action_type, result, self.budget())
             invalid = False
             err_code = None
         except ActionError as e:
             st.invalid_actions += 1
-            self._refresh_jobs()
-            obs = error_observation(st.step, action_type, e, self._budget())
+            self.refresh_jobs()
+            obs = error_observation(st.step, action_type, e, self.budget())
             invalid = True
             err_code = e.code
         terminated = st.submitted
@@ -223,16 +220,16 @@ class Gateway:
     # -------------------------------------------------------------------------------------- actions
 
     def _list_datasets(self, _: A.ListDatasets) -> dict[str, Any]:
-        return {"datasets": self._dataset_list()}
+        return {"datasets": self.dataset_list()}
 
     def _check_data_quality(self, a: A.CheckDataQuality) -> dict[str, Any]:
-        rec = self._dataset(a.dataset)
-        df = self._read(rec)
+        rec = self.dataset(a.dataset)
+        df = self.read(rec)
         target = rec.target if rec.target in df.columns else None
         return {"dataset": rec.key, "format": rec.fmt, "profile": profile_frame(df, target)}
 
     def _clean_dataset(self, a: A.CleanDataset) -> dict[str, Any]:
-        rec = self._dataset(a.dataset)
+        rec = self.dataset(a.dataset)
         stem = rec.key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
         out_key = a.output or f"clean/{stem}-{a.strategy.replace('_', '-')}.parquet"
         if out_key.split("/", 1)[0] == "raw":
@@ -246,10 +243,10 @@ class Gateway:
                 "invalid_parameters",
                 f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
             ) from None
-        df = self._read(rec)
+        df = self.read(rec)
         cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
         payload = to_bytes(cleaned, out_fmt)
-        self._backend_call(lambda: self.runtime.object_store.put_object(self.state.bucket, out_key, payload))
+        self.backend_call(lambda: self.runtime.object_store.put_object(self.state.bucket, out_key, payload))
         self.state.datasets[out_key] = DatasetRecord(
             out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key
         )
@@ -263,7 +260,7 @@ class Gateway:
 
     def _train_model(self, a: A.TrainModel) -> dict[str, Any]:
         st = self.state
-        rec = self._dataset(a.dataset)
+        rec = self.dataset(a.dataset)
         if rec.target is None:
             raise ActionError("invalid_parameters", f"dataset {rec.key!r} has no target column to train on")
         if st.credits_left <= 0:
@@ -297,16 +294,16 @@ class Gateway:
             timeout_s=self.scenario.budget.max_job_seconds,
         )
         if self.faults is not None:
-            spec = self.faults.adjust_job(spec, job_id)
-        status = self._backend_call(lambda: self.runtime.jobs.submit(spec))
+            spec = self.faults.adjustjob(spec, job_id)
+        status = self.backend_call(lambda: self.runtime.jobs.submit(spec))
         self._job_requests[job_id] = a
         st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
         return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
 
     def _get_job(self, a: A.GetJob) -> dict[str, Any]:
-        job = self._job(a.job_id)
-        status = self._backend_call(lambda: self.runtime.jobs.get(job.backend_id))
-        self._update_job(job, status)
+        job = self.job(a.job_id)
+        status = self.backend_call(lambda: self.runtime.jobs.get(job.backend_id))
+        self.update_job(job, status)
         out: dict[str, Any] = {
             "job_id": job.job_id,
             "state": status.state,
@@ -319,13 +316,13 @@ class Gateway:
             out["run_id"] = status.result.get("run_id")
             out["metrics"] = _round_metrics(status.result.get("metrics", {}))
         elif status.state in ("failed", "cancelled"):
-            out["log_tail"] = self._backend_call(
+            out["log_tail"] = self.backend_call(
                 lambda: self.runtime.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES)
             )
         return out
 
     def _list_runs(self, _: A.ListRuns) -> dict[str, Any]:
-        runs = self._backend_call(lambda: self.runtime.tracking.list_runs(self.state.experiment_id))
+        runs = self.backend_call(lambda: self.runtime.tracking.list_runs(self.state.experiment_id))
         rows = [
             {
                 "run_id": r.run_id,
@@ -350,7 +347,7 @@ class Gateway:
             raise ActionError(
                 "conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered"
             )
-        mv = self._backend_call(
+        mv = self.backend_call(
             lambda: self.runtime.tracking.register_model(a.run_id, st.registry_name(a.name))
         )
         st.registered.append((a.name, mv.version))
@@ -360,7 +357,7 @@ class Gateway:
         deadline = time.monotonic() + a.seconds
         before = {j.job_id: j.state for j in self.state.jobs.values()}
         while True:
-            self._refresh_jobs()
+            self.refresh_jobs()
             changed = [j for j in self.state.jobs.values() if j.state != before[j.job_id]]
             if changed or time.monotonic() >= deadline:
                 break
@@ -373,7 +370,7 @@ class Gateway:
 
     # ------------------------------------------------------------------------ operations actions
 
-    def _control(self) -> FaultControl:
+    def control(self) -> FaultControl:
         control = self._fault_control()
         if control is None:
             raise ActionError("unsupported", "this backend does not expose its services")
@@ -381,23 +378,23 @@ class Gateway:
 
     def _get_logs(self, a: A.GetLogs) -> dict[str, Any]:
         if a.target.startswith("job-"):
-            job = self._job(a.target)
-            text = self._backend_call(lambda: self.runtime.jobs.logs(job.backend_id, tail=a.tail))
+            job = self.job(a.target)
+            text = self.backend_call(lambda: self.runtime.jobs.logs(job.backend_id, tail=a.tail))
             return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
         service = a.target.removeprefix("service:")
-        text = self._backend_call(lambda: self._control().services.logs(service, tail=a.tail))
+        text = self.backend_call(lambda: self.control().services.logs(service, tail=a.tail))
         return {"target": service, "lines": text.splitlines()[-a.tail :]}
 
     def _get_service_health(self, a: A.GetServiceHealth) -> dict[str, Any]:
-        health = self._backend_call(lambda: self._control().services.health(a.service))
+        health = self.backend_call(lambda: self.control().services.health(a.service))
         return health.model_dump()
 
     def _restart_service(self, a: A.RestartService) -> dict[str, Any]:
-        health = self._backend_call(lambda: self._control().services.restart(a.service, wait=True))
+        health = self.backend_call(lambda: self.control().services.restart(a.service, wait=True))
         return {"restarted": a.service, **health.model_dump()}
 
     def _retry_job(self, a: A.RetryJob) -> dict[str, Any]:
-        job = self._job(a.job_id)
+        job = self.job(a.job_id)
         if job.state not in _TERMINAL_JOB_STATES:
             raise ActionError("conflict", f"{a.job_id} is {job.state}: only a finished job can be retried")
         original = self._job_requests.get(a.job_id)
@@ -411,7 +408,7 @@ class Gateway:
         return {**out, "retry_of": a.job_id}
 
     def _set_job_resources(self, a: A.SetJobResources) -> dict[str, Any]:
-        job = self._job(a.job_id)
+        job = self.job(a.job_id)
         if a.cpus is None and a.memory_mb is None:
             raise ActionError("invalid_parameters", "give cpus and/or memory_mb")
         if job.state in _TERMINAL_JOB_STATES:
@@ -422,7 +419,7 @@ class Gateway:
             raise ActionError("not_found", f"job {a.job_id!r} does not exist") from None
         except ValueError as e:
             raise ActionError("conflict", str(e)) from None
-        self._update_job(job, status)
+        self.update_job(job, status)
         request = self._job_requests.get(a.job_id)
         if request is not None:
             res = request.resources.model_copy(
@@ -441,21 +438,22 @@ class Gateway:
 
     # -------------------------------------------------------------------------------------- helpers
 
-    def _dataset(self, name: str) -> DatasetRecord:
+    def dataset(self, name: str) -> DatasetRecord:
+        """The episode's dataset by name; ``not_found`` error for anything else."""
         rec = self.state.datasets.get(name)
         if rec is None:
             known = ", ".join(sorted(self.state.datasets)) or "none"
             raise ActionError("not_found", f"dataset {name!r} does not exist (datasets: {known})")
         return rec
 
-    def _job(self, job_id: str) -> JobRecord:
+    def job(self, job_id: str) -> JobRecord:
         job = self.state.jobs.get(job_id)
         if job is None:
             raise ActionError("not_found", f"job {job_id!r} does not exist")
         return job
 
-    def _read(self, rec: DatasetRecord) -> Any:
-        data = self._backend_call(lambda: self.runtime.object_store.get_object(self.state.bucket, rec.key))
+    def read(self, rec: DatasetRecord) -> Any:
+        data = self.backend_call(lambda: self.runtime.object_store.get_object(self.state.bucket, rec.key))
         try:
             return from_bytes(data, rec.fmt)
         except Exception as e:
@@ -463,13 +461,13 @@ class Gateway:
                 "unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}"
             ) from None
 
-    def _dataset_list(self) -> list[dict[str, Any]]:
+    def dataset_list(self) -> list[dict[str, Any]]:
         return [
             {"name": r.key, "format": r.fmt, "size_bytes": r.size}
             for r in sorted(self.state.datasets.values(), key=lambda r: r.key)
         ]
 
-    def _budget(self) -> dict[str, Any]:
+    def budget(self) -> dict[str, Any]:
         st = self.state
         return {
             "credits": st.scenario.budget.credits,
@@ -477,18 +475,18 @@ class Gateway:
             "steps_left": max(0, st.scenario.max_steps - st.step),
         }
 
-    def _update_job(self, job: JobRecord, status: Any) -> None:
+    def update_job(self, job: JobRecord, status: Any) -> None:
         job.state = status.state
         job.cpu_seconds = float(status.cpu_seconds)
         if status.state == "succeeded":
             job.run_id = status.result.get("run_id")
 
-    def _refresh_jobs(self) -> None:
+    def refresh_jobs(self) -> None:
         for job in self.state.jobs.values():
             if job.state in _TERMINAL_JOB_STATES:
                 continue
             try:
-                self._update_job(job, self.runtime.jobs.get(job.backend_id))
+                self.update_job(job, self.runtime.jobs.get(job.backend_id))
             except Exception as e:  # the next refresh tries again
                 log.debug("refresh of %s failed: %s", job.job_id, e)
 
@@ -496,11 +494,11 @@ class Gateway:
         for job in self.state.jobs.values():
             if job.state not in _TERMINAL_JOB_STATES:
                 try:
-                    self._update_job(job, self.runtime.jobs.cancel(job.backend_id))
+                    self.update_job(job, self.runtime.jobs.cancel(job.backend_id))
                 except Exception as e:
                     log.warning("cancel of %s failed: %s", job.job_id, e)
 
-    def _backend_call(self, fn: Callable[[], Any]) -> Any:
+    def backend_call(self, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
         except ActionError:
@@ -521,7 +519,8 @@ class Gateway:
 
 def parse_action(raw: Any) -> BaseModel:
     """An action model from a model, a dict or a JSON string; :class:`ActionError` for anything else."""
-    if isinstance(raw, BaseModel) and isinstance(raw, A.ACTION_MODELS):
+    catalog = get_catalog()
+    if isinstance(raw, BaseModel) and isinstance(raw, catalog.models):
         return raw
     if isinstance(raw, bytes | bytearray):
         try:
@@ -540,13 +539,13 @@ def parse_action(raw: Any) -> BaseModel:
             "invalid_json", f"an action is a JSON object with a 'type' field, got {type(raw).__name__}"
         )
     kind = raw.get("type")
-    if kind not in A.ACTION_TYPES:
+    if kind not in catalog.types:
         raise ActionError(
             "unknown_action",
-            f"unknown action type {kind!r}; known: {', '.join(A.ACTION_TYPES)}",
+            f"unknown action type {kind!r}; known: {', '.join(catalog.types)}",
         )
     try:
-        return A.ACTION_ADAPTER.validate_python(raw)
+        return catalog.adapter.validate_python(raw)
     except ValidationError as e:
         problems = [
             {"field": ".".join(str(p) for p in err["loc"][1:]) or "<action>", "message": err["msg"]}
@@ -572,3 +571,22 @@ def _jsonable(raw: Any) -> Any:
         return raw
     except (TypeError, ValueError):
         return repr(raw)
+
+
+# The core pack's handlers (see mlsandbox.gateway.registry): the Gateway's own methods.
+HANDLERS: dict[str, Callable[[Gateway, Any], dict[str, Any]]] = {
+    "list_datasets": Gateway._list_datasets,
+    "check_data_quality": Gateway._check_data_quality,
+    "clean_dataset": Gateway._clean_dataset,
+    "train_model": Gateway._train_model,
+    "get_job": Gateway._get_job,
+    "list_runs": Gateway._list_runs,
+    "register_model": Gateway._register_model,
+    "wait": Gateway._wait,
+    "get_logs": Gateway._get_logs,
+    "get_service_health": Gateway._get_service_health,
+    "restart_service": Gateway._restart_service,
+    "retry_job": Gateway._retry_job,
+    "set_job_resources": Gateway._set_job_resources,
+    "submit": Gateway._submit,
+}

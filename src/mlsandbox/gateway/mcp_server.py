@@ -30,7 +30,7 @@ from starlette.applications import Starlette
 
 from mlsandbox import __version__
 from mlsandbox.backends.base import Runtime
-from mlsandbox.gateway.actions import ACTION_MODELS
+from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.gateway.observations import StepResult
 from mlsandbox.gateway.render import DEFAULT_MAX_CHARS, render_observation
@@ -40,12 +40,6 @@ from mlsandbox.scenario import Scenario
 TASK_URI = "mlsandbox://episode/task"
 OBSERVATION_URI = "mlsandbox://episode/observation"
 OBSERVATION_JSON_URI = "mlsandbox://episode/observation.json"
-READ_ONLY_ACTIONS = frozenset(
-    {"list_datasets", "check_data_quality", "get_job", "list_runs", "get_logs", "get_service_health"}
-)
-"""Actions that change nothing in the sandbox (tool annotation ``readOnlyHint``; each still costs a step)."""
-DESTRUCTIVE_ACTIONS = frozenset({"restart_service"})
-"""Actions that interrupt something running (``destructiveHint``)."""
 RESOURCE_NOT_FOUND = -32002
 
 
@@ -95,8 +89,9 @@ class EpisodeHost:
 
 def mcp_tools() -> list[types.Tool]:
     """One MCP tool per action, generated from the action models."""
+    catalog = get_catalog()
     tools = []
-    for model in ACTION_MODELS:
+    for model in catalog.models:
         name = action_type(model)
         tools.append(
             types.Tool(
@@ -104,8 +99,8 @@ def mcp_tools() -> list[types.Tool]:
                 description=action_description(model),
                 input_schema=parameters_schema(model),
                 annotations=types.ToolAnnotations(
-                    read_only_hint=name in READ_ONLY_ACTIONS,
-                    destructive_hint=name in DESTRUCTIVE_ACTIONS,
+                    read_only_hint=name in catalog.read_only,
+                    destructive_hint=name in catalog.destructive,
                     open_world_hint=False,
                 ),
             )

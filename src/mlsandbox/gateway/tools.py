@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from mlsandbox.gateway.actions import ACTION_ADAPTER, ACTION_MODELS
+from mlsandbox.gateway.registry import get_catalog
 
 ToolFormat = Literal["openai", "anthropic", "json-schema"]
 TOOL_FORMATS: tuple[str, ...] = ("openai", "anthropic", "json-schema")
@@ -55,7 +55,7 @@ def tool_specs() -> list[dict[str, Any]]:
     """``[{name, description, parameters}]`` for every action, in catalog order."""
     return [
         {"name": action_type(m), "description": action_description(m), "parameters": parameters_schema(m)}
-        for m in ACTION_MODELS
+        for m in get_catalog().models
     ]
 
 
@@ -74,7 +74,7 @@ def anthropic_tools() -> list[dict[str, Any]]:
 
 def action_json_schema() -> dict[str, Any]:
     """One JSON Schema (draft 2020-12) for an action object, ``type`` discriminator included."""
-    schema = ACTION_ADAPTER.json_schema()
+    schema = get_catalog().adapter.json_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "mlsandbox action",

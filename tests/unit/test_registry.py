@@ -1,0 +1,59 @@
+"""The action catalog is assembled from packs; clashes and broken packs fail with precise messages."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+from mlsandbox.gateway.actions import CORE_PACK, ActionModel, ListDatasets
+from mlsandbox.gateway.registry import ActionPack, PackError, PackRuntime, build_catalog, get_catalog
+
+
+class Ping(ActionModel):
+    """Answer pong."""
+
+    type: Literal["ping"] = "ping"
+
+
+def _pack(name: str = "extra", models: tuple = (Ping,), impl: str = __name__) -> ActionPack:
+    return ActionPack(name=name, models=models, implementation=impl)
+
+
+HANDLERS = {"ping": lambda gw, a: {"pong": True}}
+
+
+def test_builtin_catalog_starts_with_the_core_pack() -> None:
+    cat = get_catalog()
+    assert cat.packs[0].name == "core"
+    assert cat.types[: len(CORE_PACK.types)] == CORE_PACK.types
+    assert len(set(cat.types)) == len(cat.types)
+    assert cat.pack_of("list_datasets").name == "core"
+
+
+def test_a_new_pack_extends_the_union() -> None:
+    cat = build_catalog((CORE_PACK, _pack()))
+    assert cat.types[-1] == "ping"
+    assert isinstance(cat.adapter.validate_python({"type": "ping"}), Ping)
+    rt = PackRuntime.load(cat)
+    assert rt.handlers["ping"](None, Ping()) == {"pong": True}
+
+
+def test_duplicate_action_type_is_refused_with_both_pack_names() -> None:
+    class Dup(ListDatasets):
+        pass
+
+    with pytest.raises(PackError, match="'list_datasets' of pack 'extra' is already defined by pack 'core'"):
+        build_catalog((CORE_PACK, _pack(models=(Dup,))))
+
+
+def test_duplicate_pack_name_is_refused() -> None:
+    with pytest.raises(PackError, match="two action packs are named 'core'"):
+        build_catalog((CORE_PACK, _pack(name="core")))
+
+
+def test_missing_handler_and_missing_module_are_named() -> None:
+    with pytest.raises(PackError, match="no HANDLERS dict"):
+        PackRuntime.load(build_catalog((_pack(impl="mlsandbox.gateway.safety"),)))
+    with pytest.raises(PackError, match="cannot import 'mlsandbox.nope'"):
+        PackRuntime.load(build_catalog((_pack(impl="mlsandbox.nope"),)))
