@@ -55,5 +55,5 @@ def test_duplicate_pack_name_is_refused() -> None:
 def test_missing_handler_and_missing_module_are_named() -> None:
     with pytest.raises(PackError, match="no HANDLERS dict"):
         PackRuntime.load(build_catalog((_pack(impl="mlsandbox.gateway.safety"),)))
-    with pytest.raises(PackError, match="cannot import 'mlsandbox.nope'"):
+    with pytest.raises(PackError, match=r"cannot import 'mlsandbox\.nope'"):
         PackRuntime.load(build_catalog((_pack(impl="mlsandbox.nope"),)))

@@ -122,7 +122,10 @@ class Gateway:
         st, rt = self.state, self.runtime
         steps: list[tuple[str, Callable[[], None]]] = [
             ("faults", self._recover_faults),
-            *[(f"pack {name}", lambda hook=hook: hook(self)) for name, hook in reversed(self._packs.hooks["on_close"])],
+            *[
+                (f"pack {name}", lambda hook=hook: hook(self))
+                for name, hook in reversed(self._packs.hooks["on_close"])
+            ],
             ("jobs", lambda: rt.jobs.cleanup(st.job_label)),
             ("bucket", lambda: rt.object_store.delete_bucket(st.bucket)),
             ("models", self._delete_models),

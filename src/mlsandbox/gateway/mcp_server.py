@@ -30,9 +30,9 @@ from starlette.applications import Starlette
 
 from mlsandbox import __version__
 from mlsandbox.backends.base import Runtime
-from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.gateway.observations import StepResult
+from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.gateway.render import DEFAULT_MAX_CHARS, render_observation
 from mlsandbox.gateway.tools import action_description, action_type, parameters_schema, tool_call_to_action
 from mlsandbox.scenario import Scenario

@@ -147,7 +147,9 @@ def build_catalog(packs: tuple[ActionPack, ...]) -> Catalog:
         names.add(p.name)
         for t, m in zip(p.types, p.models, strict=True):
             if t in seen:
-                raise PackError(f"action type {t!r} of pack {p.name!r} is already defined by pack {seen[t]!r}")
+                raise PackError(
+                    f"action type {t!r} of pack {p.name!r} is already defined by pack {seen[t]!r}"
+                )
             seen[t] = p.name
             models.append(m)
     union: Any = Union[tuple(models)] if len(models) > 1 else models[0]  # noqa: UP007
