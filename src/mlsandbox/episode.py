@@ -75,6 +75,11 @@ class EpisodeState:
     """(agent-visible name, version) in registration order."""
     experiment_id: str = ""
     ground_truth: GroundTruth = field(default_factory=GroundTruth)
+    counters: dict[str, float] = field(default_factory=dict)
+    """Named tallies that packs keep for the reward (e.g. ``risky_deployments``, ``slo_violation_s``,
+    ``idle_reserved_credits``); a missing name counts as 0."""
+    extra_credits: float = 0.0
+    """Credits charged besides the jobs' CPU-seconds (reserved machines, deployments), added by packs."""
 
     # -- resource names on the backend: one bucket, one experiment, one model-name prefix per episode --
     @property
@@ -102,7 +107,7 @@ class EpisodeState:
 
     @property
     def credits_used(self) -> float:
-        return self.cpu_seconds * self.scenario.budget.credits_per_cpu_second
+        return self.cpu_seconds * self.scenario.budget.credits_per_cpu_second + self.extra_credits
 
     @property
     def credits_left(self) -> float:
