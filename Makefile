@@ -33,6 +33,7 @@ bench: setup
 	$(PY) benchmarks/bench_data.py
 	$(PY) benchmarks/bench_interfaces.py
 	$(PY) benchmarks/bench_faults.py
+	$(PY) benchmarks/bench_serving.py
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -2,7 +2,9 @@
 gone) per fault type on the local backend, p50/p95 over a few repetitions.
 
 A symptom is what a client sees: a request through the proxy slower by the configured latency, a refused
-connection, a write failing with the quota error, a failing or hanging health check, a job exiting 137.
+connection, a write failing with the quota error, a failing or hanging health check, a job exiting 137, an
+S3 client configured from the config store failing to authenticate or connect, a running job's CPU rate
+falling under CPU contention, a real uvicorn app answering 503 through its fault hook.
 Prints a table and saves .bench/faults.json. Runs its own ephemeral sandbox.
 """
 
@@ -11,7 +13,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -132,6 +139,9 @@ def measure(rt: Any, backend: LocalBackend) -> dict[str, dict[str, list[float]]]
         lambda: c.services.thaw("minio"),
         health,
     )
+    _config_faults(rt, record)
+    _contention(rt, record)
+    _http_errors(c, record)
     if cgroups_available():
         # A job started under the fault (its memory limit cut to 50 MiB) that needs 100 MiB.
         row = out.setdefault("memory_limit (job exits 137)", {"inject_s": [], "recover_s": []})
@@ -147,6 +157,136 @@ def measure(rt: Any, backend: LocalBackend) -> dict[str, dict[str, list[float]]]
             row["inject_s"].append(time.perf_counter() - t0)
         rt.jobs.cleanup(("b", "f"))
     return out
+
+
+def _config_faults(rt: Any, record: Callable[..., None]) -> None:
+    """Wrong endpoint / rotated secret in the config store; the symptom: a client built from it fails."""
+    import boto3
+    from botocore.config import Config
+
+    store, prefix = rt.faults.config, "mls-bench-"
+    store.open_scope(prefix, rt.faults.credentials())
+
+    def client_works() -> bool:
+        v = {
+            k: store.get(prefix + k) for k in ("s3_endpoint_url", "s3_access_key_id", "s3_secret_access_key")
+        }
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=v["s3_endpoint_url"],
+            aws_access_key_id=v["s3_access_key_id"],
+            aws_secret_access_key=v["s3_secret_access_key"],
+            region_name="us-east-1",
+            config=Config(retries={"max_attempts": 1}, connect_timeout=1, s3={"addressing_style": "path"}),
+        )
+        try:
+            s3.list_buckets()
+        except Exception:
+            return False
+        return True
+
+    try:
+        for kind, key, bad in (
+            ("wrong_endpoint (config)", "s3_endpoint_url", "http://127.0.0.1:9"),
+            ("rotated_credentials (config)", "s3_secret_access_key", "stale-secret-value"),
+        ):
+            good = store.get(prefix + key)
+            record(
+                kind,
+                lambda key=key, bad=bad: store.set(prefix + key, bad),
+                lambda: not client_works(),
+                lambda key=key, good=good: store.set(prefix + key, good),
+                client_works,
+            )
+    finally:
+        store.close_scope(prefix)
+
+
+def _contention(rt: Any, record: Callable[..., None]) -> None:
+    """Three burners pinned with a running job to one CPU; the symptom: the job's CPU rate halves."""
+    c = rt.faults
+    rt.jobs.submit(
+        JobSpec(job_id="bench-cc", workload="burn", args=["--cpu-seconds", "600"], labels={"b": "cc"})
+    )
+
+    def rate(seconds: float = 0.5) -> float:
+        a = rt.jobs.get("bench-cc").cpu_seconds
+        time.sleep(seconds)
+        return (rt.jobs.get("bench-cc").cpu_seconds - a) / seconds
+
+    try:
+        time.sleep(1.0)
+        base = sorted(rate() for _ in range(3))[1]
+
+        def inject() -> None:
+            c.start_contention("bench", 3)
+            c.pin_to_contention("bench", rt.jobs.pids("bench-cc"))
+
+        record(
+            "cpu_contention (3 burners)",
+            inject,
+            lambda: rate() < 0.5 * base,
+            lambda: c.stop_contention("bench"),
+            lambda: rate() > 0.75 * base,
+        )
+    finally:
+        c.stop_contention("bench")
+        rt.jobs.cleanup(("b", "cc"))
+
+
+_APP = textwrap.dedent(
+    """
+    from fastapi import FastAPI
+    from mlsandbox.workloads.fault_hook import FaultHookMiddleware
+    app = FastAPI()
+    app.add_middleware(FaultHookMiddleware)
+    @app.get("/ping")
+    def ping() -> dict:
+        return {"ok": True}
+    """
+)
+
+
+def _http_errors(c: Any, record: Callable[..., None]) -> None:
+    """A real uvicorn app with the fault hook; the symptom: it answers 503."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "bench_app.py").write_text(_APP)
+        hook = Path(tmp) / "hook.json"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench_app:app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
+        proc = subprocess.Popen(argv, cwd=tmp, env={**os.environ, "MLSANDBOX_FAULT_HOOK_FILE": str(hook)})
+        url = f"http://127.0.0.1:{port}/ping"
+
+        def status() -> int:
+            try:
+                with httpx.Client(timeout=2.0, trust_env=False) as client:
+                    return client.get(url).status_code
+            except httpx.HTTPError:
+                return 0
+
+        try:
+            until(lambda: status() == 200, timeout=60, poll=0.1)
+            record(
+                "http_errors (503 via fault hook)",
+                lambda: c.set_http_fault(hook, error_rate=1.0, status=503, delay_ms=0),
+                lambda: status() == 503,
+                lambda: c.clear_http_fault(hook),
+                lambda: status() == 200,
+            )
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 def main() -> None:

@@ -7,8 +7,14 @@ side is the typed ``GatewayClient`` and the MCP SDK's ``Client``. Prints p50/p95
 the overhead over in-process (p50 difference) and the ratio, and saves ``.bench/interfaces.json``.
 Target: HTTP overhead <= 5 ms p50 per step.
 
-Usage: ``python benchmarks/bench_interfaces.py [--sandbox NAME] [--steps N]`` (an ephemeral sandbox is
-started when none is named).
+Vectorised envs: ``gymnasium.make_vec("mlsandbox/MLSandbox-v0", num_envs=N, vectorization_mode="async")``
+for N = 1, 2, 4, 8 on the same sandbox, each env stepping a mixed action profile (listing, profiling and
+cleaning data from MinIO, MLflow queries, health probes, an invalid action), offset per env so the envs do
+different things at once. Prints env-steps/s, the latency of one vector step (all N envs) p50/p95 and the
+machine's CPU use during the run (to name the bottleneck). Target: 8 envs at >= 3x the steps/s of one.
+
+Usage: ``python benchmarks/bench_interfaces.py [--sandbox NAME] [--steps N] [--only http vector ...]
+[--vector-steps N]`` (an ephemeral sandbox is started when none is named).
 """
 
 from __future__ import annotations
@@ -189,13 +195,108 @@ def bench_mcp_http(name: str, scenario_file: str, n: int) -> dict[str, list[floa
         return anyio.run(main)
 
 
+VECTOR_PROFILE: list[dict[str, Any]] = [
+    {"type": "list_datasets"},
+    {"type": "check_data_quality", "dataset": "raw/customers.parquet"},
+    {"type": "list_runs"},
+    {"type": "get_service_health", "service": "mlflow"},
+    {
+        "type": "clean_dataset",
+        "dataset": "raw/customers.parquet",
+        "strategy": "drop_na",
+        "output": "clean/v.parquet",
+    },
+    {"type": "wait", "seconds": "soon"},  # invalid: rejected by validation
+    {"type": "get_logs", "target": "minio", "tail": 5},
+    {"type": "wait", "seconds": 0},
+]
+
+
+def bench_vector(name: str, num_envs: int, steps: int) -> dict[str, Any]:
+    import gymnasium as gym
+    import psutil
+
+    import mlsandbox  # noqa: F401  (registers the env)
+
+    scenario = load_builtin(SCENARIO).model_copy(update={"max_steps": MAX_STEPS})
+    envs = gym.make_vec("mlsandbox/MLSandbox-v0", num_envs=num_envs, vectorization_mode="async",
+                        scenario=scenario, sandbox=name, start_sandbox=False)  # fmt: skip
+    try:
+        envs.reset(seed=1)
+        k = len(VECTOR_PROFILE)
+        for w in range(2):  # warm-up: first touches of each code path
+            envs.step([VECTOR_PROFILE[(w + i) % k] for i in range(num_envs)])
+        lat: list[float] = []
+        procs = _tree_processes(name)
+        own0 = _cpu_seconds(procs)
+        cpu0 = psutil.cpu_times()
+        t_start = time.perf_counter()
+        for j in range(steps):
+            t0 = time.perf_counter()
+            envs.step([VECTOR_PROFILE[(j + 3 * i) % k] for i in range(num_envs)])
+            lat.append((time.perf_counter() - t0) * 1000)
+        wall = time.perf_counter() - t_start
+        cpu1 = psutil.cpu_times()
+        own1 = _cpu_seconds(procs)
+    finally:
+        envs.close()
+    busy = (sum(cpu1) - sum(cpu0)) - ((cpu1.idle + cpu1.iowait) - (cpu0.idle + cpu0.iowait))
+    return {
+        "num_envs": num_envs,
+        "vector_steps": steps,
+        "env_steps_per_s": round(num_envs * steps / wall, 2),
+        "vector_step_p50_ms": round(pct(lat, 0.5), 2),
+        "vector_step_p95_ms": round(pct(lat, 0.95), 2),
+        "per_env_step_ms": round(1000 * wall / steps, 2),
+        "cpu_busy_pct_of_machine": round(100 * busy / (wall * (os.cpu_count() or 1)), 1),
+        "cpu_s_per_env_step": {k: round((own1[k] - own0.get(k, 0.0)) / (num_envs * steps), 4) for k in own1},
+        "cpu_share_of_machine_pct": round(
+            100 * sum(own1[k] - own0.get(k, 0.0) for k in own1) / max(busy, 1e-9), 1
+        ),
+    }
+
+
+def _tree_processes(sandbox: str) -> dict[str, list[Any]]:
+    """The env worker processes (children of this one) and the sandbox's service processes."""
+    import psutil
+
+    me = psutil.Process()
+    services: list[Any] = []
+    for st in LocalBackend(sandbox).status():
+        if st.pid:
+            try:
+                p = psutil.Process(st.pid)
+                services += [p, *p.children(recursive=True)]
+            except psutil.Error:
+                pass
+    return {"bench+workers": [me, *me.children(recursive=True)], "services": services}
+
+
+def _cpu_seconds(procs: dict[str, list[Any]]) -> dict[str, float]:
+    import psutil
+
+    out: dict[str, float] = {}
+    for k, ps in procs.items():
+        total = 0.0
+        for p in ps:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        out[k] = total
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sandbox", help="a running sandbox to use (default: start an ephemeral one)")
     parser.add_argument("--steps", type=int, default=40, help="measured steps per action and interface")
     parser.add_argument(
-        "--only", nargs="*", help="interfaces to measure besides in-process (http, mcp-stdio, mcp-http)"
+        "--only", nargs="*", help="what to measure besides in-process (http, mcp-stdio, mcp-http, vector)"
     )
+    parser.add_argument("--vector-steps", type=int, default=30, help="vector steps per N (vector envs)")
+    parser.add_argument("--vector-n", type=int, nargs="*", default=[1, 2, 4, 8], help="numbers of envs")
     args = parser.parse_args()
 
     backend = LocalBackend(args.sandbox or f"bench-if-{os.getpid()}")
@@ -206,6 +307,7 @@ def main() -> None:
         console.print(f"starting sandbox {backend.name} ...")
         backend.up(ephemeral=True)
     results: dict[str, dict[str, list[float]]] = {}
+    vector: list[dict[str, Any]] = []
     try:
         scenario = load_builtin(SCENARIO).model_copy(update={"max_steps": MAX_STEPS})
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -222,6 +324,10 @@ def main() -> None:
                     continue
                 console.print(f"measuring {label} ...")
                 results[label] = fn()
+            if not args.only or "vector" in args.only:
+                for n in args.vector_n:
+                    console.print(f"measuring vector envs, N = {n} ...")
+                    vector.append(bench_vector(backend.name, n, args.vector_steps))
         finally:
             os.unlink(scenario_file)
     finally:
@@ -266,8 +372,13 @@ def main() -> None:
         }
         figures["interfaces"][iface] = rows
         table.add_section()
+    if vector:
+        figures["vector"] = report_vector(vector)
     if "http" not in figures["interfaces"]:
         console.print(table)
+        OUT.parent.mkdir(exist_ok=True)
+        OUT.write_text(json.dumps(figures, indent=2))
+        console.print(f"saved {OUT}")
         return
     per_action = sorted(v["overhead_p50_ms"] for k, v in figures["interfaces"]["http"].items() if k != "all")
     http_overhead = round((per_action[1] + per_action[2]) / 2, 3)  # median of the four actions' p50 overheads
@@ -282,6 +393,50 @@ def main() -> None:
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(figures, indent=2))
     console.print(f"saved {OUT}")
+
+
+def report_vector(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    table = Table(title="vectorised envs (async, one sandbox, mixed action profile)")
+    for col in (
+        "N",
+        "env-steps/s",
+        "speed-up",
+        "vector step p50 ms",
+        "p95 ms",
+        "CPU busy %",
+        "ours %",
+        "CPU ms/step env+svc",
+    ):
+        table.add_column(col, justify="right")
+    one = next((r for r in rows if r["num_envs"] == 1), rows[0])
+    for r in rows:
+        r["speedup_vs_1"] = round(r["env_steps_per_s"] / one["env_steps_per_s"], 2)
+        table.add_row(str(r["num_envs"]), f"{r['env_steps_per_s']:.1f}", f"{r['speedup_vs_1']:.2f}x",
+                      f"{r['vector_step_p50_ms']:.1f}", f"{r['vector_step_p95_ms']:.1f}",
+                      f"{r['cpu_busy_pct_of_machine']:.0f}", f"{r['cpu_share_of_machine_pct']:.0f}",
+                      "+".join(f"{1000 * v:.0f}" for v in r["cpu_s_per_env_step"].values()))  # fmt: skip
+    console.print(table)
+    eight = next((r for r in rows if r["num_envs"] == 8), None)
+    out: dict[str, Any] = {"rows": rows, "target_speedup_8": 3.0}
+    if eight is not None:
+        out["speedup_8"] = eight["speedup_vs_1"]
+        out["target_met"] = eight["speedup_vs_1"] >= 3.0
+        cpu_bound = eight["cpu_busy_pct_of_machine"] >= 85
+        per = eight["cpu_s_per_env_step"]
+        out["bottleneck"] = (
+            f"CPU: the machine's {os.cpu_count()} cores are {eight['cpu_busy_pct_of_machine']:.0f}% busy at N=8, "
+            f"{eight['cpu_share_of_machine_pct']:.0f}% of it this benchmark's (per env-step "
+            f"{1000 * per.get('bench+workers', 0):.0f} ms in the env workers: action handling with pandas/pyarrow, "
+            f"{1000 * per.get('services', 0):.0f} ms in the services: MinIO, MLflow)"
+            if cpu_bound
+            else "latency-bound at N=8 with spare CPU: the shared services answer one request at a time "
+            "(MLflow runs one worker)"
+        )
+        console.print(
+            f"8 envs: {eight['speedup_vs_1']:.2f}x the steps/s of one (target >= 3x: "
+            f"{'met' if out['target_met'] else 'NOT met'}); bottleneck: {out['bottleneck']}"
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 #   - the project and its dev extras into .venv
 #   - the MinIO server binary in $MLSANDBOX_HOME/bin (go install at the pinned version; without Go the
 #     official release binary)
+#   - the rl extra (Stable-Baselines3 + PyTorch; PyPI's torch wheel brings the CUDA runtime wheels, unused
+#     on a CPU: about 20 s to fetch once here, 5.2 GB installed, hard-linked from uv's cache after that)
 # A second run does no network work and takes seconds.
 set -euo pipefail
 
@@ -49,7 +51,7 @@ if [[ ! -x "$VENV/bin/python" ]] || [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" 
   [[ -x "$VENV/bin/python" ]] || "$UV" venv -q --python "$PY" "$VENV"
   # Bytecode is compiled once here: every service and job process would otherwise recompile mlflow,
   # sklearn and pandas from source at each start (10+ s of CPU each when bytecode writing is off).
-  VIRTUAL_ENV="$VENV" "$UV" pip install -q --compile-bytecode -e ".[dev]" || die "installing the Python dependencies failed (see above)"
+  VIRTUAL_ENV="$VENV" "$UV" pip install -q --compile-bytecode -e ".[dev,rl]" || die "installing the Python dependencies failed (see above)"
   echo "$WANT" > "$STAMP"
 else
   say "venv up to date ($VENV)"
@@ -94,6 +96,19 @@ elif command -v go >/dev/null 2>&1; then
   fi
 else
   say "warning: Go not found: toxiproxy not installed, network faults will be unavailable"
+fi
+
+# --- PostgreSQL server (the PostgreSQL table source; started on demand by the local backend) ----------
+if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && getent passwd postgres >/dev/null; then
+  say "postgresql present ($(ls -d /usr/lib/postgresql/*/ | xargs -n1 basename | tr '\n' ' '))"
+elif [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
+  say "installing Debian's postgresql server (apt-get)"
+  # Only the server binaries are used: each sandbox runs initdb in a directory of its own.
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }; } \
+    || die "apt-get install postgresql failed (see above)"
+else
+  say "warning: the PostgreSQL server is not installed and this is not root with apt-get: PostgreSQL sources will be unavailable (as root: apt-get install postgresql)"
 fi
 
 # --- helm and kubeconform (chart and manifest tests only; not needed to run sandboxes) ---------------

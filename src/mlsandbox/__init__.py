@@ -18,6 +18,9 @@ def _register() -> None:
         register(
             id="mlsandbox/MLSandbox-v0",
             entry_point="mlsandbox.env.gym_env:MLSandboxEnv",
+            # gymnasium.make_vec reads this: Text observations cannot live in shared memory (an async
+            # vector env would return the buffer's stale contents), so workers send them through pipes.
+            kwargs={"vector_kwargs": {"shared_memory": False}},
             # Steps run real processes: job durations and CPU-seconds differ between runs.
             nondeterministic=True,
         )
@@ -25,6 +28,7 @@ def _register() -> None:
         register(
             id="mlsandbox/RemoteMLSandbox-v0",
             entry_point="mlsandbox.env.remote:RemoteMLSandboxEnv",
+            kwargs={"vector_kwargs": {"shared_memory": False}},
             nondeterministic=True,
         )
 

@@ -14,7 +14,9 @@ from rich.live import Live
 from rich.table import Table
 
 from mlsandbox import __version__
+from mlsandbox.agents.commands import register as register_eval_commands
 from mlsandbox.backends.kube.commands import kube_app
+from mlsandbox.env.watch import watch as watch_command
 from mlsandbox.errors import MLSandboxError
 from mlsandbox.faults.commands import register as register_fault_commands
 from mlsandbox.gateway.commands import register as register_interface_commands
@@ -30,8 +32,10 @@ scenarios_app = typer.Typer(help="Built-in scenarios.", no_args_is_help=True)
 app.add_typer(scenarios_app, name="scenarios")
 register_interface_commands(app)  # serve (HTTP gateway), mcp, tools
 register_fault_commands(app)  # curriculum show, faults catalog
+register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
 app.add_typer(kube_app, name="kube")
 app.add_typer(operator_app, name="operator")
+app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.env.watch)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -170,10 +174,17 @@ def scenarios_list() -> None:
     table = Table(title="built-in scenarios")
     for col in ("id", "difficulty", "title", "max steps", "credits"):
         table.add_column(col)
+    broken: list[str] = []
     for sid in catalog_ids():
-        sc = load_builtin(sid)
+        try:
+            sc = load_builtin(sid)
+        except MLSandboxError as e:  # a broken plug-in scenario is reported, the others still listed
+            broken.append(str(e))
+            continue
         table.add_row(sc.id, str(sc.difficulty), sc.title, str(sc.max_steps), f"{sc.budget.credits:g}")
     console.print(table)
+    for msg in broken:
+        err_console.print(f"[bold red]error:[/] {msg}")
 
 
 @scenarios_app.command("show")
@@ -351,6 +362,29 @@ def _print_summary(results: list[Any]) -> None:
             "-" if auc is None else f"{auc:.4f}",
             f"{r.wall_s:.1f}",
         )
+    console.print(table)
+
+
+@app.command("plugins")
+def plugins_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Installed plug-ins (entry points in the mlsandbox.* groups): origin and status."""
+    from mlsandbox import plugins
+
+    records = plugins.discover()
+    if as_json:
+        console.print_json(json.dumps([r.as_dict() for r in records]))
+        return
+    if not records:
+        console.print("no plug-ins installed (entry-point groups: " + ", ".join(plugins.GROUPS) + ")")
+        return
+    table = Table(title="plug-ins")
+    for col in ("group", "name", "origin", "status", "detail"):
+        table.add_column(col, overflow="fold")
+    for r in records:
+        color = {"ok": "green", "error": "red"}.get(r.status, "yellow")
+        table.add_row(r.group, r.name, r.origin, f"[{color}]{r.status}[/]", r.detail or r.value)
     console.print(table)
 
 

@@ -172,15 +172,19 @@ def test_cpu_throttle_cuts_a_running_jobs_cpu_rate(runtime: Any, control: Any) -
             return (runtime.jobs.get(jid).cpu_seconds - a) / seconds
 
         before = rate()
-        control.set_job_limits(jid, cpus=0.1)
+        control.set_job_limits(jid, cpus=0.03)
         time.sleep(0.3)
         throttled = rate()
         _, cpu_dir = runtime.jobs.cgroup_dirs(jid)
-        assert int((cpu_dir / "cpu.cfs_quota_us").read_text()) == 10_000
-        assert throttled < 0.2 < before, (before, throttled)
-        control.restore_job_limits(jid, 1.0, None)
+        assert int((cpu_dir / "cpu.cfs_quota_us").read_text()) == 3_000
+        try:
+            # The quota caps the job whatever else runs; before and after, a busy machine may leave it
+            # well under one CPU: compare with a margin.
+            assert throttled < 0.05 and before > 2 * throttled, (before, throttled)
+        finally:
+            control.restore_job_limits(jid, 1.0, None)
         assert int((cpu_dir / "cpu.cfs_quota_us").read_text()) == 100_000
-        assert rate() > 0.3
+        assert rate() > 2 * throttled
     finally:
         runtime.jobs.cleanup(("test", "faults"))
 

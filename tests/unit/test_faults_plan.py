@@ -158,12 +158,19 @@ class FakeControl:
 
 
 def _engine(
-    plan: list[dict[str, Any]], seed: int = 1, max_steps: int = 30
+    plan: list[dict[str, Any]], seed: int = 1, max_steps: int = 30, strict: bool = False
 ) -> tuple[PerturbationEngine, EpisodeState, FakeControl]:
     sc = parse_scenario(_with_plan(plan, max_steps=max_steps))
     st = EpisodeState(episode_id="e1", scenario=sc, seed=seed, sandbox="t")
     control = FakeControl()
-    eng = PerturbationEngine(list(sc.perturbations), st, runtime=None, control=control, seed=seed)  # type: ignore[arg-type]
+    eng = PerturbationEngine(
+        list(sc.perturbations),
+        st,
+        runtime=None,  # type: ignore[arg-type]
+        control=control,  # type: ignore[arg-type]
+        seed=seed,
+        strict=strict,
+    )
     return eng, st, control
 
 

@@ -17,8 +17,11 @@ import pytest
 
 from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
 from mlsandbox.backends.local.jobs import (
+    AS_ALLOWANCE_MB,
+    LIMITS_ENV,
     LocalJobs,
     cgroups_available,
+    choose_limits,
     exit_code_of,
     parse_result,
     sandbox_cgroup_dirs,
@@ -290,3 +293,64 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# -------------------------------------------------------------------------------------------- rlimits
+
+
+@pytest.fixture()
+def rjobs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalJobs]:
+    """Jobs limited by rlimits, forced even as root (what a machine without cgroups gets)."""
+    name = re.sub(r"[^a-z0-9-]", "-", f"r-{request.node.name.lower()}")[:40].strip("-")
+    runner = LocalJobs(tmp_path, name, ENDPOINTS, limits="rlimit")
+    yield runner
+    runner.close()
+
+
+def _limit(pid: int, row: str) -> str:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith(row):
+            return line[len(row) :].split()[0]
+    raise AssertionError(row)
+
+
+def test_limit_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LIMITS_ENV, "rlimit")
+    assert choose_limits() == "rlimit"
+    monkeypatch.setenv(LIMITS_ENV, "auto")
+    assert choose_limits() == ("cgroup" if cgroups_available() else "rlimit")
+    monkeypatch.setenv(LIMITS_ENV, "quota")
+    with pytest.raises(ValueError, match="MLSANDBOX_JOB_LIMITS='quota': use auto, cgroup, rlimit, none"):
+        choose_limits()
+
+
+def test_rlimit_job_over_its_memory_fails_with_memoryerror(rjobs: LocalJobs) -> None:
+    assert not rjobs.use_cgroups and rjobs.limits == "rlimit"
+    rjobs.submit(burn("small", "--mem-mb", "40", memory_mb=200))
+    rjobs.submit(burn("hog", "--mem-mb", "300", memory_mb=100))
+    assert wait_done(rjobs, "small").state == "succeeded"
+    status = wait_done(rjobs, "hog")
+    assert (status.state, status.exit_code) == ("failed", 1)
+    assert "MemoryError" in rjobs.logs("hog")
+
+
+def test_rlimit_job_carries_its_limits_and_its_memory_can_be_cut(rjobs: LocalJobs) -> None:
+    rjobs.submit(burn("boxed", "--sleep", "30", memory_mb=300, cpus=0.5, timeout_s=40))
+    wait_log(rjobs, "boxed", "sleeping")
+    pid = _job_pid(rjobs, "boxed")
+    assert _limit(pid, "Max data size") == str(300 << 20)
+    assert _limit(pid, "Max address space") == str((300 + AS_ALLOWANCE_MB) << 20)
+    assert _limit(pid, "Max cpu time") == "20"  # 40 s x 0.5 CPU
+    rjobs.set_resources("boxed", memory_mb=64)
+    assert _limit(pid, "Max data size") == str(64 << 20)
+    with pytest.raises(ValueError, match="CPU quota cannot be changed here"):
+        rjobs.set_resources("boxed", cpus=0.1)
+    rjobs.cancel("boxed")
+
+
+def test_rlimit_cpu_time_kills_the_job_with_sigxcpu(rjobs: LocalJobs) -> None:
+    rjobs.submit(burn("spin", "--cpu-seconds", "30", cpus=0.05, timeout_s=30))  # 1.5 -> 2 CPU-seconds
+    status = wait_done(rjobs, "spin")
+    assert (status.state, status.exit_code) == ("failed", 152)  # 128 + SIGXCPU
+    assert "CPU time limit exceeded" in rjobs.logs("spin")
+    assert 1.5 <= status.cpu_seconds < 4

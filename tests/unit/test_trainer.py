@@ -49,6 +49,7 @@ SMALL = {
     "logistic_regression": {},
     "random_forest": {"n_estimators": 20},
     "gradient_boosting": {"max_iter": 20},
+    "mlp": {"max_iter": 20},
 }
 
 
@@ -57,7 +58,7 @@ def test_each_algorithm_fits_and_is_evaluated(algorithm: str) -> None:
     frame = table()
     features, target = frame.drop(columns=["label"]), frame["label"]
     pipeline = trainer.make_pipeline(features, algorithm, SMALL[algorithm], seed=0)
-    pipeline.fit(features[:300], target[:300])
+    trainer.fit(pipeline, features[:300], target[:300])
     metrics = trainer.evaluate(pipeline, features[300:], target[300:])
     assert set(metrics) == {"val_auc", "val_accuracy", "val_log_loss"}
     assert metrics["val_auc"] > 0.7
@@ -131,3 +132,64 @@ def test_self_contained_and_lazy() -> None:
         check=True,
     )
     assert "--hyperparams" in help_text.stdout
+
+
+def test_mlp_trains_epoch_by_epoch_and_logs_each_loss(capsys: pytest.CaptureFixture[str]) -> None:
+    frame = table()
+    x, y = frame.drop(columns=["label"]), frame["label"]
+    pipeline = trainer.make_pipeline(x, "mlp", {"max_iter": 5}, seed=0)
+    trainer.fit(pipeline, x, y)
+    losses = [
+        float(line.rsplit("=", 1)[1]) for line in capsys.readouterr().out.splitlines() if "loss=" in line
+    ]
+    assert len(losses) == 5 and all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert trainer.evaluate(pipeline, x, y)["val_auc"] > 0.7
+
+
+def test_mlp_with_a_huge_learning_rate_diverges_with_a_clear_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    frame = table()
+    x, y = frame.drop(columns=["label"]), frame["label"]
+    pipeline = trainer.make_pipeline(x, "mlp", {"learning_rate_init": 1e6}, seed=0)
+    with pytest.raises(trainer.TrainingDiverged, match="learning_rate_init=1e\\+06"):
+        trainer.fit(pipeline, x, y)
+    out = capsys.readouterr().out
+    assert "ERROR training diverged at epoch" in out and "lower the learning rate" in out
+    assert "loss=1" in out  # the growing losses were printed before it stopped
+
+
+def test_config_store_is_read_over_prefects_rest_api() -> None:
+    """A stand-in for Prefect's ``GET /variables/name/{name}`` (the trainer uses the stdlib only)."""
+    import http.server
+    import threading
+
+    values = {f"p-{k}": f"value-{k}" for k in trainer.CONFIG_KEYS}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            name = self.path.rsplit("/", 1)[-1]
+            if name not in values:
+                self.send_response(404)
+                self.end_headers()
+                return
+            body = json.dumps({"name": name, "value": values[name]}).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    api = f"http://127.0.0.1:{server.server_address[1]}/api"
+    try:
+        config = trainer.read_config("p-", api)
+        assert config == {k: f"value-{k}" for k in trainer.CONFIG_KEYS}
+        del values["p-s3_secret_access_key"]
+        with pytest.raises(trainer.ConfigStoreError, match="'p-s3_secret_access_key' is missing"):
+            trainer.read_config("p-", api)
+    finally:
+        server.shutdown()

@@ -70,7 +70,7 @@ class RuleAgent:
             if observation.get("action") == "wait" or self._waits > 20:
                 return {"type": "get_job", "job_id": self._job}
             self._waits += 1
-            return {"type": "wait", "seconds": 15}
+            return {"type": "wait", "seconds": 30}  # returns early when a job changes state
         return {"type": "submit"}
 
     def _plan_cleaning(self, profile: dict[str, Any]) -> None:

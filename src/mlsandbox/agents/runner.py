@@ -9,6 +9,7 @@ from typing import Any
 
 from mlsandbox.agents.base import Agent
 from mlsandbox.env.gym_env import MLSandboxEnv, decode_observation
+from mlsandbox.scenario import Scenario
 
 
 @dataclass
@@ -19,6 +20,11 @@ class StepRecord:
     reward: float
     components: dict[str, float]
     error: str | None
+    info: dict[str, Any] = field(default_factory=dict)
+    previous: dict[str, Any] = field(default_factory=dict)
+    """The observation the action was chosen on."""
+    terminated: bool = False
+    truncated: bool = False
 
 
 @dataclass
@@ -34,6 +40,9 @@ class EpisodeResult:
     terminated: bool = False
     truncated: bool = False
     wall_s: float = 0.0
+    first_observation: dict[str, Any] = field(default_factory=dict)
+    reset_info: dict[str, Any] = field(default_factory=dict)
+    final_info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
@@ -49,7 +58,7 @@ def run_episode(
     agent: Agent,
     *,
     seed: int,
-    scenario: str | None = None,
+    scenario: str | Scenario | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> EpisodeResult:
     t0 = time.perf_counter()
@@ -58,9 +67,11 @@ def run_episode(
     first = decode_observation(obs)
     agent.reset(first, seed=seed)
     res = EpisodeResult(scenario=info["scenario"], agent=agent.name, seed=seed, episode_id=info["episode_id"])
+    res.first_observation, res.reset_info = first, dict(info)
     current = first
     while True:
         action = agent.act(current)
+        current_before = current
         obs, reward, terminated, truncated, info = env.step(action)
         current = decode_observation(obs)
         rec = StepRecord(
@@ -70,6 +81,10 @@ def run_episode(
             reward=float(reward),
             components=dict(info.get("reward_components", {})),
             error=info.get("error"),
+            info=dict(info),
+            previous=current_before,
+            terminated=bool(terminated),
+            truncated=bool(truncated),
         )
         res.steps.append(rec)
         res.total_reward += float(reward)
@@ -80,6 +95,7 @@ def run_episode(
         if terminated or truncated:
             res.terminated, res.truncated = bool(terminated), bool(truncated)
             res.grade = info.get("grade")
+            res.final_info = dict(info)
             break
     res.wall_s = time.perf_counter() - t0
     return res

@@ -88,6 +88,9 @@ class ModelVersionInfo(_Model):
     run_id: str | None
     source: str
     status: str
+    aliases: list[str] = Field(default_factory=list)
+    """Names pointing at this version (e.g. ``staging``, ``production``)."""
+    created_at: float | None = None
 
 
 class Tracking(Protocol):
@@ -100,8 +103,23 @@ class Tracking(Protocol):
         """Raise :class:`KeyError` when the run does not exist."""
         ...
 
+    def search_runs(
+        self,
+        experiment_id: str,
+        filter_string: str = "",
+        order_by: list[str] | None = None,
+        max_results: int = 100,
+    ) -> list[RunInfo]:
+        """Runs of one experiment matching an MLflow filter expression; :class:`ValueError` for a bad one."""
+        ...
+
     def register_model(self, run_id: str, name: str, artifact_path: str = "model") -> ModelVersionInfo: ...
     def list_model_versions(self, name_prefix: str) -> list[ModelVersionInfo]: ...
+    def set_model_alias(self, name: str, alias: str, version: str) -> ModelVersionInfo:
+        """Point an alias (``staging``, ``production``) of a registered model at a version."""
+        ...
+
+    def delete_model_alias(self, name: str, alias: str) -> None: ...
     def delete_registered_model(self, name: str) -> None: ...
     def load_model(self, name: str, version: str) -> Any:
         """Load a registered model version as a Python object with ``predict_proba``/``predict``."""
@@ -121,6 +139,9 @@ class JobSpec(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
     timeout_s: float | None = None
     """Wall-clock limit: the job is killed and fails when it runs longer (``None``: no limit)."""
+    python: str | None = None
+    """Interpreter of a named environment to run the workload with (its file, by path); None: the
+    sandbox's own interpreter."""
 
 
 class JobStatus(_Model):
@@ -216,7 +237,14 @@ class NetworkControl(Protocol):
 
 
 class FaultControl(Protocol):
-    """Everything the perturbation engine needs from a backend to make faults real."""
+    """Everything the perturbation engine needs from a backend to make faults real.
+
+    Optional mechanisms (looked up with ``getattr``; a fault needing a missing one is recorded as
+    unavailable): ``config`` (the config store: ``get``/``set``/``names``/``open_scope``/``close_scope``)
+    and ``credentials()`` (what its keys should hold); ``start_contention(key, workers, pin=)``,
+    ``pin_to_contention(key, pids)``, ``stop_contention(key)`` and ``target_pids(target)`` (CPU
+    contention); ``set_http_fault(path, ...)``/``clear_http_fault(path)`` (fault hooks of HTTP services).
+    """
 
     @property
     def services(self) -> ServiceControl: ...

@@ -113,6 +113,24 @@ class MLflowTracking:
                 if not token:
                     return runs
 
+    def search_runs(
+        self,
+        experiment_id: str,
+        filter_string: str = "",
+        order_by: list[str] | None = None,
+        max_results: int = 100,
+    ) -> list[RunInfo]:
+        """Active runs of one experiment matching an MLflow filter expression, in ``order_by`` order.
+        :class:`ValueError` for a filter or ordering the server rejects (its own message)."""
+        with self._errors(f"search runs of experiment {experiment_id!r}"):
+            page = self.client.search_runs(
+                [experiment_id],
+                filter_string=filter_string,
+                max_results=max_results,
+                order_by=order_by or ["attributes.start_time DESC"],
+            )
+        return [_run_info(run) for run in page]
+
     def get_run(self, run_id: str) -> RunInfo:
         """Raise :class:`KeyError` when the run does not exist."""
         return _run_info(self._get_run(run_id))
@@ -209,7 +227,25 @@ class MLflowTracking:
                 token = page.token
                 if not token:
                     break
+            # Search results carry no aliases: the registered model has them (alias -> version).
+            for name in {v.name for v in versions}:
+                aliases = dict(self.client.get_registered_model(name).aliases or {})
+                for v in versions:
+                    if v.name == name:
+                        v.aliases = sorted(a for a, ver in aliases.items() if str(ver) == v.version)
         return sorted(versions, key=lambda v: (v.name, int(v.version)))
+
+    def set_model_alias(self, name: str, alias: str, version: str) -> ModelVersionInfo:
+        """Point ``alias`` of model ``name`` at ``version`` (moving it from any other version)."""
+        with self._errors(f"model {name!r} version {version}"):
+            self.client.set_registered_model_alias(name, alias, str(version))
+            return _version_info(self.client.get_model_version(name, str(version)))
+
+    def delete_model_alias(self, name: str, alias: str) -> None:
+        """Remove an alias; :class:`KeyError` when the model or the alias does not exist."""
+        with self._errors(f"alias {alias!r} of model {name!r}"):
+            self.client.get_model_version_by_alias(name, alias)
+            self.client.delete_registered_model_alias(name, alias)
 
     def delete_registered_model(self, name: str) -> None:
         """Delete the model and its versions; :class:`KeyError` when it does not exist."""
@@ -267,4 +303,6 @@ def _version_info(mv: Any) -> ModelVersionInfo:
         run_id=mv.run_id or None,
         source=str(mv.source),
         status=str(mv.status),
+        aliases=sorted(getattr(mv, "aliases", None) or []),
+        created_at=_seconds(getattr(mv, "creation_timestamp", None)),
     )

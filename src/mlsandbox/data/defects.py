@@ -130,7 +130,8 @@ class Injector:
 
     def _outliers(self) -> None:
         rate = self.spec.defects.outlier_rate
-        for name in self.spec.outlier_columns():
+
+        def apply(name: str) -> np.ndarray:  # columns are independent: one generator each
             column, values = self.numeric[name], self.split.values[name]
             rng = self.rng("outlier", name)
             present = self.free_rows(name)
@@ -140,6 +141,10 @@ class Injector:
             rng.shuffle(signs)
             magnitude = rng.uniform(*OUTLIER_STD_RANGE, size=k)
             values[rows] = np.round(column.mean + signs * magnitude * column.std, decimals_for(column)) + 0.0
+            return rows
+
+        names = self.spec.outlier_columns()
+        for name, rows in zip(names, parallel_map(apply, names), strict=True):
             self.touch(name, rows)
             self.records.append(record(name, "outlier", rate, rows))
 

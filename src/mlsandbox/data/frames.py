@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from mlsandbox.data.columns import MISSING_CODE, Split
 from mlsandbox.data.formats import render_text
@@ -62,13 +61,34 @@ def arrow_column(column: Column, split: Split) -> pa.Array:
     if isinstance(column, DatetimeColumn):
         return pa.array(np.nan_to_num(values).astype(np.int64), type=pa.timestamp("s"), mask=mask)
     assert isinstance(column, IdColumn)
-    digits = pc.utf8_lpad(
-        pa.array(np.nan_to_num(values).astype(np.int64)).cast(pa.string()), column.digits, "0"
+    return _id_text(column, np.nan_to_num(values).astype(np.int64), mask)
+
+
+def _id_text(column: IdColumn, numbers: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    """``prefix`` + the number zero-padded to ``digits``: fixed-width text built as one byte buffer (the
+    ids are below ``10**digits``, so every cell has the same length)."""
+    prefix = column.prefix.encode()
+    width = len(prefix) + column.digits
+    cells = np.empty((numbers.size, width), dtype=np.uint8)
+    if prefix:
+        cells[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+    rest = numbers.copy()
+    for position in range(width - 1, len(prefix) - 1, -1):
+        cells[:, position] = ord("0") + rest % 10
+        rest //= 10
+    offsets = np.arange(0, (numbers.size + 1) * width, width, dtype=np.int64)
+    if mask is not None:  # missing ids: null cells holding no text
+        lengths = np.where(mask, 0, width)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        cells = cells[~mask]
+    validity = None if mask is None else pa.array(~mask).buffers()[1]
+    return pa.LargeStringArray.from_buffers(
+        numbers.size,
+        pa.py_buffer(offsets),
+        pa.py_buffer(np.ascontiguousarray(cells)),
+        validity,
+        int(mask.sum()) if mask is not None else 0,
     )
-    text = pc.binary_join_element_wise(column.prefix, digits, "") if column.prefix else digits
-    if mask is not None:
-        text = pc.if_else(pa.array(mask), pa.nulls(len(text), pa.string()), text)
-    return text.cast(pa.large_string())
 
 
 def label_array(spec: TabularDataset, labels: np.ndarray) -> pa.Array:

@@ -20,6 +20,7 @@ import gymnasium as gym
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.base import Backend, Runtime
+from mlsandbox.env.dashboard import from_gateway, render_dashboard
 from mlsandbox.env.spaces import (
     RENDER_MODES,
     action_space,
@@ -47,7 +48,10 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         sandbox: str | None = None,
         start_sandbox: bool = True,
         render_mode: str | None = None,
+        vector_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        # ``vector_kwargs`` is the registration's advice to gymnasium.make_vec (no shared memory for Text
+        # observations); a single env ignores it.
         self.render_mode = check_render_mode(render_mode)
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.sandbox_name = sandbox or default_sandbox_name()
@@ -106,7 +110,7 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        return render_ansi(self._last, self._last_info, self.gateway)
+        return render_ansi(self._last, self._last_info, self.gateway, self._backend)
 
     def close(self) -> None:
         self._end_episode()
@@ -142,26 +146,19 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
             self.gateway = None
 
 
-def render_ansi(obs: dict[str, Any] | None, info: dict[str, Any], gateway: Gateway | None) -> str:
-    """A compact text dashboard of the episode for people watching it."""
+def render_ansi(
+    obs: dict[str, Any] | None, info: dict[str, Any], gateway: Gateway | None, backend: Backend | None = None
+) -> str:
+    """A compact text dashboard of the episode for people watching it (see :mod:`mlsandbox.env.dashboard`)."""
     if obs is None or gateway is None:
         return "(no episode)\n"
-    st = gateway.state
-    lines = [
-        f"scenario {st.scenario.id}  episode {st.episode_id}  step {st.step}/{st.scenario.max_steps}",
-        f"credits {st.credits_used:.2f}/{st.scenario.budget.credits:g}  invalid actions {st.invalid_actions}",
-        f"last action {obs.get('action')}: {'ok' if obs.get('ok') else 'ERROR ' + str((obs.get('error') or {}).get('code'))}",
-    ]
-    for job in st.jobs.values():
-        lines.append(
-            f"  {job.job_id:<8} {job.state:<10} {job.algorithm:<20} cpu {job.cpu_seconds:6.2f}s  {job.dataset}"
-        )
-    for name, version in st.registered:
-        lines.append(f"  registered {name} v{version}")
-    comps = info.get("reward_components") or {}
-    if comps:
-        lines.append("  reward " + "  ".join(f"{k}={v:+.3f}" for k, v in comps.items()))
-    return "\n".join(lines) + "\n"
+    services: list[tuple[str, str]] = []
+    if backend is not None:
+        try:
+            services = [(s.name, s.state) for s in backend.status()]
+        except Exception:  # a dashboard never breaks an episode
+            services = []
+    return render_dashboard(from_gateway(gateway, obs, info, services))
 
 
 __all__ = ["MLSandboxEnv", "decode_observation"]

@@ -9,6 +9,7 @@ import gymnasium as gym
 import httpx
 from gymnasium.envs.registration import EnvSpec
 
+from mlsandbox.env.dashboard import from_audit, render_dashboard
 from mlsandbox.env.spaces import (
     RENDER_MODES,
     action_space,
@@ -37,7 +38,10 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         client: GatewayClient | None = None,
         options: SessionOptions | dict[str, Any] | None = None,
         render_mode: str | None = None,
+        vector_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        # ``vector_kwargs`` is the registration's advice to gymnasium.make_vec (no shared memory for Text
+        # observations); a single env ignores it.
         if client is None and url is None:
             raise ValueError("give the gateway's url or a GatewayClient")
         self.render_mode = check_render_mode(render_mode)
@@ -59,6 +63,7 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         self.session_id: str | None = None
         self._last: dict[str, Any] | None = None
         self._last_info: dict[str, Any] = {}
+        self._records: list[dict[str, Any]] = []
         self.action_space = action_space()
         self.observation_space = observation_space()
 
@@ -79,6 +84,7 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
             obs, info = res.observation, res.info
         self._last = obs.model_dump(exclude_unset=True)
         self._last_info = info
+        self._records = [{"event": "start", "episode": info.get("episode_id"), "scenario": self.scenario}]
         return encode_observation(self._last), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -87,14 +93,17 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         res = self.client.step(self.session_id, action)
         self._last = res.observation.model_dump(exclude_unset=True)
         self._last_info = res.info
+        self._records.append(
+            {"event": "step", "observation": self._last, "info": res.info, "reward": res.reward}
+        )
         return encode_observation(self._last), res.reward, res.terminated, res.truncated, res.info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        from mlsandbox.gateway.render import render_observation
-
-        return "(no episode)\n" if self._last is None else render_observation(self._last) + "\n"
+        if self._last is None:
+            return "(no episode)\n"
+        return render_dashboard(from_audit(self._records))  # replayed from the steps seen over HTTP
 
     def close(self) -> None:
         if self.session_id is not None:

@@ -1,24 +1,73 @@
-"""Reward v1: task completion graded on the hidden holdout, step cost, compute credits, invalid actions.
+"""Reward v2: a vector of named components per step, weighted by the scenario into the scalar reward.
 
-Every component is reported by name; the scalar reward is their sum (the weights are applied here, from
-the scenario's ``reward`` section), so ``sum(components.values()) == reward`` always holds.
+Components (each already weighted by the scenario's ``reward`` section) and the objective each belongs to:
+
+=====================  ===============  ==========================================================
+component              objective        what it measures
+=====================  ===============  ==========================================================
+task                   task             the goal's grade in [0, 1] on hidden ground truth (last step)
+success_bonus          task             once, when the goal is met
+cpu_seconds            efficiency       CPU-seconds the episode's jobs used this step
+idle_capacity          efficiency       credits of reserved capacity that sat idle (a pack counter)
+compute                cost             credits consumed this step (jobs and anything packs charge)
+slo_violations         stability        seconds of SLO violation of deployments (a pack counter)
+risky_deployments      stability        risky deployments, e.g. without an evaluation (a pack counter)
+fault_detected         problem_solving  a fault addressed for the first time (decays with time)
+fault_mitigated        problem_solving  a fault whose symptom the agent made go away (decays)
+step_cost              process          every step
+invalid_action         process          every rejected action
+constraint_violation   constraint       a hard constraint broken (the episode ends)
+shaping                shaping          optional potential-based shaping (zero-sum per episode)
+=====================  ===============  ==========================================================
+
+``sum(components.values()) == reward`` always holds, and so does ``sum(vector.values()) == reward`` for
+the per-objective vector (:func:`objective_vector`). A broken hard constraint forfeits the task reward.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from mlsandbox.backends.base import Tracking
 from mlsandbox.episode import EpisodeState
 
 log = logging.getLogger(__name__)
 
-COMPONENTS = ("task", "success_bonus", "step_cost", "compute", "invalid_action")
+COMPONENT_OBJECTIVE: dict[str, str] = {
+    "task": "task",
+    "success_bonus": "task",
+    "cpu_seconds": "efficiency",
+    "idle_capacity": "efficiency",
+    "compute": "cost",
+    "slo_violations": "stability",
+    "risky_deployments": "stability",
+    "fault_detected": "problem_solving",
+    "fault_mitigated": "problem_solving",
+    "step_cost": "process",
+    "invalid_action": "process",
+    "constraint_violation": "constraint",
+    "shaping": "shaping",
+}
+COMPONENTS: tuple[str, ...] = tuple(COMPONENT_OBJECTIVE)
+OBJECTIVES: tuple[str, ...] = tuple(dict.fromkeys(COMPONENT_OBJECTIVE.values()))
+MILESTONES: tuple[str, ...] = ("data_inspected", "data_cleaned", "job_succeeded", "model_registered")
+"""Milestones the optional shaping potential is made of (``reward.shaping`` weights)."""
+
+
+def objective_vector(components: dict[str, float]) -> dict[str, float]:
+    """The per-objective sums of a components dict (every objective present, in :data:`OBJECTIVES` order)."""
+    out = dict.fromkeys(OBJECTIVES, 0.0)
+    for name, value in components.items():
+        out[COMPONENT_OBJECTIVE.get(name, "process")] += value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ grade
 
 
 @dataclass(frozen=True)
@@ -31,6 +80,8 @@ class Grade:
     score: float
     success: bool
     reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+    """Goal-type specific figures (added to :meth:`as_dict`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -40,11 +91,17 @@ class Grade:
             "score": round(self.score, 6),
             "success": self.success,
             "reason": self.reason,
+            **self.details,
         }
 
 
-def grade_episode(state: EpisodeState, tracking: Tracking) -> Grade:
+Grader = Callable[[EpisodeState, Tracking], Grade]
+
+
+def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade:
     """Grade the latest registered version of the goal's model on the hidden holdout."""
+    from sklearn.metrics import roc_auc_score  # imported when grading: keeps importing this module quick
+
     goal = state.scenario.goal
     versions = [v for (n, v) in state.registered if n == goal.model_name]
     if not versions:
@@ -68,10 +125,129 @@ def grade_episode(state: EpisodeState, tracking: Tracking) -> Grade:
     return Grade(goal.model_name, version, auc, score, success, reason)
 
 
+def _grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
+    from mlsandbox.evaluation.serving_grade import grade_deployment_slo  # imports Grade from here
+
+    return grade_deployment_slo(state, tracking)
+
+
+GRADERS: dict[str, Grader] = {
+    "registered_model_auc": grade_registered_model_auc,
+    "deployment_slo": _grade_deployment_slo,
+}
+"""One grader per goal ``type`` (a new goal type adds its grader here)."""
+
+
+def grade_episode(state: EpisodeState, tracking: Tracking) -> Grade:
+    """Grade the episode by its goal's type."""
+    goal = state.scenario.goal
+    grader = GRADERS.get(goal.type)
+    if grader is None:
+        return Grade(None, None, None, 0.0, False, f"no grader for goal type {goal.type!r}")
+    return grader(state, tracking)
+
+
+# ----------------------------------------------------------------------------------------------- faults
+
+
+def _decay(rec: Any, step: int | None, half_life: float) -> float:
+    if step is None:
+        return 0.0
+    return float(0.5 ** (max(0, step - rec.injected_step) / half_life))
+
+
+def agent_mitigated(rec: Any) -> bool:
+    """Whether the agent made a fault's symptom go away (not merely outlasted its duration)."""
+    if rec.error is not None or rec.mitigated_step is None or rec.detected_step is None:
+        return False
+    return not (rec.recovered_by == "expiry" and rec.recovered_step == rec.mitigated_step)
+
+
+# ------------------------------------------------------------------------------------------- the tracker
+
+
+@dataclass
+class RewardTracker:
+    """Turns the episode state after each step into weighted components (remembers what it has paid)."""
+
+    credits: float = 0.0
+    cpu_seconds: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
+    detected: set[int] = field(default_factory=set)
+    mitigated: set[int] = field(default_factory=set)
+    milestones: set[str] = field(default_factory=set)
+    potential: float = 0.0
+
+    def _counter_delta(self, state: EpisodeState, name: str) -> float:
+        now = float(state.counters.get(name, 0.0))
+        delta = now - self.counters.get(name, 0.0)
+        self.counters[name] = now
+        return max(0.0, delta)
+
+    def step(
+        self,
+        state: EpisodeState,
+        *,
+        action_type: str | None = None,
+        ok: bool = True,
+        invalid: bool,
+        grade: Grade | None,
+        violation: bool = False,
+        done: bool = False,
+    ) -> dict[str, float]:
+        """The weighted components of one step. ``grade`` is given on the final step only."""
+        w = state.scenario.reward
+        credits, cpu = state.credits_used, state.cpu_seconds
+        credits_delta, cpu_delta = max(0.0, credits - self.credits), max(0.0, cpu - self.cpu_seconds)
+        self.credits, self.cpu_seconds = credits, cpu
+        comps = dict.fromkeys(COMPONENTS, 0.0)
+        comps["step_cost"] = -w.step_cost
+        comps["compute"] = -w.compute * credits_delta
+        comps["cpu_seconds"] = -w.cpu_second * cpu_delta
+        comps["idle_capacity"] = -w.idle_capacity * self._counter_delta(state, "idle_reserved_credits")
+        comps["slo_violations"] = -w.slo_violation * self._counter_delta(state, "slo_violation_s")
+        comps["risky_deployments"] = -w.risky_deployment * self._counter_delta(state, "risky_deployments")
+        comps["invalid_action"] = -w.invalid_action if invalid else 0.0
+        for i, rec in enumerate(state.ground_truth.faults):
+            if rec.error is not None:
+                continue
+            if i not in self.detected and rec.detected_step is not None:
+                self.detected.add(i)
+                comps["fault_detected"] += w.fault_detected * _decay(
+                    rec, rec.detected_step, w.detect_half_life_steps
+                )
+            if i not in self.mitigated and agent_mitigated(rec):
+                self.mitigated.add(i)
+                comps["fault_mitigated"] += w.fault_mitigated * _decay(
+                    rec, rec.mitigated_step, w.detect_half_life_steps
+                )
+        if violation:
+            comps["constraint_violation"] = -w.constraint_violation
+        elif grade is not None:
+            comps["task"] = w.task * grade.score
+            comps["success_bonus"] = w.success_bonus if grade.success else 0.0
+        if w.shaping:
+            self._reach(state, action_type, ok)
+            new = 0.0 if (done or grade is not None) else sum(w.shaping.get(m, 0.0) for m in self.milestones)
+            comps["shaping"] = new - self.potential
+            self.potential = new
+        return comps
+
+    def _reach(self, state: EpisodeState, action_type: str | None, ok: bool) -> None:
+        if action_type == "check_data_quality" and ok:
+            self.milestones.add("data_inspected")
+        if any(d.origin != "scenario" for d in state.datasets.values()):
+            self.milestones.add("data_cleaned")
+        if any(j.state == "succeeded" for j in state.jobs.values()):
+            self.milestones.add("job_succeeded")
+        if any(n == state.scenario.goal.model_name for n, _ in state.registered):
+            self.milestones.add("model_registered")
+
+
 def step_components(
     state: EpisodeState, *, invalid: bool, credits_delta: float, grade: Grade | None
 ) -> dict[str, float]:
-    """The weighted reward components of one step. ``grade`` is given on the final step only."""
+    """The v1 components of one step (task, success bonus, step cost, compute, invalid action)."""
     w = state.scenario.reward
     comps = {
         "task": 0.0,

@@ -8,7 +8,10 @@ the agent: it sees symptoms only.
 
 from __future__ import annotations
 
+import json
 import logging
+import secrets
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +23,9 @@ from mlsandbox.scenario import perturbations as P
 log = logging.getLogger(__name__)
 
 SERVICE_ACTIONS = ("get_service_health", "get_logs", "restart_service")
+CONFIG_ACTIONS = ("get_config", "set_config")
+LEARNING_RATE_PARAMS: dict[str, str] = {"mlp": "learning_rate_init"}
+"""Trainer algorithms with a learning rate, and the name of its hyperparameter."""
 JOB_ACTIONS = ("get_job", "get_logs", "retry_job", "set_job_resources")
 
 
@@ -160,7 +166,8 @@ class _LimitBehaviour(_JobBehaviour):
         for job in self._running(ctx):
             try:
                 control.set_job_limits(job.backend_id, **self.limits())
-                self.affected_jobs.append(job.job_id)
+                if job.job_id not in self.affected_jobs:
+                    self.affected_jobs.append(job.job_id)
             except (KeyError, ValueError) as e:
                 log.debug("limits of %s not cut: %s", job.job_id, e)
 
@@ -300,6 +307,191 @@ class MissingColumn(_JobBehaviour):
         return action.get("type") in ("check_data_quality", "clean_dataset") and dataset in self.originals
 
 
+# ---------------------------------------------------------------------------------------------- contention
+
+
+class CpuContention(_JobBehaviour):
+    """Burners pinned with the target's processes to one CPU; new jobs of the episode pinned as they come."""
+
+    def _control(self, ctx: FaultContext) -> Any:
+        control = ctx.require_control()
+        if not hasattr(control, "start_contention"):
+            raise FaultUnavailable("this backend has no CPU contention mechanism")
+        return control
+
+    @property
+    def key(self) -> str:
+        return f"{id(self):x}-{self.entry.name}"
+
+    def inject(self, ctx: FaultContext) -> None:
+        self._control(ctx).start_contention(self.key, self.fault.workers, pin=self.fault.pin)
+        self._pin(ctx)
+
+    def on_tick(self, ctx: FaultContext) -> None:
+        self._pin(ctx)
+
+    def _pin(self, ctx: FaultContext) -> None:
+        control = self._control(ctx)
+        if self.entry.target_kind == "service":
+            control.pin_to_contention(self.key, control.target_pids(f"service:{self.target_name}"))
+            return
+        for job in self._running(ctx):
+            try:
+                pids = control.target_pids(job.backend_id)
+            except KeyError:
+                continue
+            if control.pin_to_contention(self.key, pids) and job.job_id not in self.affected_jobs:
+                self.affected_jobs.append(job.job_id)
+
+    def recover(self, ctx: FaultContext) -> None:
+        self._control(ctx).stop_contention(self.key)
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        if self.entry.target_kind == "service":
+            return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+        return super().addresses(action)
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        return False  # the burners compete until the fault ends
+
+
+# ------------------------------------------------------------------------------------------ http services
+
+
+class HttpErrors(Behaviour):
+    """Writes the target service's fault-hook control file (registered in mlsandbox.workloads.fault_hook)."""
+
+    def __init__(self, entry: P.Perturbation) -> None:
+        super().__init__(entry)
+        self.path: Any = None
+
+    def _resolve(self, ctx: FaultContext) -> Any:
+        from mlsandbox.workloads.fault_hook import hook_file, registered_hooks
+
+        path = hook_file(self.target_name, scope=ctx.state.episode_id)
+        if path is None:
+            known = ", ".join(registered_hooks(scope=ctx.state.episode_id)) or "none"
+            raise FaultUnavailable(
+                f"no HTTP service {self.target_name!r} has registered a fault hook (registered: {known})"
+            )
+        return path
+
+    def inject(self, ctx: FaultContext) -> None:
+        from mlsandbox.workloads.fault_hook import write_fault
+
+        self.path = self.path or self._resolve(ctx)
+        f = self.fault
+        params = {
+            "error_rate": f.error_rate,
+            "status": f.status,
+            "delay_ms": f.delay_ms,
+            "seed": ctx.state.seed,
+        }
+        setter = getattr(ctx.control, "set_http_fault", None)
+        if setter is not None:
+            setter(self.path, **params)
+        else:
+            write_fault(self.path, **params)
+
+    def recover(self, ctx: FaultContext) -> None:
+        from mlsandbox.workloads.fault_hook import clear_fault
+
+        if self.path is None:
+            return
+        clearer = getattr(ctx.control, "clear_http_fault", None)
+        if clearer is not None:
+            clearer(self.path)
+        else:
+            clear_fault(self.path)
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+
+
+# -------------------------------------------------------------------------------------------------- config
+
+
+def _closed_port_url() -> str:
+    """A local address nothing listens on (a port the kernel handed out, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+class ConfigValue(Behaviour):
+    """A wrong value in the episode's config store; the original is written back on recovery."""
+
+    def __init__(self, entry: P.Perturbation) -> None:
+        super().__init__(entry)
+        self.original: str | None = None
+        self.bad: str | None = None
+
+    def _store(self, ctx: FaultContext) -> Any:
+        store = getattr(ctx.require_control(), "config", None)
+        if store is None:
+            raise FaultUnavailable("this backend has no config store")
+        return store
+
+    def _name(self, ctx: FaultContext) -> str:
+        return P.config_prefix(ctx.state.episode_id) + self.target_name
+
+    def bad_value(self) -> str:
+        if self.fault.type == "wrong_endpoint":
+            return self.fault.url or _closed_port_url()
+        if self.target_name == "s3_secret_access_key":
+            return secrets.token_urlsafe(24)
+        return f"mls-{secrets.token_hex(6)}"
+
+    def inject(self, ctx: FaultContext) -> None:
+        store, name = self._store(ctx), self._name(ctx)
+        if self.original is None:
+            self.original = store.get(name)
+            if self.original is None:
+                raise FaultUnavailable(f"the episode's config store has no {self.target_name!r}")
+        self.bad = self.bad or self.bad_value()
+        store.set(name, self.bad)
+
+    def recover(self, ctx: FaultContext) -> None:
+        if self.original is None:
+            return
+        store, name = self._store(ctx), self._name(ctx)
+        if store.get(name) != self.original:
+            store.set(name, self.original)
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in CONFIG_ACTIONS and action.get("key") == self.target_name
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        return self.original is not None and self._store(ctx).get(self._name(ctx)) == self.original
+
+
+# --------------------------------------------------------------------------------------- learning rate
+
+
+class DivergentLearningRate(_JobBehaviour):
+    """Jobs started while active get a too high default learning rate (unless they set one)."""
+
+    def adjust_job(self, spec: JobSpec) -> JobSpec:
+        args = list(spec.args)
+        if spec.workload != "trainer" or "--algorithm" not in args:
+            return spec
+        param = LEARNING_RATE_PARAMS.get(args[args.index("--algorithm") + 1])
+        if param is None:
+            return spec
+        if "--hyperparams" in args:
+            i = args.index("--hyperparams") + 1
+            hyperparams = json.loads(args[i])
+        else:
+            args += ["--hyperparams", "{}"]
+            i, hyperparams = len(args) - 1, {}
+        if param in hyperparams:
+            return spec
+        hyperparams[param] = self.fault.learning_rate
+        args[i] = json.dumps(hyperparams, sort_keys=True)
+        return spec.model_copy(update={"args": args})
+
+
 BEHAVIOURS: dict[str, type[Behaviour]] = {
     "kill_service": KillService,
     "freeze_service": FreezeService,
@@ -315,6 +507,11 @@ BEHAVIOURS: dict[str, type[Behaviour]] = {
     "endpoint_down": Network,
     "missing_column": MissingColumn,
     "job_timeout": JobTimeout,
+    "cpu_contention": CpuContention,
+    "http_errors": HttpErrors,
+    "wrong_endpoint": ConfigValue,
+    "rotated_credentials": ConfigValue,
+    "divergent_learning_rate": DivergentLearningRate,
 }
 assert set(BEHAVIOURS) == set(P.FAULT_TYPES), "every fault of the catalog has a behaviour"
 

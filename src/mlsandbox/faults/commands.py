@@ -57,20 +57,27 @@ def curriculum_show(
 
 @faults_app.command("catalog")
 def faults_catalog() -> None:
-    """Every fault type with its target kinds and parameters."""
+    """Every fault type with its target kinds, parameters, and whether it can be made real here."""
+    from mlsandbox.backends.local.chaos import unavailable_here
+
+    missing = unavailable_here()
     table = Table(title="fault catalog")
-    for col in ("type", "category", "targets", "parameters", "what happens"):
+    for col in ("type", "category", "targets", "parameters", "here", "what happens"):
         table.add_column(col)
     for model in FAULT_MODELS:
+        kind = model.model_fields["type"].default
         params = ", ".join(f"{k}={v.default!r}" for k, v in model.model_fields.items() if k not in ("type",))
         table.add_row(
-            model.model_fields["type"].default,
+            kind,
             model.category,
             ", ".join(model.targets),
             params or "-",
+            "[red]unavailable[/]" if kind in missing else "yes",
             " ".join((model.__doc__ or "").split()),
         )
     console.print(table)
+    for kind, reason in sorted(missing.items()):
+        console.print(f"[bold]{kind}[/] unavailable: {reason}")
 
 
 def register(app: typer.Typer) -> None:

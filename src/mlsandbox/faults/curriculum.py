@@ -74,6 +74,20 @@ LEVELS: tuple[Level, ...] = (
         ],
     ),
     Level(
+        name="stale-credentials",
+        difficulty=2,
+        description="The config store the jobs read holds rotated (stale) object-store credentials: jobs "
+        "fail to authenticate until the agent fixes the config.",
+        plan=[
+            _p(
+                name="stale-secret",
+                when={"at_step": 1},
+                fault={"type": "rotated_credentials"},
+                recovery="manual",
+            )
+        ],
+    ),
+    Level(
         name="flaky-platform",
         difficulty=3,
         description="Random trouble: a slow tracker now and then, a frozen orchestrator, throttled jobs.",

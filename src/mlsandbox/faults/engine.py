@@ -10,7 +10,13 @@ end, close, reset); every ``inject``/``recover`` is idempotent and a failing one
 
 Triggers are deterministic by seed: the draw of a probability trigger at step ``s`` is a function of
 ``(seed, entry name, s)`` only, so the same seed gives the same schedule whatever the agent does. Time
-triggers and second-based durations are checked at step boundaries (a ``wait`` of 60 s is one boundary).
+triggers (``at_time``) and second-based durations are also watched by a background timer thread, so they
+fire between steps (during a long ``wait``, while a job runs), not only at the next step boundary. Every
+entry point (tick, timer, observe_action, adjust_job, recover_all) holds the engine's lock.
+
+A plan that uses a fault the backend cannot make real here (``FaultControl.unavailable()``: no Toxiproxy,
+no cgroups) is refused when the engine is made (:class:`UnavailableFaultError`, naming each entry and the
+reason) unless ``strict=False``, which records the entry as not injected instead.
 
 Ground truth goes to ``state.ground_truth.faults`` (one :class:`FaultRecord` per injection); it is never
 part of an observation.
@@ -21,16 +27,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mlsandbox.backends.base import FaultControl, JobSpec, Runtime
 from mlsandbox.episode import EpisodeState
+from mlsandbox.errors import ConfigError
 from mlsandbox.faults.behaviours import Behaviour, FaultContext, FaultUnavailable, behaviour_for
 from mlsandbox.scenario import perturbations as P
 
 log = logging.getLogger(__name__)
+
+TIMER_POLL_S = 0.5
+"""Longest the timer thread sleeps between checks (it wakes at the next due time when sooner)."""
+
+
+class UnavailableFaultError(ConfigError):
+    """The plan uses faults that cannot be made real on this backend or machine."""
 
 
 @dataclass
@@ -106,6 +121,8 @@ class PerturbationEngine:
         *,
         seed: int,
         clock: Any = time.time,
+        strict: bool = True,
+        timer: bool = True,
     ) -> None:
         self.state = state
         self.seed = seed
@@ -114,16 +131,95 @@ class PerturbationEngine:
         self.slots = [_Slot(entry) for entry in plan]
         self.records: list[FaultRecord] = []
         self._unavailable: dict[str, str] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         if control is not None:
             try:
                 self._unavailable = dict(control.unavailable())
             except Exception as e:  # pragma: no cover - defensive
                 log.warning("fault control cannot say what is unavailable: %s", e)
+        if strict:
+            bad = [
+                f"perturbation {e.name!r} uses fault {e.fault.type!r}: {self._unavailable[e.fault.type]}"
+                for e in plan
+                if e.fault.type in self._unavailable
+            ]
+            if bad:
+                raise UnavailableFaultError("faults unavailable on this machine: " + "; ".join(bad))
+        if timer and any(self._timed(s.entry) for s in self.slots):
+            self._thread = threading.Thread(target=self._timer_loop, name="perturbation-timer", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------------------------------ timer
+
+    @staticmethod
+    def _timed(entry: P.Perturbation) -> bool:
+        return isinstance(entry.when, P.AtTime) or (
+            entry.duration is not None and entry.duration.seconds is not None
+        )
+
+    def _next_deadline(self) -> float | None:
+        times = []
+        for slot in self.slots:
+            w, d = slot.entry.when, slot.entry.duration
+            if slot.active is None and isinstance(w, P.AtTime) and not slot.fired_once:
+                times.append(self.state.started_at + w.at_time)
+            rec = slot.record
+            if (
+                slot.active is not None
+                and rec is not None
+                and d is not None
+                and d.seconds is not None
+                and slot.entry.recovery == "auto"
+            ):
+                times.append(rec.injected_at + d.seconds)
+        return min(times) if times else None
+
+    def _timer_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                deadline = self._next_deadline()
+            now = self.clock()
+            if deadline is not None and deadline <= now:
+                try:
+                    self.timer_tick()
+                except Exception as e:  # the timer never dies of a fault
+                    log.warning("perturbation timer: %s", e)
+                continue
+            pause = TIMER_POLL_S if deadline is None else min(TIMER_POLL_S, max(0.0, deadline - now))
+            self._stop.wait(pause)
+
+    def timer_tick(self) -> None:
+        """Between steps: recover faults whose seconds ran out, inject the ``at_time`` entries now due."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            now = self.clock()
+            for slot in self.slots:
+                d = slot.entry.duration
+                timed = slot.active is not None and d is not None and d.seconds is not None
+                if timed and self._expired(slot, now):
+                    self._recover(slot, "expiry")
+            for slot in self.slots:
+                if slot.active is None and isinstance(slot.entry.when, P.AtTime) and self._due(slot, now):
+                    self._inject(slot, now)
+
+    def stop_timer(self) -> None:
+        """Stop the timer thread (idempotent); no fault fires between steps any more."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
 
     # ------------------------------------------------------------------------------------------ ticks
 
     def tick(self) -> None:
         """One step boundary (call before the action of ``state.step`` is carried out)."""
+        with self._lock:
+            self._tick()
+
+    def _tick(self) -> None:
         now = self.clock()
         for slot in self.slots:
             if slot.active is not None:
@@ -143,6 +239,10 @@ class PerturbationEngine:
 
     def observe_action(self, action: dict[str, Any]) -> None:
         """Record the first action that addresses each injected fault (time to detect)."""
+        with self._lock:
+            self._observe_action(action)
+
+    def _observe_action(self, action: dict[str, Any]) -> None:
         now = self.clock()
         for slot in self.slots:
             rec, beh = slot.record, slot.active
@@ -158,6 +258,10 @@ class PerturbationEngine:
 
     def adjust_job(self, spec: JobSpec, job_id: str) -> JobSpec:
         """A job about to start: every active fault may change it (cut limits, a tighter deadline)."""
+        with self._lock:
+            return self._adjust_job(spec, job_id)
+
+    def _adjust_job(self, spec: JobSpec, job_id: str) -> JobSpec:
         self.ctx.job_resources[spec.job_id] = (spec.cpus, spec.memory_mb)
         for slot in self.slots:
             if slot.active is None:
@@ -171,14 +275,17 @@ class PerturbationEngine:
         return spec
 
     def recover_all(self, reason: str = "episode_end") -> None:
-        """Undo every active fault, newest first. Idempotent."""
-        for slot in reversed(self.slots):
-            if slot.active is not None:
-                self._recover(slot, reason)
+        """Stop the timer, then undo every active fault, newest first. Idempotent."""
+        self.stop_timer()
+        with self._lock:
+            for slot in reversed(self.slots):
+                if slot.active is not None:
+                    self._recover(slot, reason)
 
     @property
     def active_faults(self) -> list[FaultRecord]:
-        return [s.record for s in self.slots if s.active is not None and s.record is not None]
+        with self._lock:
+            return [s.record for s in self.slots if s.active is not None and s.record is not None]
 
     # -------------------------------------------------------------------------------------- internals
 

@@ -71,15 +71,28 @@ class TrainModel(_Action):
     and logs parameters, validation metrics (val_auc, val_accuracy, val_log_loss) and the model to
     the experiment tracker. Jobs consume compute credits by CPU-seconds. Follow it with get_job / wait.
     Hyperparameters are passed to the scikit-learn estimator (LogisticRegression,
-    RandomForestClassifier, HistGradientBoostingClassifier)."""
+    RandomForestClassifier, HistGradientBoostingClassifier, MLPClassifier for ``mlp``: SGD with
+    momentum, ``learning_rate_init`` 0.01 and ``max_iter`` 30 epochs by default, loss logged per epoch)."""
 
     type: Literal["train_model"] = "train_model"
     dataset: DatasetName
-    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting"]
+    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"]
     hyperparams: dict[
         Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None
     ] = Field(default_factory=dict, max_length=20)
     resources: Resources = Field(default_factory=Resources)
+    machine: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="A machine type from list_machines (its CPU and memory replace `resources`); the job "
+        "runs on an idle reservation of that type when one is held, else waits in the queue if the pool is full",
+    )
+    environment: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="A Python environment from list_environments / create_environment (default: the "
+        "sandbox's own)",
+    )
 
 
 class GetJob(_Action):
@@ -151,7 +164,7 @@ class JobChanges(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dataset: DatasetName | None = None
-    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting"] | None = None
+    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"] | None = None
     hyperparams: (
         dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None]
         | None

@@ -83,6 +83,13 @@ def serve(
     ] = 16,
     no_start: NoStartOpt = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    allow_restart: Annotated[
+        bool,
+        typer.Option(
+            "--allow-restart",
+            help="Let sessions restart shared services (denied by default: a restart hits every session).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the HTTP gateway (sessions, steps, tools; OpenAPI at /docs) for a running sandbox."""
     import uvicorn
@@ -97,7 +104,13 @@ def serve(
         )
     try:
         with attached_sandbox(sandbox, backend, start=not no_start) as (b, runtime):
-            manager = SessionManager(runtime, sandbox, _audit_dir(b), max_sessions=max_sessions)
+            manager = SessionManager(
+                runtime,
+                sandbox,
+                _audit_dir(b),
+                max_sessions=max_sessions,
+                restart_policy="allow" if allow_restart else "deny",
+            )
             app = create_app(manager)
             typer.echo(
                 f"gateway for sandbox {sandbox!r} on http://{host}:{port} (OpenAPI: /openapi.json)", err=True

@@ -23,7 +23,9 @@ from mlsandbox.data.profile import profile_frame
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
 from mlsandbox.errors import ActionError
-from mlsandbox.evaluation.reward import Grade, grade_episode, step_components
+from mlsandbox.evaluation.constraints import Violation, check_action, check_budget
+from mlsandbox.evaluation.metrics import episode_metrics
+from mlsandbox.evaluation.reward import Grade, RewardTracker, grade_episode, objective_vector
 from mlsandbox.faults.engine import PerturbationEngine
 from mlsandbox.gateway import actions as A
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
@@ -47,6 +49,7 @@ class Gateway:
         seed: int | None = None,
         sandbox: str = "default",
         audit_dir: Path | None = None,
+        denied_actions: dict[str, str] | None = None,
     ) -> None:
         self.runtime = runtime
         self.scenario = scenario
@@ -62,9 +65,13 @@ class Gateway:
         self.faults: PerturbationEngine | None = None
         """The perturbation engine (None when the scenario has no plan)."""
         self._job_requests: dict[str, A.TrainModel] = {}
-        self._credits_seen = 0.0
+        self._reward = RewardTracker()
+        self.violation: Violation | None = None
+        """The hard constraint the episode broke (it ended the episode), if any."""
         self.grade: Grade | None = None
         self._closed = False
+        self.denied_actions = dict(denied_actions or {})
+        """Action types refused by policy (type -> reason): a ``forbidden`` error observation, nothing done."""
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -175,9 +182,15 @@ class Gateway:
                 hook(self)
             except Exception as e:  # a pack's hook never breaks a step
                 log.warning("episode %s: pack %s step hook failed: %s", st.episode_id, name, e)
+        violation: Violation | None = None
         try:
             action = parse_action(raw)
             action_type = action.type
+            if action_type in self.denied_actions:
+                raise ActionError("forbidden", self.denied_actions[action_type])
+            violation = check_action(self.scenario, action.model_dump(mode="json"))
+            if violation is not None:  # refused before it runs; the episode ends below
+                raise ActionError("constraint_violation", violation.message)
             if self.faults is not None:
                 self.faults.observe_action(action.model_dump())
             result = self._packs.handlers[action.type](self, action)
@@ -186,12 +199,14 @@ class Gateway:
             invalid = False
             err_code = None
         except ActionError as e:
-            st.invalid_actions += 1
+            invalid = violation is None
+            st.invalid_actions += int(invalid)
             self.refresh_jobs()
             obs = error_observation(st.step, action_type, e, self.budget())
-            invalid = True
             err_code = e.code
-        terminated = st.submitted
+        violation = violation or check_budget(st)
+        self.violation = violation
+        terminated = st.submitted or violation is not None
         truncated = not terminated and st.step >= self.scenario.max_steps
         if terminated or truncated:
             st.done = True
@@ -200,8 +215,15 @@ class Gateway:
             grade = grade_episode(st, self.runtime.tracking)
             self.grade = grade
         credits = st.credits_used
-        comps = step_components(st, invalid=invalid, credits_delta=credits - self._credits_seen, grade=grade)
-        self._credits_seen = credits
+        comps = self._reward.step(
+            st,
+            action_type=action_type,
+            ok=bool(obs["ok"]),
+            invalid=invalid,
+            grade=grade,
+            violation=violation is not None,
+            done=st.done,
+        )
         reward = float(sum(comps.values()))
         info: dict[str, Any] = {
             "episode_id": st.episode_id,
@@ -209,12 +231,16 @@ class Gateway:
             "action": action_type,
             "error": err_code,
             "reward_components": comps,
+            "reward_vector": objective_vector(comps),
             "credits_used": round(credits, 4),
             "invalid_actions": st.invalid_actions,
             "timings": {"step_s": round(time.perf_counter() - t0, 6)},
         }
+        if violation is not None:
+            info["constraint_violation"] = violation.as_dict()
         if grade is not None:
             info["grade"] = grade.as_dict()
+            info["metrics"] = episode_metrics(st)
         self._audit(
             {"event": "step", "raw": _jsonable(raw), "observation": obs, "reward": reward, "info": info}
         )
@@ -296,8 +322,15 @@ class Gateway:
             labels=dict([st.job_label]),
             timeout_s=self.scenario.budget.max_job_seconds,
         )
+        if a.machine is not None or a.environment is not None:
+            from mlsandbox.gateway.packs.compute_impl import place_job
+
+            spec = place_job(self, spec, machine=a.machine, environment=a.environment)
+        prefix = self.ext.get("config", {}).get("prefix")
+        if prefix:  # the job reads its endpoints and credentials from the episode's config store
+            spec = spec.model_copy(update={"args": [*spec.args, "--config-prefix", prefix]})
         if self.faults is not None:
-            spec = self.faults.adjustjob(spec, job_id)
+            spec = self.faults.adjust_job(spec, job_id)
         status = self.backend_call(lambda: self.runtime.jobs.submit(spec))
         self._job_requests[job_id] = a
         st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
@@ -344,6 +377,8 @@ class Gateway:
             run = self.runtime.tracking.get_run(a.run_id)
         except KeyError:
             raise ActionError("not_found", f"run {a.run_id} does not exist") from None
+        except Exception as e:  # the tracker is down or failing: an error observation, not a crash
+            raise ActionError("backend_error", f"{type(e).__name__}: {e}") from None
         if run.experiment_id != st.experiment_id:
             raise ActionError("not_found", f"run {a.run_id} does not exist in this episode's experiment")
         if run.status != "FINISHED":

@@ -30,6 +30,11 @@ from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import Scenario, catalog_ids, load_builtin
 
 DEFAULT_MAX_SESSIONS = 16
+RestartPolicy = Literal["deny", "allow"]
+SHARED_RESTART_DENIED = (
+    "restart_service is denied on this gateway: its sessions share one sandbox, so a restart would "
+    "interrupt every session's episode (start the gateway with `mlsandbox serve --allow-restart` to permit it)"
+)
 SESSION_ID_PATTERN = r"^s-[0-9a-f]{16}$"
 MAX_SEED = 2**31 - 1
 
@@ -186,6 +191,9 @@ class Health(_Wire):
     sandbox: str
     sessions: int
     max_sessions: int
+    restart_service: RestartPolicy = Field(
+        description="Whether sessions may restart shared services (deny: a forbidden error observation)."
+    )
 
 
 class ErrorResponse(_Wire):
@@ -230,9 +238,15 @@ class SessionManager:
         audit_dir: Path | None = None,
         *,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        restart_policy: RestartPolicy = "deny",
     ) -> None:
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
+        if restart_policy not in ("deny", "allow"):
+            raise ValueError(f"restart_policy must be 'deny' or 'allow', got {restart_policy!r}")
+        self.restart_policy: RestartPolicy = restart_policy
+        """Sessions share the sandbox's services: restarting one interrupts every session, so
+        ``restart_service`` is refused (``forbidden`` error observation) unless the policy is ``allow``."""
         self.runtime = runtime
         self.sandbox_name = sandbox_name
         self.audit_dir = audit_dir
@@ -269,7 +283,11 @@ class SessionManager:
 
     def health(self) -> Health:
         return Health(
-            version=__version__, sandbox=self.sandbox_name, sessions=len(self), max_sessions=self.max_sessions
+            version=__version__,
+            sandbox=self.sandbox_name,
+            sessions=len(self),
+            max_sessions=self.max_sessions,
+            restart_service=self.restart_policy,
         )
 
     @staticmethod
@@ -412,8 +430,14 @@ class SessionManager:
 
     def _start(self, scenario: Scenario, seed: int) -> tuple[Gateway, dict[str, Any], dict[str, Any]]:
         t0 = time.perf_counter()
+        denied = {"restart_service": SHARED_RESTART_DENIED} if self.restart_policy == "deny" else None
         gateway = Gateway(
-            self.runtime, scenario, seed=seed, sandbox=self.sandbox_name, audit_dir=self.audit_dir
+            self.runtime,
+            scenario,
+            seed=seed,
+            sandbox=self.sandbox_name,
+            audit_dir=self.audit_dir,
+            denied_actions=denied,
         )
         try:
             observation = gateway.start()
@@ -435,6 +459,7 @@ class SessionManager:
 
 __all__ = [
     "DEFAULT_MAX_SESSIONS",
+    "SHARED_RESTART_DENIED",
     "ActionSpec",
     "CloseResponse",
     "CreateSessionRequest",

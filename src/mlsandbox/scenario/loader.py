@@ -69,8 +69,16 @@ def load_scenario_file(path: str | Path) -> Scenario:
 
 
 def _catalog_files() -> dict[str, Any]:
+    """Scenario id -> file: the built-in catalog, then plug-in catalogs (``mlsandbox.scenarios`` entry
+    points, see :mod:`mlsandbox.plugins`); a built-in id is never replaced by a plug-in's."""
+    from mlsandbox.plugins import scenario_dirs
+
     root = resources.files(CATALOG_PACKAGE) / CATALOG_DIR
-    return {f.name[: -len(".yaml")]: f for f in root.iterdir() if f.name.endswith(".yaml")}
+    files: dict[str, Any] = {f.name[: -len(".yaml")]: f for f in root.iterdir() if f.name.endswith(".yaml")}
+    for _origin, directory in scenario_dirs():
+        for f in sorted(directory.glob("*.yaml")):
+            files.setdefault(f.name[: -len(".yaml")], f)
+    return files
 
 
 def catalog_ids() -> list[str]:

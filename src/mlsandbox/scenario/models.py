@@ -6,9 +6,9 @@ Every model forbids unknown fields, so a typo in a scenario file is an error tha
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from mlsandbox.data.spec import (
     CategoricalColumn,
@@ -17,7 +17,11 @@ from mlsandbox.data.spec import (
     NumericColumn,
     TabularDataset,
 )
+from mlsandbox.scenario.compute import ComputePool
 from mlsandbox.scenario.perturbations import Perturbation, check_plan
+from mlsandbox.scenario.pipelines import Pipelines
+from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
+from mlsandbox.scenario.sources import Source, check_sources
 
 __all__ = ["CategoricalColumn", "Defects", "NumericColumn", "Perturbation", "Scenario", "TabularDataset"]
 
@@ -43,6 +47,17 @@ class Goal(_Model):
     """ROC AUC on the holdout that counts as success."""
 
 
+def _goal_type(v: Any) -> str:
+    return str((v.get("type") if isinstance(v, dict) else getattr(v, "type", None)) or "registered_model_auc")
+
+
+AnyGoal = Annotated[
+    Annotated[Goal, Tag("registered_model_auc")] | Annotated[DeploymentSLOGoal, Tag("deployment_slo")],
+    Discriminator(_goal_type),
+]
+"""A goal by ``type`` (``registered_model_auc`` when absent); ``deployment_slo``: see scenario.serving."""
+
+
 class Budget(_Model):
     credits: float = Field(default=100.0, gt=0)
     """Compute credits for the episode (jobs consume them by CPU-seconds)."""
@@ -62,6 +77,46 @@ class RewardWeights(_Model):
     """Subtracted per compute credit consumed."""
     invalid_action: float = 0.5
     """Subtracted per invalid action."""
+    # -- resource efficiency, stability, problem solving, constraints (mlsandbox.evaluation.reward) --
+    cpu_second: float = 0.0
+    """Subtracted per CPU-second the episode's jobs use (on top of the credits they cost)."""
+    idle_capacity: float = 0.05
+    """Subtracted per credit of reserved capacity that sat idle (counter ``idle_reserved_credits``)."""
+    slo_violation: float = 0.01
+    """Subtracted per second of SLO violation of a deployment (counter ``slo_violation_s``)."""
+    risky_deployment: float = 2.0
+    """Subtracted per risky deployment, e.g. one without an evaluation (counter ``risky_deployments``)."""
+    fault_detected: float = 0.0
+    """Added once per injected fault when the agent first addresses the faulty component; halves every
+    ``detect_half_life_steps`` steps after the injection."""
+    fault_mitigated: float = 0.0
+    """Added once per injected fault whose symptom the agent made go away; halves every
+    ``detect_half_life_steps`` steps after the injection."""
+    detect_half_life_steps: float = Field(default=5.0, gt=0)
+    constraint_violation: float = Field(default=10.0, ge=0)
+    """Subtracted when a hard constraint is violated (the episode ends; task reward is forfeited)."""
+    shaping: dict[Literal["data_inspected", "data_cleaned", "job_succeeded", "model_registered"], float] = (
+        Field(default_factory=dict)
+    )
+    """Optional dense shaping: potential-based terms (weight of each milestone reached). They sum to
+    zero over a finished episode, so they guide learning without changing which policy is best."""
+
+
+class ForbiddenAction(_Model):
+    """An action pattern that violates a hard constraint: ``action`` is a glob on the action type,
+    ``params`` globs on parameter values (all must match; a nested value is matched as JSON text)."""
+
+    action: str = Field(min_length=1)
+    params: dict[str, str] = Field(default_factory=dict)
+    reason: str = "forbidden by the scenario"
+
+
+class Constraints(_Model):
+    """Hard constraints: a violation ends the episode with the ``constraint_violation`` penalty."""
+
+    budget: bool = False
+    """When true, using more credits than ``budget.credits`` is a violation (not only a blocked job)."""
+    forbidden_actions: list[ForbiddenAction] = Field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------ perturbations
@@ -80,11 +135,23 @@ class Scenario(_Model):
     seed: int = 0
     """Default seed when ``reset`` is given none."""
     datasets: list[DatasetSpec] = Field(min_length=1)
-    goal: Goal
+    goal: AnyGoal
     budget: Budget = Budget()
     max_steps: int = Field(default=40, ge=1, le=10_000)
     reward: RewardWeights = RewardWeights()
+    constraints: Constraints = Constraints()
+    reference_agent: str = "reference"
+    """The scripted agent that solves this scenario (a name in ``mlsandbox.agents.AGENTS`` or
+    ``module:attribute``); ``mlsandbox scenarios validate`` runs it."""
+    compute: ComputePool = ComputePool()
+    """Machine catalog and pool capacity (default: two machine types, no capacity limit)."""
+    pipelines: Pipelines = Pipelines()
+    """Upstream batches for the ingestion pipeline and flow runs started with the episode."""
     perturbations: list[Perturbation] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)
+    """Where data comes from besides the lake's raw/ files (see mlsandbox.scenario.sources)."""
+    serving: Serving | None = None
+    """Production traffic, monitoring, alerts and SLO for deployments (see mlsandbox.scenario.serving)."""
 
     @field_validator("id")
     @classmethod
@@ -107,6 +174,7 @@ class Scenario(_Model):
             max_steps=self.max_steps,
             datasets={d.name: [c.name for c in d.columns] for d in self.datasets},
         )
+        check_sources(self.sources, {d.name: d for d in self.datasets}, self.max_steps)
         return self
 
     def dataset(self, name: str) -> TabularDataset:

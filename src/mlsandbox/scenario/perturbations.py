@@ -7,6 +7,7 @@ A plan is a list of :class:`Perturbation` entries inside a scenario (``perturbat
         when: {at_step: 3}                 # or {at_time: 20}, {every: 5}, {probability: 0.2},
                                            #    {condition: job_running}
         target: service:mlflow             # service:NAME | endpoint:NAME | jobs | bucket | dataset:NAME
+                                           #   | config:KEY | http:NAME
         fault: {type: kill_service}        # one of the catalog below, with its parameters
         duration: {steps: 4}               # or {seconds: 30}; omitted: until the episode ends
         recovery: auto                     # auto: undone when the duration ends; manual: the agent must
@@ -18,6 +19,7 @@ Only the models live here (the scenario layer parses and validates plans); the p
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -26,9 +28,29 @@ SERVICES: tuple[str, ...] = ("minio", "mlflow", "prefect-server", "prefect-worke
 """Services a service fault may target."""
 ENDPOINTS: tuple[str, ...] = ("minio", "mlflow")
 """Client-facing endpoints (behind the sandbox's proxy) a network fault may target."""
+CONFIG_KEYS: tuple[str, ...] = (
+    "s3_endpoint_url",
+    "s3_access_key_id",
+    "s3_secret_access_key",
+    "mlflow_tracking_uri",
+)
+"""Keys of an episode's config store (what its training jobs read their endpoints and credentials from)."""
+SECRET_CONFIG_KEYS: frozenset[str] = frozenset({"s3_secret_access_key"})
+"""Config keys whose values are secrets (masked whenever shown)."""
+ENDPOINT_CONFIG_KEYS: tuple[str, ...] = ("s3_endpoint_url", "mlflow_tracking_uri")
+CREDENTIAL_CONFIG_KEYS: tuple[str, ...] = ("s3_access_key_id", "s3_secret_access_key")
+
+
+def config_prefix(episode_id: str) -> str:
+    """The name prefix of an episode's entries in the config store (Prefect variable names allow
+    lowercase letters, digits, ``-`` and ``_``)."""
+    return "mls-" + re.sub(r"[^a-z0-9_-]", "-", episode_id.lower()) + "-"
+
+
 CONDITIONS: tuple[str, ...] = ("job_submitted", "job_running", "job_succeeded", "model_registered")
 """Conditions on episode state a ``when: {condition: ...}`` trigger may wait for."""
-TargetKind = Literal["service", "endpoint", "jobs", "bucket", "dataset"]
+TargetKind = Literal["service", "endpoint", "jobs", "bucket", "dataset", "config", "http"]
+_HTTP_NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 
 class _Model(BaseModel):
@@ -45,7 +67,8 @@ class AtStep(_Model):
 
 
 class AtTime(_Model):
-    """Once, at the first step boundary at least ``at_time`` seconds after the episode started."""
+    """Once, ``at_time`` seconds after the episode started: fired by the engine's timer between steps
+    (or at the next step boundary, whichever comes first)."""
 
     at_time: float = Field(gt=0)
 
@@ -244,6 +267,69 @@ class JobTimeoutFault(_Fault):
     timeout_s: float = Field(default=3.0, gt=0)
 
 
+class CpuContentionFault(_Fault):
+    """``workers`` CPU burners (``mlsandbox.workloads.burn``) compete for the target's CPU: the burners and
+    the target's processes are pinned to one CPU (``pin``; else the burners spread over every CPU), so the
+    target gets a fraction of it and its work slows. Jobs started while active are pinned too."""
+
+    targets = ("jobs", "service")
+    default_target = "jobs"
+    category = "resource"
+    type: Literal["cpu_contention"] = "cpu_contention"
+    workers: int = Field(default=3, ge=1, le=32)
+    pin: bool = True
+
+
+class HttpErrorsFault(_Fault):
+    """One of the sandbox's own HTTP services (a model server, an API data source) answers ``error_rate``
+    of its requests with ``status`` and delays every request by ``delay_ms``, through the service's
+    internal fault hook (a control file the agent cannot reach). Targets: ``http:NAME`` of a service that
+    registered its hook."""
+
+    targets = ("http",)
+    category = "service"
+    type: Literal["http_errors"] = "http_errors"
+    error_rate: float = Field(default=0.5, ge=0, le=1)
+    status: int = Field(default=503, ge=500, le=599)
+    delay_ms: int = Field(default=0, ge=0, le=60_000)
+
+
+class WrongEndpointFault(_Fault):
+    """The episode's config store points an endpoint key (``config:s3_endpoint_url`` or
+    ``config:mlflow_tracking_uri``) at a wrong address (``url``; default: a closed local port): clients
+    reading their config fail with the real connection error."""
+
+    targets = ("config",)
+    default_target = "config:s3_endpoint_url"
+    category = "config"
+    type: Literal["wrong_endpoint"] = "wrong_endpoint"
+    url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+
+
+class RotatedCredentialsFault(_Fault):
+    """The credentials were rotated and the episode's config store holds a stale one
+    (``config:s3_secret_access_key`` or ``config:s3_access_key_id``): clients fail with the object
+    store's real authentication error (``SignatureDoesNotMatch`` / ``InvalidAccessKeyId``)."""
+
+    targets = ("config",)
+    default_target = "config:s3_secret_access_key"
+    category = "config"
+    type: Literal["rotated_credentials"] = "rotated_credentials"
+
+
+class DivergentLearningRateFault(_Fault):
+    """Jobs started while active get a default learning rate of ``learning_rate`` (the training defaults
+    went bad): an ``mlp`` job's loss diverges (inf, then NaN) and it fails with its log saying so. A job
+    whose hyperparameters set the learning rate explicitly is left alone; algorithms without a learning
+    rate are unaffected."""
+
+    targets = ("jobs",)
+    default_target = "jobs"
+    category = "task"
+    type: Literal["divergent_learning_rate"] = "divergent_learning_rate"
+    learning_rate: float = Field(default=1e6, gt=0)
+
+
 FAULT_MODELS: tuple[type[_Fault], ...] = (
     KillServiceFault,
     FreezeServiceFault,
@@ -259,6 +345,11 @@ FAULT_MODELS: tuple[type[_Fault], ...] = (
     EndpointDownFault,
     MissingColumnFault,
     JobTimeoutFault,
+    CpuContentionFault,
+    HttpErrorsFault,
+    WrongEndpointFault,
+    RotatedCredentialsFault,
+    DivergentLearningRateFault,
 )
 FAULT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in FAULT_MODELS)
 
@@ -276,7 +367,12 @@ Fault = Annotated[
     | ResetPeerFault
     | EndpointDownFault
     | MissingColumnFault
-    | JobTimeoutFault,
+    | JobTimeoutFault
+    | CpuContentionFault
+    | HttpErrorsFault
+    | WrongEndpointFault
+    | RotatedCredentialsFault
+    | DivergentLearningRateFault,
     Field(discriminator="type"),
 ]
 
@@ -296,8 +392,8 @@ class Perturbation(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     when: When
     target: str | None = None
-    """``service:NAME``, ``endpoint:NAME``, ``jobs``, ``bucket`` or ``dataset:NAME``; faults with an
-    obvious target (``jobs``, ``bucket``) default to it."""
+    """``service:NAME``, ``endpoint:NAME``, ``jobs``, ``bucket``, ``dataset:NAME``, ``config:KEY`` or
+    ``http:NAME``; faults with an obvious target (``jobs``, ``bucket``, a config key) default to it."""
     fault: Fault
     duration: Duration | None = None
     """None: the fault lasts until the agent mitigates it or the episode ends."""
@@ -329,9 +425,21 @@ class Perturbation(_Model):
             raise ValueError(
                 f"fault {kind_name!r} acts on a {' or '.join(fault.targets)} target, got {target!r}"
             )
-        allowed = {"service": SERVICES, "endpoint": ENDPOINTS}.get(kind)
+        allowed = {
+            "service": SERVICES,
+            "endpoint": ENDPOINTS,
+            "config": ENDPOINT_CONFIG_KEYS
+            if kind_name == "wrong_endpoint"
+            else CREDENTIAL_CONFIG_KEYS
+            if kind_name == "rotated_credentials"
+            else CONFIG_KEYS,
+        }.get(kind)
         if allowed is not None and name not in allowed:
             raise ValueError(f"unknown {kind} {name!r} in target {target!r}; {kind}s: {', '.join(allowed)}")
+        if kind == "http" and not re.match(_HTTP_NAME_RE, name):
+            raise ValueError(
+                f"target {target!r} names no HTTP service: use http:NAME (lowercase letters, digits, . _ -)"
+            )
         if kind == "dataset" and not name:
             raise ValueError(f"target {target!r} names no dataset: use dataset:NAME")
         if kind in ("jobs", "bucket") and name:

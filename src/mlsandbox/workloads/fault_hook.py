@@ -11,6 +11,10 @@ sandbox's state directory, never behind any port, so the agent cannot reach it. 
 its health check badly too) pass untouched. A missing or empty file means no fault. The file is re-read
 when its modification time changes (checked at most every 100 ms), so injecting and recovering need no
 restart and take effect within that time.
+
+Which file belongs to which service: a service (or whatever starts it) registers its control file under a
+target name with :func:`register_hook`; a perturbation ``{target: http:NAME, fault: {type: http_errors}}``
+resolves NAME through :func:`hook_file` (the episode's own registrations first, then global ones).
 """
 
 from __future__ import annotations
@@ -19,12 +23,40 @@ import asyncio
 import json
 import os
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ENV_VAR = "MLSANDBOX_FAULT_HOOK_FILE"
 _CHECK_EVERY_S = 0.1
+
+
+_REGISTRY: dict[tuple[str | None, str], Path] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def register_hook(name: str, path: str | os.PathLike[str], *, scope: str | None = None) -> None:
+    """Make ``http:NAME`` targets resolve to ``path`` (``scope``: an episode id, or None for every one)."""
+    with _REGISTRY_LOCK:
+        _REGISTRY[(scope, name)] = Path(path)
+
+
+def unregister_hook(name: str, *, scope: str | None = None) -> None:
+    with _REGISTRY_LOCK:
+        _REGISTRY.pop((scope, name), None)
+
+
+def hook_file(name: str, *, scope: str | None = None) -> Path | None:
+    """The control file registered for ``name`` (the scope's own first, then a global one)."""
+    with _REGISTRY_LOCK:
+        return _REGISTRY.get((scope, name)) or _REGISTRY.get((None, name))
+
+
+def registered_hooks(*, scope: str | None = None) -> list[str]:
+    """Names ``http:NAME`` can target in ``scope`` (global registrations included)."""
+    with _REGISTRY_LOCK:
+        return sorted({n for (s, n) in _REGISTRY if s is None or s == scope})
 
 
 def write_fault(

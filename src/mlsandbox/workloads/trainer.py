@@ -3,7 +3,14 @@
 Run as ``python -m mlsandbox.workloads.trainer --bucket B --key K --target label --algorithm ALGO
 --hyperparams '{"C": 0.5}' --experiment-id E --run-name N --seed S``. The environment gives the services:
 ``MLSANDBOX_S3_URL`` (else ``MLFLOW_S3_ENDPOINT_URL``), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` and
-``MLFLOW_TRACKING_URI``.
+``MLFLOW_TRACKING_URI``. With ``--config-prefix P`` the endpoints and credentials come from the sandbox's
+config store instead: Prefect variables ``P + s3_endpoint_url``, ``s3_access_key_id``,
+``s3_secret_access_key`` and ``mlflow_tracking_uri`` read from ``PREFECT_API_URL`` (a wrong value there
+fails the job with the client's real connection or authentication error).
+
+``mlp`` (a multilayer perceptron trained by SGD with momentum) trains epoch by epoch and prints each
+epoch's loss; when the loss stops being finite (a learning rate far too high) the job fails with a
+``TrainingDiverged`` error naming the epoch and the learning rate.
 
 It fails where real code fails: missing values into logistic regression, an unknown target column, an
 unknown hyperparameter, an unreadable file all raise the libraries' own errors; the traceback goes to
@@ -27,7 +34,18 @@ import traceback
 from typing import Any
 
 RESULT_PREFIX = "MLSANDBOX_RESULT "
-ALGORITHMS = ("logistic_regression", "random_forest", "gradient_boosting")
+ALGORITHMS = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
+CONFIG_KEYS = ("s3_endpoint_url", "s3_access_key_id", "s3_secret_access_key", "mlflow_tracking_uri")
+
+
+class TrainingDiverged(ArithmeticError):
+    """The training loss is no longer a finite number."""
+
+
+class ConfigStoreError(RuntimeError):
+    """The config store cannot be read or lacks a key."""
+
+
 VALIDATION_FRACTION = 0.2
 
 
@@ -48,6 +66,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--experiment-id", required=True)
     parser.add_argument("--run-name", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--config-prefix",
+        default=None,
+        help="read endpoints and credentials from the config store (Prefect variables with this prefix)",
+    )
     args = parser.parse_args(argv)
     hyperparams = json.loads(args.hyperparams)
     if not isinstance(hyperparams, dict):
@@ -57,6 +80,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # ------------------------------------------------------------------------------------------------ data
+
+
+def read_config(prefix: str, api_url: str | None = None) -> dict[str, str]:
+    """The job's endpoints and credentials from the config store (Prefect variables, over its REST API)."""
+    import urllib.error
+    import urllib.request
+
+    api = (api_url or os.environ.get("PREFECT_API_URL") or "").rstrip("/")
+    if not api:
+        raise ConfigStoreError("PREFECT_API_URL is not set: the config store cannot be reached")
+    out = {}
+    for key in CONFIG_KEYS:
+        name = prefix + key
+        try:
+            with urllib.request.urlopen(f"{api}/variables/name/{name}", timeout=10) as resp:
+                value = json.loads(resp.read()).get("value")
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                raise ConfigStoreError(f"config key {name!r} is missing from the config store") from None
+            raise
+        if value is None:
+            raise ConfigStoreError(f"config key {name!r} has no value")
+        out[key] = str(value)
+    return out
+
+
+def apply_config(config: dict[str, str]) -> None:
+    """Point this process's clients (boto3, MLflow) at what the config store says."""
+    os.environ["MLSANDBOX_S3_URL"] = config["s3_endpoint_url"]
+    os.environ["AWS_ACCESS_KEY_ID"] = config["s3_access_key_id"]
+    os.environ["AWS_SECRET_ACCESS_KEY"] = config["s3_secret_access_key"]
+    os.environ["MLFLOW_TRACKING_URI"] = config["mlflow_tracking_uri"]
 
 
 def read_object(bucket: str, key: str) -> bytes:
@@ -95,11 +150,20 @@ def make_estimator(algorithm: str, hyperparams: dict[str, Any], seed: int) -> An
     """The estimator with ``random_state=seed`` then the given parameters (sklearn validates the names)."""
     from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
     from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
 
     factories = {
         "logistic_regression": lambda: LogisticRegression(max_iter=1000, random_state=seed),
         "random_forest": lambda: RandomForestClassifier(random_state=seed),
         "gradient_boosting": lambda: HistGradientBoostingClassifier(random_state=seed),
+        "mlp": lambda: MLPClassifier(
+            hidden_layer_sizes=(32,),
+            solver="sgd",
+            momentum=0.9,
+            learning_rate_init=0.01,
+            max_iter=30,
+            random_state=seed,
+        ),
     }
     return factories[algorithm]().set_params(**hyperparams)
 
@@ -111,13 +175,39 @@ def make_pipeline(features: Any, algorithm: str, hyperparams: dict[str, Any], se
 
     numeric = list(features.select_dtypes(include=["number"]).columns)
     categorical = [c for c in features.columns if c not in numeric]
-    scale = StandardScaler() if algorithm == "logistic_regression" else "passthrough"
+    scale = StandardScaler() if algorithm in ("logistic_regression", "mlp") else "passthrough"
     preprocess = ColumnTransformer(
         [("numeric", scale, numeric), ("categorical", OneHotEncoder(handle_unknown="ignore"), categorical)],
         sparse_threshold=0.0,  # dense: HistGradientBoosting does not take sparse input
     )
     estimator = make_estimator(algorithm, hyperparams, seed)
     return Pipeline([("preprocess", preprocess), ("model", estimator)])
+
+
+def fit(pipeline: Any, x_train: Any, y_train: Any) -> None:
+    """Fit; an ``mlp`` is trained epoch by epoch, its loss printed, divergence stopped with an error."""
+    import math
+
+    model = pipeline.named_steps["model"]
+    if type(model).__name__ != "MLPClassifier":
+        pipeline.fit(x_train, y_train)
+        return
+    preprocess = pipeline.named_steps["preprocess"]
+    features = preprocess.fit_transform(x_train)
+    classes = sorted(set(y_train))
+    epochs = int(model.max_iter)
+    for epoch in range(1, epochs + 1):
+        model.partial_fit(features, y_train, classes=classes)
+        loss = float(model.loss_)
+        log(f"epoch {epoch}/{epochs} loss={loss:.6g}")
+        if not math.isfinite(loss):
+            log(
+                f"ERROR training diverged at epoch {epoch}: loss is {loss} "
+                f"(learning_rate_init={model.learning_rate_init:g}); lower the learning rate"
+            )
+            raise TrainingDiverged(
+                f"loss is {loss} at epoch {epoch} with learning_rate_init={model.learning_rate_init:g}"
+            )
 
 
 def evaluate(pipeline: Any, x_val: Any, y_val: Any) -> dict[str, float]:
@@ -164,7 +254,7 @@ def train(args: argparse.Namespace, run: Any) -> dict[str, Any]:
     pipeline = make_pipeline(x, args.algorithm, args.hyperparams, args.seed)
     log(f"fitting {args.algorithm} on {len(x_train)} rows ({len(x_val)} held out for validation) ...")
     started = time.perf_counter()
-    pipeline.fit(x_train, y_train)
+    fit(pipeline, x_train, y_train)
     train_seconds = time.perf_counter() - started
     log(f"fitted in {train_seconds:.2f} s")
 
@@ -208,6 +298,13 @@ def _pip_requirements() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if args.config_prefix:
+            config = read_config(args.config_prefix)
+            apply_config(config)
+            log(
+                f"config from the config store ({args.config_prefix}*): "
+                f"s3={config['s3_endpoint_url']} mlflow={config['mlflow_tracking_uri']}"
+            )
         import mlflow
 
         log(f"starting run {args.run_name or '(unnamed)'} in experiment {args.experiment_id}")

@@ -191,6 +191,7 @@ def teardown(
         stopped += supervisor.stop([], extra=leftovers, timeout=1.0)
     if remove_data:
         shutil.rmtree(layout.root, ignore_errors=True)
+        svc.remove_external_postgres_dir(name, home)  # the PostgreSQL source's data, when kept outside
         _lock_path(name).unlink(missing_ok=True)  # safe while held: see _acquire
     else:
         layout.state_file.unlink(missing_ok=True)

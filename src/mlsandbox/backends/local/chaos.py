@@ -7,10 +7,16 @@
 - network: toxics on the Toxiproxy proxies in front of MinIO and MLflow (the endpoints the agent's and
   the workloads' clients use), proxies disabled for "endpoint down";
 - a hard bucket quota through MinIO's admin API (``PUT /minio/admin/v3/set-bucket-quota``, SigV4-signed);
-- job limits through the jobs' cgroups (``LocalJobs.set_resources``).
+- job limits through the jobs' cgroups (``LocalJobs.set_resources``; RLIMIT_DATA without cgroups);
+- CPU contention: burner processes (``mlsandbox.workloads.burn``) pinned with the target's processes to
+  one CPU (``sched_setaffinity``);
+- the config store: Prefect variables on the sandbox's Prefect server (:class:`PrefectConfigStore`);
+- the internal fault hook of the sandbox's own HTTP services (a control file, see
+  :mod:`mlsandbox.workloads.fault_hook`).
 
 Every change that would outlive a crash of the process making it (a toxic, a disabled proxy, a quota, a
-SIGSTOP, a cut job limit) is written first to a journal, ``<sandbox>/faults/<pid>-<ticks>.json``, and
+SIGSTOP, a cut job limit, burner processes and pinned CPUs, an episode's config variables, a fault-hook
+control file) is written first to a journal, ``<sandbox>/faults/<pid>-<ticks>.json``, and
 removed from it once undone. :func:`undo_stale_journals` (called by the garbage collector) undoes the
 journal of every process that is gone.
 """
@@ -21,6 +27,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -86,8 +94,38 @@ class UndoJobLimits(_Model):
     memory_limit_bytes: int | None = None
 
 
+class UndoContention(_Model):
+    """CPU burners to kill and processes whose CPU affinity to give back."""
+
+    type: Literal["contention"] = "contention"
+    burners: list[ProcessRecord] = Field(default_factory=list)
+    pinned: list[tuple[ProcessRecord, list[int]]] = Field(default_factory=list)
+
+
+class UndoConfigScope(_Model):
+    """An episode's config variables (every Prefect variable whose name starts with ``prefix``)."""
+
+    type: Literal["config_scope"] = "config_scope"
+    prefix: str
+
+
+class UndoHookFile(_Model):
+    """A fault-hook control file of an HTTP service (removed: the service answers normally again)."""
+
+    type: Literal["hook_file"] = "hook_file"
+    path: str
+
+
 Undo = Annotated[
-    UndoToxic | UndoProxyDisabled | UndoBucketQuota | UndoFrozen | UndoKilled | UndoJobLimits,
+    UndoToxic
+    | UndoProxyDisabled
+    | UndoBucketQuota
+    | UndoFrozen
+    | UndoKilled
+    | UndoJobLimits
+    | UndoContention
+    | UndoConfigScope
+    | UndoHookFile,
     Field(discriminator="type"),
 ]
 
@@ -233,6 +271,98 @@ class ToxiproxyControl:
             raise ValueError(f"unknown endpoint {endpoint!r}; endpoints: {', '.join(svc.PROXIED)}")
 
 
+class PrefectConfigStore:
+    """Key/value config in Prefect variables of the sandbox's Prefect server (its REST API).
+
+    An episode's config lives under a name prefix (a *scope*): :meth:`open_scope` writes it and journals
+    it, :meth:`close_scope` deletes every variable of the scope (so does the garbage collector for the
+    scope of a gone process). Values are strings.
+    """
+
+    def __init__(self, api_url: str, journal: Journal | None = None) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.journal = journal
+
+    RETRIES = (0.2, 0.5, 1.0)
+    """Pauses before retrying a call the server refused as busy (503) or that could not connect."""
+
+    def _call(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        for pause in (*self.RETRIES, None):
+            try:
+                with httpx.Client(timeout=10.0, trust_env=False) as client:
+                    resp = client.request(method, f"{self.api_url}{path}", json=body)
+                if resp.status_code != 503 or pause is None:
+                    return resp
+            except (httpx.ConnectError, httpx.RemoteProtocolError) as e:
+                if pause is None:
+                    raise BackendError(
+                        f"config store (Prefect at {self.api_url}): {type(e).__name__}: {e}"
+                    ) from e
+            except httpx.HTTPError as e:
+                raise BackendError(
+                    f"config store (Prefect at {self.api_url}): {type(e).__name__}: {e}"
+                ) from e
+            time.sleep(pause)
+        raise AssertionError("unreachable")
+
+    def get(self, name: str) -> str | None:
+        resp = self._call("GET", f"/variables/name/{name}")
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise BackendError(f"config store: reading {name!r} failed: {resp.status_code} {resp.text[:200]}")
+        value = resp.json().get("value")
+        return None if value is None else str(value)
+
+    def set(self, name: str, value: str) -> None:
+        resp = self._call("PATCH", f"/variables/name/{name}", {"value": value})
+        if resp.status_code == 404:
+            resp = self._call("POST", "/variables/", {"name": name, "value": value})
+        if resp.status_code not in (200, 201, 204):
+            raise BackendError(f"config store: writing {name!r} failed: {resp.status_code} {resp.text[:200]}")
+
+    def delete(self, name: str) -> None:
+        resp = self._call("DELETE", f"/variables/name/{name}")
+        if resp.status_code not in (200, 204, 404):
+            raise BackendError(
+                f"config store: deleting {name!r} failed: {resp.status_code} {resp.text[:200]}"
+            )
+
+    def names(self, prefix: str) -> list[str]:
+        # LIKE treats "_" as a wildcard: the exact prefix is checked here.
+        body = {"variables": {"name": {"like_": f"{prefix}%"}}, "limit": 200}
+        resp = self._call("POST", "/variables/filter", body)
+        if resp.status_code != 200:
+            raise BackendError(f"config store: listing failed: {resp.status_code} {resp.text[:200]}")
+        return sorted(v["name"] for v in resp.json() if str(v.get("name", "")).startswith(prefix))
+
+    def open_scope(self, prefix: str, values: dict[str, str]) -> None:
+        if self.journal is not None:
+            self.journal.add(f"config:{prefix}", UndoConfigScope(prefix=prefix))
+        for key, value in values.items():
+            self.set(prefix + key, value)
+
+    def close_scope(self, prefix: str) -> None:
+        for name in self.names(prefix):
+            self.delete(name)
+        if self.journal is not None:
+            self.journal.remove(f"config:{prefix}")
+
+
+class _Contention:
+    def __init__(self, burners: list[subprocess.Popen[bytes]], cpu: int | None) -> None:
+        self.burners = burners
+        self.cpu = cpu
+        self.records = [ProcessRecord.of(p.pid) for p in burners]
+        self.pinned: dict[int, tuple[ProcessRecord, list[int]]] = {}
+
+
+def _restore_affinity(record: ProcessRecord, cpus: list[int]) -> None:
+    if supervisor.is_alive(record):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(record.pid, set(cpus))
+
+
 class LocalServiceControl:
     """Kill, freeze, thaw, restart, probe and read the logs of a local sandbox's services."""
 
@@ -353,6 +483,11 @@ class LocalFaultControl:
         url = svc.toxiproxy_url(state.ports)
         self._network = ToxiproxyControl(url, self.journal) if url else None
         self._direct = state.endpoints
+        self._config = PrefectConfigStore(state.endpoints.prefect_api_url, self.journal)
+        self._contention: dict[str, _Contention] = {}
+        self._lock = threading.Lock()
+        self.sandbox_name = backend.name
+        self.client_endpoints = client_endpoints
 
     @property
     def services(self) -> LocalServiceControl:
@@ -361,6 +496,129 @@ class LocalFaultControl:
     @property
     def network(self) -> ToxiproxyControl | None:
         return self._network
+
+    @property
+    def config(self) -> PrefectConfigStore:
+        """The sandbox's config store (Prefect variables)."""
+        return self._config
+
+    def credentials(self) -> dict[str, str]:
+        """What clients of this sandbox should be configured with (the source of truth of the config)."""
+        ep = self.client_endpoints
+        return {
+            "s3_endpoint_url": ep.s3_url,
+            "s3_access_key_id": ep.s3_access_key,
+            "s3_secret_access_key": ep.s3_secret_key,
+            "mlflow_tracking_uri": ep.mlflow_url,
+        }
+
+    # ---------------------------------------------------------------------------------- http fault hooks
+
+    def set_http_fault(
+        self, path: Path, *, error_rate: float, status: int, delay_ms: int, seed: int = 0
+    ) -> None:
+        """Write a service's fault-hook control file (journaled: the garbage collector removes it)."""
+        from mlsandbox.workloads.fault_hook import write_fault
+
+        self.journal.add(f"hook:{path}", UndoHookFile(path=str(path)))
+        write_fault(Path(path), error_rate=error_rate, status=status, delay_ms=delay_ms, seed=seed)
+
+    def clear_http_fault(self, path: Path) -> None:
+        from mlsandbox.workloads.fault_hook import clear_fault
+
+        clear_fault(Path(path))
+        self.journal.remove(f"hook:{path}")
+
+    # ------------------------------------------------------------------------------------ cpu contention
+
+    def target_pids(self, target: str) -> list[int]:
+        """Pids of ``service:NAME`` (its process tree) or of a job (backend job id)."""
+        if target.startswith("service:"):
+            record = self._services._record(target.split(":", 1)[1])
+            return [p.pid for p in supervisor.process_tree(record)]
+        return list(self.jobs.pids(target))
+
+    def start_contention(self, key: str, workers: int, *, pin: bool = True) -> int | None:
+        """Start ``workers`` CPU burners (idempotent per ``key``); returns the CPU they are pinned to."""
+        from .jobs import OWNER_ENV, _owner_marker
+
+        with self._lock:
+            if key in self._contention:
+                return self._contention[key].cpu
+            cpu = max(os.sched_getaffinity(0)) if pin else None
+            env = {
+                **os.environ,
+                **supervisor.marker_env(self.sandbox_name, str(self.jobs.home)),
+                OWNER_ENV: _owner_marker(),
+            }
+            argv = [sys.executable, "-m", "mlsandbox.workloads.burn", "--cpu-seconds", "86400"]
+            burners = []
+            try:
+                for _ in range(workers):
+                    proc = subprocess.Popen(
+                        argv,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                    burners.append(proc)
+                    if cpu is not None:
+                        os.sched_setaffinity(proc.pid, {cpu})
+                c = _Contention(burners, cpu)
+            except BaseException:
+                for proc in burners:
+                    proc.kill()
+                    proc.wait()
+                raise
+            self._contention[key] = c
+            self._journal_contention(key, c)
+            return cpu
+
+    def pin_to_contention(self, key: str, pids: list[int]) -> list[int]:
+        """Pin processes to the contended CPU (their affinity is given back on stop); returns new pins."""
+        with self._lock:
+            c = self._contention.get(key)
+            if c is None or c.cpu is None:
+                return []
+            new = []
+            for pid in pids:
+                if pid in c.pinned:
+                    continue
+                try:
+                    record = ProcessRecord.of(pid)
+                    original = sorted(os.sched_getaffinity(pid))
+                    c.pinned[pid] = (record, original)
+                    os.sched_setaffinity(pid, {c.cpu})
+                    new.append(pid)
+                except (OSError, Exception):  # gone meanwhile
+                    c.pinned.pop(pid, None)
+            if new:
+                self._journal_contention(key, c)
+            return new
+
+    def stop_contention(self, key: str) -> None:
+        """Kill the burners and give pinned processes their CPUs back (idempotent)."""
+        with self._lock:
+            c = self._contention.pop(key, None)
+            if c is None:
+                return
+            for proc in c.burners:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            for proc in c.burners:
+                proc.wait()
+            for record, cpus in c.pinned.values():
+                _restore_affinity(record, cpus)
+            self.journal.remove(f"contention:{key}")
+
+    def _journal_contention(self, key: str, c: _Contention) -> None:
+        self.journal.add(
+            f"contention:{key}", UndoContention(burners=c.records, pinned=list(c.pinned.values()))
+        )
+
+    # ----------------------------------------------------------------------------------------- limits
 
     def set_bucket_quota(self, bucket: str, quota_bytes: int | None) -> None:
         key = f"quota:{bucket}"
@@ -397,10 +655,46 @@ class LocalFaultControl:
             out.update(
                 dict.fromkeys(("latency", "bandwidth", "timeout", "reset_peer", "endpoint_down"), reason)
             )
-        if not getattr(self.jobs, "use_cgroups", False):
-            reason = "job cgroups need root and a cgroup v1 hierarchy"
-            out.update(dict.fromkeys(("memory_limit", "cpu_throttle"), reason))
+        limits = getattr(
+            self.jobs, "limits", "cgroup" if getattr(self.jobs, "use_cgroups", False) else "none"
+        )
+        if limits != "cgroup":
+            reason = (
+                "a job's CPU quota needs cgroup v1 and root; jobs here are limited by rlimits "
+                "(memory: RLIMIT_DATA/RLIMIT_AS, CPU time: RLIMIT_CPU)"
+                if limits == "rlimit"
+                else "job limits need root and cgroup v1, or rlimits"
+            )
+            out["cpu_throttle"] = reason
+            if limits != "rlimit":
+                out["memory_limit"] = reason
         return out
+
+
+def unavailable_here() -> dict[str, str]:
+    """Fault types a new local sandbox on this machine cannot make real (without starting one): no
+    Toxiproxy binary, or jobs without cgroups (``MLSANDBOX_JOB_LIMITS``, root, cgroup v1)."""
+    from .jobs import choose_limits
+
+    out: dict[str, str] = {}
+    if svc.toxiproxy_binary() is None:
+        reason = "toxiproxy-server is not installed (run `make setup`)"
+        out.update(dict.fromkeys(("latency", "bandwidth", "timeout", "reset_peer", "endpoint_down"), reason))
+    try:
+        limits = choose_limits()
+    except ValueError as e:
+        limits, note = "none", str(e)
+    else:
+        note = ""
+    if limits != "cgroup":
+        out["cpu_throttle"] = note or (
+            "a job's CPU quota needs cgroup v1 and root; jobs here are limited by rlimits"
+            if limits == "rlimit"
+            else "job limits are off (MLSANDBOX_JOB_LIMITS=none)"
+        )
+        if limits != "rlimit":
+            out["memory_limit"] = out["cpu_throttle"]
+    return out
 
 
 # ------------------------------------------------------------------------------------ garbage collection
@@ -423,6 +717,18 @@ def _undo(entry: Any, state: Any) -> None:
         if supervisor.is_alive(entry.process):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(entry.process.pgid, signal.SIGCONT)
+    elif isinstance(entry, UndoContention):
+        for record in entry.burners:
+            proc = supervisor.get_process(record)
+            if proc is not None:
+                with contextlib.suppress(Exception):
+                    proc.kill()
+        for record, cpus in entry.pinned:
+            _restore_affinity(record, cpus)
+    elif isinstance(entry, UndoConfigScope):
+        PrefectConfigStore(state.endpoints.prefect_api_url).close_scope(entry.prefix)
+    elif isinstance(entry, UndoHookFile):
+        Path(entry.path).unlink(missing_ok=True)
     elif isinstance(entry, UndoJobLimits):
         if entry.cpu_dir and entry.cpu_quota_us is not None:
             with contextlib.suppress(OSError):
@@ -466,7 +772,10 @@ def undo_stale_journals(sandbox_dir: Path, state: Any) -> list[str]:
         if supervisor.is_alive(journal.owner):
             continue
         failed = 0
-        for entry in journal.entries.values():
+        # Frozen services first: the other undos (a quota through MinIO's admin API, config variables on
+        # Prefect) need the services answering.
+        entries = sorted(journal.entries.values(), key=lambda e: not isinstance(e, UndoFrozen))
+        for entry in entries:
             try:
                 _undo(entry, state)
             except Exception:  # best effort: the rest is still undone

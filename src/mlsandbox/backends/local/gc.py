@@ -123,6 +123,7 @@ def collect_garbage() -> list[str]:
     lines = [line for name in _sandbox_names() if (line := _collect_sandbox(name, home))]
     lines += _collect_orphans(home)
     lines += _collect_orphan_jobs(home)
+    lines += _collect_postgres_dirs(home)
     _remove_stale_locks()
     return lines
 
@@ -238,4 +239,15 @@ def _collect_orphan_jobs(home: str) -> list[str]:
         for name in sandboxes:  # their (now empty) cgroups, when they were nested in ours
             with contextlib.suppress(OSError, ValueError):
                 remove_stale_cgroups(paths.validate_sandbox_name(name))
+    return lines
+
+
+def _collect_postgres_dirs(home: str) -> list[str]:
+    """PostgreSQL source data kept outside a sandbox directory whose sandbox is gone."""
+    import shutil
+
+    lines = []
+    for path in svc.stale_external_postgres_dirs(home, set(_sandbox_names())):
+        shutil.rmtree(path, ignore_errors=True)
+        lines.append(f"postgres data of gone sandbox {path.name}: removed {path}")
     return lines

@@ -13,9 +13,17 @@ Limits. As root on a cgroup v1 hierarchy, a job runs in its own memory and cpu c
 ``memory.limit_in_bytes = memory_mb`` (no swap) and ``cpu.cfs_quota_us`` from ``cpus``. A tiny ``sh``
 shim joins the cgroups and then ``exec``s the workload, so every byte and cycle of the job is accounted.
 The kernel OOM-kills a job that goes over its memory: it fails with exit code 137 and its log ends with a
-line saying it ran out of memory. Without root or cgroup v1, **only the CPU thread count is limited**
-(``OMP_NUM_THREADS`` and friends); memory is not (``RLIMIT_AS`` is deliberately not used: numpy and
-OpenBLAS reserve far more virtual memory than they use).
+line saying it ran out of memory.
+
+Without root or cgroup v1 (or with ``MLSANDBOX_JOB_LIMITS=rlimit``), jobs are limited by rlimits set in
+the child before it starts (``preexec_fn``): ``RLIMIT_DATA = memory_mb`` (private writable memory: heap
+and anonymous mappings, what the job really allocates), ``RLIMIT_AS = memory_mb + 768 MiB`` (address
+space, with room for the shared libraries numpy, scikit-learn and MLflow map) and, when the job has a
+wall-clock limit, ``RLIMIT_CPU = timeout_s x cpus`` seconds (the kernel sends SIGXCPU). A job over its
+memory fails with the library's own ``MemoryError`` (exit 1), not the kernel's 137. The CPU *rate* is
+limited only through the thread-count variables; a running job's memory limit can be cut (``prlimit``),
+its CPU quota cannot. ``MLSANDBOX_JOB_LIMITS`` = ``auto`` (default: cgroups when available, else
+rlimits) | ``cgroup`` | ``rlimit`` | ``none``.
 
 Accounting. A waiter thread per job reaps it with :func:`os.wait4`: real CPU seconds (user + system,
 including reaped children) and peak RSS. While a job runs, CPU seconds and RSS come from psutil over its
@@ -67,6 +75,10 @@ _THREAD_VARS = (
     "VECLIB_MAXIMUM_THREADS",
     "LOKY_MAX_CPU_COUNT",
 )
+LIMITS_ENV = "MLSANDBOX_JOB_LIMITS"
+LIMIT_MODES = ("cgroup", "rlimit", "none")
+AS_ALLOWANCE_MB = 768
+"""Address space allowed above ``memory_mb`` under rlimits (code and shared libraries mapped, not used)."""
 # Joins the cgroups given as $1 and $2, then becomes the workload (exit 125: could not join).
 _CGROUP_SHIM = 'echo $$ > "$1" && echo $$ > "$2" || exit 125; shift 2; exec "$@"'
 
@@ -93,6 +105,41 @@ def cgroups_available() -> bool:
         (CGROUP_ROOT / c / knob).is_file() and os.access(CGROUP_ROOT / c, os.W_OK)
         for c, knob in checks.items()
     )
+
+
+def choose_limits(requested: str | None = None) -> str:
+    """The limit mechanism for jobs: ``requested`` or ``$MLSANDBOX_JOB_LIMITS`` (``auto``: cgroups when
+    available, else rlimits). :class:`ValueError` for an unknown mode or cgroups that are not there."""
+    mode = (requested or os.environ.get(LIMITS_ENV) or "auto").strip().lower()
+    if mode == "auto":
+        return "cgroup" if cgroups_available() else "rlimit"
+    if mode not in LIMIT_MODES:
+        raise ValueError(f"{LIMITS_ENV}={mode!r}: use auto, {', '.join(LIMIT_MODES)}")
+    if mode == "cgroup" and not cgroups_available():
+        raise ValueError("job cgroups need root and a writable cgroup v1 hierarchy (memory and cpu)")
+    return mode
+
+
+def rlimits_for(memory_mb: int, cpus: float, timeout_s: float | None) -> dict[int, int]:
+    """The rlimits of a job under the ``rlimit`` mechanism (resource -> soft and hard limit)."""
+    limits = {
+        resource.RLIMIT_DATA: memory_mb << 20,
+        resource.RLIMIT_AS: (memory_mb + AS_ALLOWANCE_MB) << 20,
+    }
+    if timeout_s is not None:
+        limits[resource.RLIMIT_CPU] = max(1, math.ceil(timeout_s * max(cpus, 0.01)))
+    return limits
+
+
+def _rlimit_preexec(limits: dict[int, int]) -> Any:
+    def apply() -> None:  # runs in the child between fork and exec: setrlimit only
+        for which, value in limits.items():
+            if which == resource.RLIMIT_CPU:  # SIGXCPU at the soft limit, SIGKILL a second later
+                resource.setrlimit(which, (value, value + 1))
+            else:
+                resource.setrlimit(which, (value, value))
+
+    return apply
 
 
 _TREE_LOCK = threading.Lock()  # between making and removing the shared parent directories
@@ -436,12 +483,17 @@ class LocalJobs:
         *,
         use_cgroups: bool | None = None,
         home: str | None = None,
+        limits: str | None = None,
     ) -> None:
         self.jobs_dir = Path(sandbox_dir) / "jobs"
         self.sandbox_name = sandbox_name
         self.home = home or str(paths.home().resolve())  # as in the sandbox's process marker
         self.endpoints = endpoints
-        self.use_cgroups = cgroups_available() if use_cgroups is None else use_cgroups
+        if limits is None and use_cgroups is not None:
+            limits = "cgroup" if use_cgroups else "none"
+        self.limits = choose_limits(limits)
+        """``cgroup``, ``rlimit`` or ``none`` (see the module docstring)."""
+        self.use_cgroups = self.limits == "cgroup"
         self._key = (str(Path(sandbox_dir).resolve()), endpoints.model_dump_json())
         registry = _registry(self._key, sandbox_name, self.use_cgroups)
         self._registry = registry
@@ -512,7 +564,12 @@ class LocalJobs:
             job = self._job(job_id)
             if job.finished:
                 raise ValueError(f"job {job_id!r} is {job.state}: limits apply to a queued or running job")
-            if not self.use_cgroups:
+            if self.limits == "rlimit" and cpus is not None:
+                raise ValueError(
+                    "a job's CPU quota cannot be changed here: it needs cgroup v1 and root "
+                    "(jobs are limited by rlimits; their memory limit can be changed)"
+                )
+            if self.limits == "none":
                 raise ValueError("job limits cannot be changed here: cgroups need root and cgroup v1")
             update: dict[str, Any] = {}
             if cpus is not None:
@@ -529,7 +586,25 @@ class LocalJobs:
                     cgroup.set_memory(memory_mb)
             except FileNotFoundError:
                 pass  # the job ended meanwhile: its cgroup is gone
+        elif self.limits == "rlimit" and memory_mb is not None:
+            for pid in self.pids(job_id):  # the next allocation past the limit fails (MemoryError)
+                for which, value in rlimits_for(memory_mb, 1.0, None).items():
+                    with contextlib.suppress(OSError, ValueError):
+                        resource.prlimit(pid, which, (value, value))
         return self.get(job_id)
+
+    def pids(self, job_id: str) -> list[int]:
+        """Pids of a running job's process tree ([] when it is not running)."""
+        with self._lock:
+            job = self._job(job_id)
+            pid = job.popen.pid if job.popen is not None and job.state == "running" else None
+        if pid is None:
+            return []
+        try:
+            root = psutil.Process(pid)
+            return [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.Error:
+            return []
 
     def cgroup_dirs(self, job_id: str) -> list[Path]:
         """The memory and cpu cgroup directories of a running job ([] when it has none)."""
@@ -603,6 +678,9 @@ class LocalJobs:
 
     def _command(self, job: _Job) -> list[str]:
         command = [sys.executable, "-m", f"mlsandbox.workloads.{job.spec.workload}", *job.spec.args]
+        if job.spec.python is not None:  # a named environment: the (self-contained) workload file by path
+            workload = Path(__file__).resolve().parents[2] / "workloads" / f"{job.spec.workload}.py"
+            command = [job.spec.python, str(workload), *job.spec.args]
         if job.cgroup is None:
             return command
         return ["/bin/sh", "-c", _CGROUP_SHIM, "mlsandbox-job", *job.cgroup.procs_files, *command]
@@ -614,6 +692,11 @@ class LocalJobs:
             cgroup = _Cgroup(self.sandbox_name, spec.job_id)
             cgroup.create(spec.memory_mb, spec.cpus)
             job.cgroup = cgroup  # only once it is ours to remove
+        preexec = (
+            _rlimit_preexec(rlimits_for(spec.memory_mb, spec.cpus, spec.timeout_s))
+            if self.limits == "rlimit"
+            else None
+        )
         with job.log_path.open("wb") as log:
             popen = subprocess.Popen(
                 self._command(job),
@@ -623,6 +706,7 @@ class LocalJobs:
                 env=self.env_for(spec),
                 cwd=job.work_dir,
                 start_new_session=True,
+                preexec_fn=preexec,  # only setrlimit runs in the child
             )
         with self._lock:
             job.popen, job.started_at, job.state = popen, time.time(), "running"
@@ -691,6 +775,8 @@ class LocalJobs:
                 job.note(f"killed: out of memory (OOMKilled, {limit})")
             else:
                 job.note(f"{oom_kills} process(es) of the job killed: out of memory (OOMKilled, {limit})")
+        elif os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGXCPU:
+            job.note("killed by signal SIGXCPU: CPU time limit exceeded (RLIMIT_CPU)")
         elif os.WIFSIGNALED(wait_status) and not expected:
             job.note(f"killed by signal {signal.Signals(os.WTERMSIG(wait_status)).name}")
         elif job.cancel_requested and not job.timed_out:

@@ -336,7 +336,9 @@ def prefect_worker_launch(layout: Layout, ports: Ports, worker_name: str, base: 
         "--name",
         worker_name,
     ]
-    return Launch(argv=argv, env=_prefect_env(layout, ports, base), cwd=layout.worker_dir)
+    # Poll for scheduled flow runs every 2 s (default 10 s): a pipeline run starts within a step or two.
+    env = {**_prefect_env(layout, ports, base), "PREFECT_WORKER_QUERY_SECONDS": "2"}
+    return Launch(argv=argv, env=env, cwd=layout.worker_dir)
 
 
 @dataclass(frozen=True)
@@ -459,3 +461,252 @@ def ensure_bucket(ep: Endpoints, bucket: str = ARTIFACT_BUCKET) -> None:
             "BucketAlreadyExists",
         ):
             raise
+
+
+# ------------------------------------------------------------------------------------ data sources
+# Two more services, started on demand (the first time an episode needs them, never by ``up``, which
+# stays fast): the PostgreSQL table source and the HTTP API data source. They are recorded in the
+# sandbox state like the core services (so ``down`` and ``gc`` stop them) and keep their own settings
+# (port, credentials) in ``<sandbox>/sources.json``.
+
+POSTGRES = "postgres"
+API_SOURCE = "api-source"
+SOURCE_SERVICES: tuple[str, ...] = (POSTGRES, API_SOURCE)
+POSTGRES_ADMIN = "mlsandbox"
+POSTGRES_RUN_AS = "postgres"
+"""The system user the PostgreSQL server runs as when the sandbox runs as root (created by Debian's
+``postgresql`` package; PostgreSQL refuses to run as root)."""
+_PG_EXTERNAL_PREFIX = "mlsandbox-pg-"
+
+
+class SourceSettings(_Model):
+    """Ports and credentials of the on-demand source services of one sandbox (``sources.json``)."""
+
+    postgres_port: int | None = None
+    postgres_password: str | None = None
+    postgres_dir: str | None = None
+    api_port: int | None = None
+
+
+def sources_file(layout: Layout) -> Path:
+    return layout.root / "sources.json"
+
+
+def read_source_settings(layout: Layout) -> SourceSettings:
+    try:
+        return SourceSettings.model_validate_json(sources_file(layout).read_text())
+    except (FileNotFoundError, ValueError):
+        return SourceSettings()
+
+
+def write_source_settings(layout: Layout, settings: SourceSettings) -> None:
+    layout.root.mkdir(parents=True, exist_ok=True)
+    tmp = sources_file(layout).with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(settings.model_dump_json(indent=2))
+    os.replace(tmp, sources_file(layout))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def postgres_bin_dir() -> Path:
+    """Debian's PostgreSQL server binaries (the newest installed major version); MissingToolError if none."""
+    root = Path("/usr/lib/postgresql")
+    versions = sorted(
+        (p for p in root.glob("*/bin") if (p / "postgres").is_file() and (p / "initdb").is_file()),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    if not versions:
+        raise MissingToolError(
+            "the PostgreSQL server is not installed (no /usr/lib/postgresql/<version>/bin/postgres): "
+            "run `make setup` as root (it installs Debian's `postgresql` package) or `apt-get install postgresql`"
+        )
+    return versions[-1]
+
+
+def _run_as_user() -> tuple[int, int] | None:
+    """(uid, gid) the PostgreSQL server runs as: the ``postgres`` system user when we are root, else None
+    (the current user)."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(POSTGRES_RUN_AS)
+    except KeyError:
+        raise MissingToolError(
+            f"running as root, the PostgreSQL server needs the system user {POSTGRES_RUN_AS!r} "
+            "(created by Debian's `postgresql` package): run `make setup` or `apt-get install postgresql`"
+        ) from None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _reachable_by(path: Path, uid: int, gid: int) -> bool:
+    """Whether user ``uid`` (group ``gid``) can traverse every directory down to ``path``."""
+    import stat
+
+    for parent in [*reversed(path.parents)]:
+        try:
+            st = parent.stat()
+        except FileNotFoundError:
+            return True  # created by us below a reachable parent
+        if st.st_uid == uid:
+            ok = st.st_mode & stat.S_IXUSR
+        elif st.st_gid == gid:
+            ok = st.st_mode & stat.S_IXGRP
+        else:
+            ok = st.st_mode & stat.S_IXOTH
+        if not ok:
+            return False
+    return True
+
+
+def external_postgres_root(home: str) -> Path:
+    """Where PostgreSQL data directories go when the sandbox directory is not reachable by the server's
+    user (the home under a private ``/root``): one directory per sandbox home under the temp directory."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha1(home.encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"{_PG_EXTERNAL_PREFIX}{digest}"
+
+
+def postgres_data_dir(layout: Layout, sandbox: str, home: str) -> Path:
+    """The sandbox's PostgreSQL data directory: ``<sandbox>/postgres`` when the server's user can reach
+    it, else ``<tmp>/mlsandbox-pg-<home hash>/<sandbox>`` (removed with the sandbox by ``down``/``gc``)."""
+    user = _run_as_user()
+    inside = layout.root / "postgres"
+    if user is None or _reachable_by(inside, *user):
+        return inside
+    return external_postgres_root(home) / sandbox
+
+
+def remove_external_postgres_dir(sandbox: str, home: str) -> None:
+    """Delete the sandbox's PostgreSQL data directory outside the sandbox directory, if any."""
+    import shutil
+
+    shutil.rmtree(external_postgres_root(home) / sandbox, ignore_errors=True)
+
+
+def stale_external_postgres_dirs(home: str, live: set[str]) -> list[Path]:
+    """External PostgreSQL data directories of this home whose sandbox is not in ``live``."""
+    root = external_postgres_root(home)
+    if not root.is_dir():
+        return []
+    return [p for p in sorted(root.iterdir()) if p.is_dir() and p.name not in live]
+
+
+def prepare_postgres_dir(data_dir: Path) -> None:
+    """Create the data directory (and its parent) so that the server's user owns it, mode 0700."""
+    user = _run_as_user()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, exist_ok=True)
+    if user is not None:
+        if data_dir.parent.name.startswith(_PG_EXTERNAL_PREFIX):
+            data_dir.parent.chmod(0o755)
+        os.chown(data_dir, *user)
+    data_dir.chmod(0o700)
+
+
+def _as_server_user(argv: list[str]) -> list[str]:
+    """``argv`` run as the PostgreSQL user when we are root (``setpriv`` execs: the pid stays the same and
+    the environment, sandbox marker included, is kept)."""
+    user = _run_as_user()
+    if user is None:
+        return argv
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise MissingToolError("`setpriv` (util-linux) is needed to run PostgreSQL as a non-root user")
+    return [setpriv, f"--reuid={user[0]}", f"--regid={user[1]}", "--init-groups", "--", *argv]
+
+
+def postgres_initdb_launch(data_dir: Path, password_file: Path, base: dict[str, str]) -> Launch:
+    argv = [
+        str(postgres_bin_dir() / "initdb"),
+        "-D",
+        str(data_dir),
+        "-U",
+        POSTGRES_ADMIN,
+        f"--pwfile={password_file}",
+        "--auth=scram-sha-256",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-sync",
+        "--no-instructions",
+    ]
+    return Launch(argv=_as_server_user(argv), env={**base, "LC_ALL": "C"}, cwd=data_dir)
+
+
+def postgres_launch(data_dir: Path, port: int, base: dict[str, str]) -> Launch:
+    """The server on 127.0.0.1:``port`` only (no Unix socket), tuned for a throw-away sandbox database."""
+    settings = {
+        "listen_addresses": HOST,
+        "port": str(port),
+        "unix_socket_directories": "",
+        "fsync": "off",
+        "synchronous_commit": "off",
+        "full_page_writes": "off",
+        "shared_buffers": "16MB",
+        "max_connections": "40",
+        "logging_collector": "off",
+        "log_min_messages": "warning",
+    }
+    argv = [str(postgres_bin_dir() / "postgres"), "-D", str(data_dir)]
+    for key, value in settings.items():
+        argv += ["-c", f"{key}={value}"]
+    return Launch(argv=_as_server_user(argv), env={**base, "LC_ALL": "C"}, cwd=data_dir)
+
+
+def postgres_dsn(port: int, password: str, dbname: str = "postgres", user: str = POSTGRES_ADMIN) -> str:
+    return f"host={HOST} port={port} dbname={dbname} user={user} password={password} connect_timeout=3"
+
+
+def probe_postgres(port: int, password: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(postgres_dsn(port, password), autocommit=True) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def api_source_dir(layout: Layout) -> Path:
+    """What the API data source serves: ``datasets/<id>/{data.parquet,meta.json}``; its fault file."""
+    return layout.root / "api-source"
+
+
+def api_fault_file(layout: Layout) -> Path:
+    return api_source_dir(layout) / "fault.json"
+
+
+def api_source_launch(layout: Layout, port: int, base: dict[str, str]) -> Launch:
+    from mlsandbox.workloads.fault_hook import ENV_VAR
+
+    root = api_source_dir(layout)
+    argv = [
+        sys.executable,
+        "-m",
+        "mlsandbox.workloads.api_source",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--root",
+        str(root),
+    ]
+    return Launch(argv=argv, env={**base, ENV_VAR: str(api_fault_file(layout))}, cwd=root)
+
+
+def probe_api_source(port: int, client: httpx.Client) -> bool:
+    try:
+        return client.get(f"http://{HOST}:{port}/health").status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -4,4 +4,12 @@ A pack's models live in a light module (imported to build tool schemas); its han
 implementation module (imported when an episode runs). See :mod:`mlsandbox.gateway.registry`.
 """
 
-BUILTIN_PACKS: tuple[str, ...] = ("mlsandbox.gateway.actions:CORE_PACK",)
+BUILTIN_PACKS: tuple[str, ...] = (
+    "mlsandbox.gateway.actions:CORE_PACK",
+    "mlsandbox.gateway.packs.compute:PACK",
+    "mlsandbox.gateway.packs.tracking:PACK",
+    "mlsandbox.gateway.packs.flows:PACK",
+    "mlsandbox.gateway.packs.sources:PACK",
+    "mlsandbox.gateway.packs.serving:PACK",
+    "mlsandbox.gateway.packs.config:PACK",
+)

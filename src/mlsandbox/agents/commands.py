@@ -1,0 +1,296 @@
+"""Evaluation commands: ``bench``, ``replay``, ``scenarios validate`` and ``scenarios suite``."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(msg: Any) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {msg}")
+    return typer.Exit(code=1)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    )
+
+
+def _env(name: str, backend: str) -> Any:
+    from mlsandbox.env.gym_env import MLSandboxEnv
+
+    return MLSandboxEnv(backend=backend, sandbox=name)
+
+
+def _summary_tables(rows: list[Any]) -> list[Table]:
+    from mlsandbox.evaluation.results import leaderboard, summarize
+
+    agents, families = summarize(rows)
+    t1 = Table(title="leaderboard (95% confidence intervals)")
+    for col in ("agent", "episodes", "success rate", "mean reward", "credits", "TTD steps", "errors"):
+        t1.add_column(col, justify="left" if col == "agent" else "right")
+    for g in leaderboard(agents):
+        s, r = g.success(), g.reward()
+        t1.add_row(
+            g.agent,
+            str(g.episodes),
+            s.text("{:.2f}"),
+            r.text("{:+.2f}"),
+            f"{g.mean_credits:.2f}",
+            "-" if g.mean_time_to_detect_steps is None else f"{g.mean_time_to_detect_steps:.1f}",
+            str(g.errors),
+        )
+    t2 = Table(title="per scenario family")
+    for col in ("family", "agent", "episodes", "success rate", "mean reward"):
+        t2.add_column(col, justify="left" if col in ("family", "agent") else "right")
+    for g in families:
+        t2.add_row(
+            g.family or "", g.agent, str(g.episodes), g.success().text("{:.2f}"), g.reward().text("{:+.2f}")
+        )
+    return [t1, t2]
+
+
+def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
+    @app.command()
+    def bench(
+        suite: Annotated[str, typer.Option("--suite", help="builtin | train | test")] = "test",
+        agent: Annotated[
+            list[str] | None,
+            typer.Option("--agent", "-a", help="Agent (repeatable): rule, random, reference, ..."),
+        ] = None,
+        episodes: Annotated[
+            int, typer.Option("--episodes", min=1, help="Episodes per scenario and agent.")
+        ] = 1,
+        seed: Annotated[
+            int, typer.Option("--seed", help="Base seed: episode k of a scenario uses its seed + S + k.")
+        ] = 0,
+        family: Annotated[
+            list[str] | None,
+            typer.Option("--family", "-f", help="Only these scenario families (repeatable)."),
+        ] = None,
+        variants: Annotated[
+            int | None, typer.Option("--variants", min=1, help="Variants per family (train/test suites).")
+        ] = None,
+        max_difficulty: Annotated[int | None, typer.Option("--max-difficulty", min=1, max=4)] = None,
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Output directory.")] = None,
+        trajectories: Annotated[
+            bool, typer.Option("--trajectories/--no-trajectories", help="Record every episode as JSONL.")
+        ] = True,
+        name: Annotated[
+            str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
+        ] = "default",
+        backend: Annotated[str, typer.Option("--backend")] = "local",
+    ) -> None:
+        """Run agents on a scenario suite: JSONL rows, CSV, summary with 95% CIs, an HTML report."""
+        from mlsandbox.agents import make_agent
+        from mlsandbox.agents.bench import plan_episodes, run_bench
+        from mlsandbox.errors import MLSandboxError
+        from mlsandbox.evaluation.report import render_html
+        from mlsandbox.evaluation.results import rows_csv, summary_json
+        from mlsandbox.scenario.suites import suite as load_suite
+
+        agents = agent or ["rule", "random"]
+        try:
+            for a in agents:
+                make_agent(a)
+            entries = load_suite(
+                suite, families=family, variants_per_family=variants, max_difficulty=max_difficulty
+            )
+        except (ValueError, MLSandboxError) as e:
+            raise _fail(e) from None
+        if not entries:
+            raise _fail("the selection has no scenario")
+        tasks = plan_episodes(entries, agents, episodes=episodes, base_seed=seed, suite=suite)
+        out_dir = out or Path("bench-results") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        traj_dir = out_dir / "trajectories" if trajectories else None
+        env = _env(name, backend)
+        rows: list[Any] = []
+        t0 = time.perf_counter()
+        jsonl = (out_dir / "results.jsonl").open("w")
+        try:
+            with _progress() as progress:
+                bar = progress.add_task(f"bench {suite}", total=len(tasks), status="")
+
+                def on_step(task: Any, rec: Any) -> None:
+                    progress.update(
+                        bar, status=f"{task.entry.id} · {task.agent} · seed {task.seed} · step {rec.step}"
+                    )
+
+                for row in run_bench(env, tasks, trajectories=traj_dir, on_step=on_step):
+                    rows.append(row)
+                    jsonl.write(row.model_dump_json() + "\n")
+                    jsonl.flush()
+                    mark = (
+                        "[green]ok[/]" if row.success else ("[red]error[/]" if row.error else "[yellow]no[/]")
+                    )
+                    progress.console.print(
+                        f"{row.scenario} · {row.agent} · seed {row.seed}: {mark} reward {row.reward:+.2f}"
+                        f" · {row.steps} steps · {row.wall_s:.1f} s"
+                    )
+                    progress.advance(bar)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted: writing what has run[/]")
+        finally:
+            jsonl.close()
+            env.close()
+        if not rows:
+            raise _fail("no episode ran")
+        (out_dir / "results.csv").write_text(rows_csv(rows))
+        (out_dir / "summary.json").write_text(summary_json(rows))
+        meta = {
+            "suite": suite,
+            "agents": ", ".join(agents),
+            "episodes": episodes,
+            "seed": seed,
+            "backend": backend,
+        }
+        (out_dir / "report.html").write_text(
+            render_html(rows, title=f"mlsandbox benchmark: suite {suite}", meta=meta)
+        )
+        for t in _summary_tables(rows):
+            console.print(t)
+        console.print(
+            f"{len(rows)} episodes in {time.perf_counter() - t0:.0f} s · results in [bold]{out_dir}[/]"
+            " (results.jsonl, results.csv, summary.json, report.html"
+            + (", trajectories/)" if trajectories else ")")
+        )
+
+    @app.command()
+    def replay(
+        file: Annotated[Path, typer.Argument(help="A trajectory file (JSONL) written by bench or run.")],
+        delay: Annotated[float, typer.Option("--delay", min=0, help="Seconds between steps.")] = 0.0,
+        step: Annotated[int | None, typer.Option("--step", help="Show only this step.")] = None,
+        max_chars: Annotated[int, typer.Option("--max-chars", min=80, help="Cut long observations.")] = 2000,
+    ) -> None:
+        """Re-render a recorded episode step by step (the text an LLM agent reads)."""
+        from mlsandbox.agents.trajectory import read_trajectory, replay_lines
+
+        try:
+            records = read_trajectory(file)
+        except ValueError as e:
+            raise _fail(e) from None
+        if step is not None:
+            records = [records[0], *(r for r in records[1:] if r.get("step") == step)]
+            if len(records) == 1:
+                raise _fail(f"{file}: no step {step}")
+        for i, block in enumerate(replay_lines(records, max_chars=max_chars)):
+            if i and delay:
+                time.sleep(delay)
+            console.print(block, markup=False, highlight=False)
+            console.print()
+
+    @scenarios_app.command("validate")
+    def scenarios_validate(
+        scenario: Annotated[
+            list[str] | None, typer.Argument(help="Scenario ids to run (default: every built-in scenario).")
+        ] = None,
+        load_only: Annotated[
+            bool, typer.Option("--load-only", help="Only load and check; run no episode.")
+        ] = False,
+        seed: Annotated[
+            int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")
+        ] = None,
+        name: Annotated[
+            str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
+        ] = "default",
+        backend: Annotated[str, typer.Option("--backend")] = "local",
+    ) -> None:
+        """Check that built-in scenarios load and that their reference solution solves them (real episodes)."""
+        from mlsandbox.agents.validate import check_loads, validate_scenario
+        from mlsandbox.scenario import catalog_ids
+
+        ids = scenario or catalog_ids()
+        problems = check_loads(ids)
+        table = Table(title="scenario validation")
+        for col in ("scenario", "difficulty", "loads", "reference", "solved", "reward", "steps", "wall s"):
+            table.add_column(col, justify="left" if col in ("scenario", "reference") else "right")
+        failed = sorted(problems)
+        loaded = [i for i in ids if i not in problems]
+        for sid, msg in problems.items():
+            err_console.print(f"[red]{sid}[/]: {msg}")
+        if load_only:
+            console.print(f"{len(loaded)} of {len(ids)} scenarios load and name a usable reference solution")
+            raise typer.Exit(code=1 if failed else 0)
+        env = _env(name, backend)
+        try:
+            with _progress() as progress:
+                bar = progress.add_task("validate", total=len(loaded), status="")
+                for sid in loaded:
+
+                    def on_step(rec: Any, sid: str = sid) -> None:
+                        progress.update(bar, status=f"{sid} · step {rec.step}")
+
+                    v = validate_scenario(env, sid, seed=seed, on_step=on_step)
+                    table.add_row(
+                        sid,
+                        str(v.difficulty),
+                        "yes",
+                        v.reference,
+                        "[green]yes[/]" if v.solved else f"[red]no[/] {v.reason}",
+                        f"{v.reward:+.2f}",
+                        str(v.steps),
+                        f"{v.wall_s:.1f}",
+                    )
+                    if not v.solved:
+                        failed.append(sid)
+                    progress.advance(bar)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]")
+            raise typer.Exit(code=130) from None
+        finally:
+            env.close()
+        console.print(table)
+        if failed:
+            raise _fail(f"{len(failed)} scenario(s) failed: {', '.join(failed)}")
+        console.print(
+            f"[green]all {len(loaded)} scenarios load and are solved by their reference solution[/]"
+        )
+
+    @scenarios_app.command("suite")
+    def scenarios_suite(
+        suite: Annotated[str, typer.Argument(help="builtin | train | test")],
+        variants: Annotated[int | None, typer.Option("--variants", min=1)] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Every scenario in full, as JSON lines.")
+        ] = False,
+    ) -> None:
+        """List the scenarios of a suite (procedurally generated variants for train and test)."""
+        from mlsandbox.scenario.suites import suite as load_suite
+
+        try:
+            entries = load_suite(suite, variants_per_family=variants)
+        except ValueError as e:
+            raise _fail(e) from None
+        if as_json:
+            for e in entries:
+                print(
+                    json.dumps(
+                        {"family": e.family, "split": e.split, "scenario": e.scenario.model_dump(mode="json")}
+                    )
+                )
+            return
+        table = Table(title=f"suite {suite}: {len(entries)} scenarios")
+        for col in ("scenario", "family", "difficulty", "seed", "faults"):
+            table.add_column(col)
+        for e in entries:
+            faults = ", ".join(p.fault.type for p in e.scenario.perturbations) or "-"
+            table.add_row(e.id, e.family, str(e.difficulty), str(e.scenario.seed), faults)
+        console.print(table)

@@ -1,0 +1,79 @@
+"""``mlsandbox watch``: the dashboard of a running episode, live, from its audit log.
+
+Every interface (in-process env, HTTP gateway sessions, MCP server) appends each step of each episode to
+``<sandbox dir>/episodes/<episode>.jsonl``. ``watch`` follows one of these files (the most recently written
+one unless ``--episode`` names another), replays it into a :class:`~mlsandbox.env.dashboard.Dashboard`
+and adds the sandbox's service states, so it needs no access to the process running the episode and never
+changes anything: it reads files only.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mlsandbox.backends import get_backend
+from mlsandbox.env.dashboard import from_audit, latest_episode, read_audit, render_dashboard
+from mlsandbox.paths import default_sandbox_name
+
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def episodes_dir(sandbox: str, backend: str = "local") -> Path:
+    b = get_backend(backend, sandbox)
+    d = getattr(b, "dir", None)
+    if d is None:
+        raise typer.BadParameter(f"the {backend} backend keeps no audit log on this machine")
+    return Path(d) / "episodes"
+
+
+def _services(sandbox: str, backend: str) -> list[tuple[str, str]]:
+    try:
+        return [(s.name, s.state) for s in get_backend(backend, sandbox).status()]
+    except Exception:
+        return []
+
+
+def snapshot(sandbox: str, episode: str | None = None, backend: str = "local") -> str:
+    """The dashboard text of an episode of ``sandbox`` now (the latest episode when ``episode`` is None)."""
+    d = episodes_dir(sandbox, backend)
+    path = d / f"{episode}.jsonl" if episode else latest_episode(d)
+    if path is None or not path.is_file():
+        what = f"episode {episode!r}" if episode else "no episode"
+        return f"sandbox {sandbox}: {what} has been logged in {d}\n"
+    return f"{path.name}\n" + render_dashboard(from_audit(read_audit(path), _services(sandbox, backend)))
+
+
+def watch(
+    sandbox: Annotated[
+        str, typer.Option("--sandbox", "--name", "-n", help="Sandbox whose episodes to watch.")
+    ] = default_sandbox_name(),
+    episode: Annotated[
+        str | None, typer.Option("--episode", "-e", help="Episode id (default: the latest one, followed).")
+    ] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between refreshes.")] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="Print the dashboard once and exit.")] = False,
+    backend: Annotated[str, typer.Option("--backend", help="local")] = "local",
+) -> None:
+    """Show the dashboard of a running episode, live (services, jobs, models, alerts, budget, reward)."""
+    if once:
+        typer.echo(snapshot(sandbox, episode, backend), nl=False)
+        return
+    tty = sys.stdout.isatty()
+    last = None
+    try:
+        while True:
+            text = snapshot(sandbox, episode, backend)
+            if text != last:
+                typer.echo((CLEAR if tty else "") + text, nl=False)
+                last = text
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
+__all__ = ["episodes_dir", "snapshot", "watch"]

@@ -1,0 +1,198 @@
+"""Named Python environments for jobs: venvs built by uv from pinned requirement sets.
+
+An environment is a venv under ``$MLSANDBOX_HOME/envs/<hash>`` made by ``uv venv`` with the sandbox's own
+interpreter and filled by ``uv pip install --link-mode hardlink``: packages come from uv's cache (a few
+seconds once cached; the first build of a set downloads it from the package index, and with the index out
+of reach the build is retried with ``--offline``). The requirements are the given pins plus what every
+job needs (:func:`base_requirements`: MLflow, boto3, pandas, pyarrow, skops). A set that
+cannot be resolved fails with uv's own resolution error. Built venvs are content-addressed by their
+requirements and shared by every episode (a cache); names are per episode (see the ``compute`` pack).
+
+Jobs run a workload by file path with the environment's interpreter (the workloads are self-contained),
+so a model pickled under one scikit-learn and loaded under another meets the library's real behaviour.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from mlsandbox import paths
+
+BUILD_TIMEOUT_S = 600.0
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+_NETWORK_HINTS = ("Failed to fetch", "dns error", "Could not connect", "error sending request", "timed out")
+
+
+def base_requirements() -> list[str]:
+    """What a job needs besides the task's pins (matching the sandbox's MLflow server)."""
+    return [
+        f"mlflow=={importlib.metadata.version('mlflow')}",
+        "boto3",
+        "pandas",
+        "pyarrow",
+        "skops",
+    ]
+
+
+class EnvironmentBuildError(Exception):
+    """An environment cannot be built; the message carries the resolver's or installer's own error."""
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    key: str
+    path: Path
+    requirements: tuple[str, ...]
+    packages: dict[str, str]
+    build_s: float
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+
+def envs_dir() -> Path:
+    return paths.home() / "envs"
+
+
+def uv_binary() -> str:
+    """uv from ``$MLSANDBOX_HOME/tools`` (installed by setup), else from PATH."""
+    local = paths.home() / "tools" / "bin" / "uv"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    found = shutil.which("uv")
+    if found is None:
+        raise EnvironmentBuildError(f"uv is not installed (expected {local}): run `make setup`")
+    return found
+
+
+def check_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise ValueError(f"invalid environment name {name!r}: use 1-32 lowercase letters, digits and dashes")
+    return name
+
+
+def normalise(requirements: list[str]) -> list[str]:
+    """Parse each requirement (PEP 508 name, extras and version specifiers only: no URLs, no options)."""
+    out = []
+    for text in requirements:
+        if text.strip().startswith("-") or "://" in text or "@" in text:
+            raise ValueError(f"requirement {text!r}: only names with version specifiers are allowed")
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as e:
+            raise ValueError(f"invalid requirement {text!r}: {e}") from None
+        out.append(str(req))
+    return sorted(set(out), key=str.lower)
+
+
+def env_key(requirements: list[str]) -> str:
+    blob = json.dumps([sys.version_info[:2], requirements, base_requirements()])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _info(path: Path) -> EnvInfo | None:
+    meta = path / "mlsandbox-env.json"
+    if not meta.is_file() or not (path / "bin" / "python").exists():
+        return None
+    d = json.loads(meta.read_text())
+    return EnvInfo(d["key"], path, tuple(d["requirements"]), d["packages"], d["build_s"])
+
+
+def build(requirements: list[str]) -> EnvInfo:
+    """The environment for ``requirements`` (built unless it already exists); :class:`EnvironmentBuildError`
+    with uv's message when they cannot be resolved or installed."""
+    reqs = normalise(requirements)
+    key = env_key(reqs)
+    path = envs_dir() / key
+    found = _info(path)
+    if found is not None:
+        return found
+    uv = uv_binary()
+    t0 = time.monotonic()
+    _remove_stale_builds()
+    tmp = envs_dir() / f".{key}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        python = os.path.realpath(sys.executable)
+        _run([uv, "venv", "--quiet", "--python", python, str(tmp)], "create the venv")
+        install = [uv, "pip", "install", "--quiet", "--python", str(tmp / "bin" / "python")]
+        install += ["--link-mode", "hardlink", *reqs, *base_requirements()]
+        try:
+            _run(install, "install the requirements")
+        except EnvironmentBuildError as e:
+            if not any(h in str(e) for h in _NETWORK_HINTS):
+                raise
+            _run([*install, "--offline"], "install the requirements (offline, from the cache)")
+        frozen = _run([uv, "pip", "freeze", "--python", str(tmp / "bin" / "python")], "list packages")
+        packages = dict(line.split("==", 1) for line in frozen.splitlines() if "==" in line)
+        meta = {"key": key, "requirements": reqs, "packages": packages, "build_s": time.monotonic() - t0}
+        (tmp / "mlsandbox-env.json").write_text(json.dumps(meta, indent=1))
+        try:
+            tmp.rename(path)  # venvs are relocatable enough for this: uv writes absolute paths only in
+        except OSError:  # scripts, and jobs run `bin/python` directly; another builder may have won
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    info = _info(path)
+    assert info is not None
+    return info
+
+
+def _remove_stale_builds() -> None:
+    """Half-built venvs of builders that died (``.<key>.<pid>.tmp`` whose process is gone)."""
+    root = envs_dir()
+    if not root.is_dir():
+        return
+    for child in root.glob(".*.tmp"):
+        try:
+            pid = int(child.name.rsplit(".", 2)[-2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(child, ignore_errors=True)
+        except (ValueError, PermissionError):
+            continue
+
+
+def _run(argv: list[str], what: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "UV_PYTHON")}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        raise EnvironmentBuildError(
+            f"could not {what}: uv took longer than {BUILD_TIMEOUT_S:.0f} s"
+        ) from None
+    if proc.returncode != 0:
+        message = (proc.stderr or proc.stdout).strip()
+        raise EnvironmentBuildError(f"could not {what}:\n{message[-3000:]}")
+    return proc.stdout
+
+
+def lookup(key: str) -> EnvInfo | None:
+    return _info(envs_dir() / key)
+
+
+def remove_all() -> int:
+    """Delete every built environment (and half-built leftovers); returns how many were removed."""
+    root = envs_dir()
+    if not root.is_dir():
+        return 0
+    n = 0
+    for child in root.iterdir():
+        shutil.rmtree(child, ignore_errors=True)
+        n += 1
+    return n

@@ -1,0 +1,241 @@
+"""A self-contained HTML report of a benchmark: leaderboard, per-family tables and inline SVG plots.
+
+The page has no external reference (no script, no stylesheet, no image file): the plots are SVG made
+with matplotlib and inlined, so the file can be mailed or archived as is.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from mlsandbox.evaluation.results import EpisodeRow, GroupSummary, leaderboard, summarize
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:70em;
+color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em}
+th,td{border:1px solid #ddd;padding:.3em .6em;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}.meta{color:#666}.plot svg{max-width:100%;height:auto}
+"""
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9})
+    return plt
+
+
+def plot_family_success(families: list[GroupSummary]) -> str:
+    """Grouped bars: success rate per family and agent, with the 95% interval as error bars."""
+    plt = _plt()
+    fams = sorted({g.family or "" for g in families})
+    agents = list(dict.fromkeys(g.agent for g in families))
+    width = 0.8 / max(1, len(agents))
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(fams) * max(1, len(agents)) + 2), 3.4))
+    for i, agent in enumerate(agents):
+        xs, ys, lo, hi = [], [], [], []
+        for j, fam in enumerate(fams):
+            g = next((g for g in families if g.agent == agent and g.family == fam), None)
+            if g is None or g.success_rate["n"] == 0:
+                continue
+            s = g.success()
+            xs.append(j + (i - (len(agents) - 1) / 2) * width)
+            ys.append(s.value)
+            lo.append(s.value - s.low)
+            hi.append(s.high - s.value)
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=agent)
+    ax.set_xticks(range(len(fams)))
+    ax.set_xticklabels(fams, rotation=30, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("success rate (95% CI)")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def plot_reward_distribution(rows: list[EpisodeRow]) -> str:
+    """Per agent: the episode rewards as a box plot with every episode as a dot."""
+    plt = _plt()
+    by_agent: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.error is None:
+            by_agent[r.agent].append(r.reward)
+    agents = list(by_agent)
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(agents) + 2), 3.2))
+    if agents:
+        ax.boxplot([by_agent[a] for a in agents], showfliers=False)
+        for i, a in enumerate(agents, 1):
+            n = len(by_agent[a])
+            xs = [i + (k - (n - 1) / 2) * (0.3 / max(1, n)) for k in range(n)]
+            ax.scatter(xs, by_agent[a], s=10, alpha=0.7)
+        ax.set_xticks(range(1, len(agents) + 1))
+        ax.set_xticklabels(agents)
+    ax.set_ylabel("episode reward")
+    return _svg(fig)
+
+
+def plot_cost_vs_success(rows: list[EpisodeRow]) -> str:
+    """Credits used against the task score, one dot per episode, a marker per agent (filled: success)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    markers = "osD^v<>p*h"
+    for i, agent in enumerate(dict.fromkeys(r.agent for r in rows)):
+        mine = [r for r in rows if r.agent == agent and r.error is None]
+        for ok in (True, False):
+            pts = [r for r in mine if r.success == ok]
+            if not pts:
+                continue
+            ax.scatter(
+                [r.credits_used for r in pts],
+                [r.score for r in pts],
+                marker=markers[i % len(markers)],
+                facecolors=f"C{i}" if ok else "none",
+                edgecolors=f"C{i}",
+                label=f"{agent} ({'success' if ok else 'failure'})",
+            )
+    ax.set_xlabel("credits used")
+    ax.set_ylabel("task score")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def _cell(value: Any, left: bool = False) -> str:
+    cls = ' class="l"' if left else ""
+    return f"<td{cls}>{html.escape(str(value))}</td>"
+
+
+def _num(x: float | None, fmt: str = "{:.3f}") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(
+        f'<th class="l">{html.escape(h)}</th>' if i == 0 else f"<th>{html.escape(h)}</th>"
+        for i, h in enumerate(headers)
+    )
+    body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(
+    rows: list[EpisodeRow], *, title: str = "mlsandbox benchmark", meta: dict[str, Any] | None = None
+) -> str:
+    """The whole report as one HTML document."""
+    agents, families = summarize(rows)
+    board = leaderboard(agents)
+    lb_rows = []
+    for rank, g in enumerate(board, 1):
+        s, r = g.success(), g.reward()
+        lb_rows.append(
+            [
+                _cell(f"{rank}. {g.agent}", left=True),
+                _cell(g.episodes),
+                _cell(f"{s.value:.0%} [{_num(s.low, '{:.0%}')}, {_num(s.high, '{:.0%}')}]"),
+                _cell(r.text("{:+.2f}")),
+                _cell(_num(g.mean_credits, "{:.2f}")),
+                _cell(_num(g.mean_steps, "{:.1f}")),
+                _cell(_num(g.mean_time_to_detect_steps, "{:.1f}")),
+                _cell(_num(g.mean_time_to_mitigate_steps, "{:.1f}")),
+                _cell(g.errors),
+            ]
+        )
+    fam_rows = []
+    for g in families:
+        s, r = g.success(), g.reward()
+        fam_rows.append(
+            [
+                _cell(g.family, left=True),
+                _cell(g.agent, left=True),
+                _cell(g.episodes),
+                _cell(f"{s.value:.0%} [{_num(s.low, '{:.0%}')}, {_num(s.high, '{:.0%}')}]"),
+                _cell(r.text("{:+.2f}")),
+                *(_cell(f"{g.mean_vector.get(o, 0.0):+.2f}") for o in g.mean_vector),
+            ]
+        )
+    objectives = list(families[0].mean_vector) if families else []
+    ep_rows = [
+        [
+            _cell(r.scenario, left=True),
+            _cell(r.agent, left=True),
+            _cell(r.seed),
+            _cell(f"{r.reward:+.3f}"),
+            _cell("yes" if r.success else "no"),
+            _cell(r.steps),
+            _cell(f"{r.credits_used:.2f}"),
+            _cell(r.invalid_actions),
+            _cell(r.constraint_violation or r.error or ""),
+            _cell(f"{r.wall_s:.1f}"),
+        ]
+        for r in rows
+    ]
+    meta = dict(meta or {})
+    meta.setdefault("generated", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    meta_html = " · ".join(f"{html.escape(str(k))}: {html.escape(str(v))}" for k, v in meta.items())
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1><p class='meta'>{meta_html} · {len(rows)} episodes</p>",
+        "<h2>Leaderboard</h2>",
+        _table(
+            [
+                "agent",
+                "episodes",
+                "success (95% CI)",
+                "mean reward (95% CI)",
+                "credits",
+                "steps",
+                "TTD steps",
+                "TTM steps",
+                "errors",
+            ],
+            lb_rows,
+        ),
+        "<h2>Success per scenario family</h2>",
+        f"<div class='plot'>{plot_family_success(families)}</div>",
+        _table(
+            ["family", "agent", "episodes", "success (95% CI)", "mean reward (95% CI)", *objectives], fam_rows
+        ),
+        "<h2>Reward distribution</h2>",
+        f"<div class='plot'>{plot_reward_distribution(rows)}</div>",
+        "<h2>Cost against success</h2>",
+        f"<div class='plot'>{plot_cost_vs_success(rows)}</div>",
+        "<h2>Episodes</h2>",
+        _table(
+            [
+                "scenario",
+                "agent",
+                "seed",
+                "reward",
+                "success",
+                "steps",
+                "credits",
+                "invalid",
+                "violation / error",
+                "wall s",
+            ],
+            ep_rows,
+        ),
+        "</body></html>",
+    ]
+    return "\n".join(parts)

@@ -1,0 +1,199 @@
+"""Benchmark results: one row per episode (JSONL / CSV) and their summary with 95% confidence intervals."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlsandbox.evaluation.reward import OBJECTIVES
+from mlsandbox.evaluation.stats import Interval, mean_ci, wilson
+
+
+class EpisodeRow(BaseModel):
+    """What a benchmark records about one episode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    suite: str
+    family: str
+    scenario: str
+    difficulty: int
+    split: str
+    agent: str
+    seed: int
+    episode_id: str
+    reward: float
+    reward_vector: dict[str, float]
+    """Per-objective sums over the episode (task, efficiency, cost, stability, ...)."""
+    reward_components: dict[str, float]
+    success: bool
+    score: float
+    steps: int
+    terminated: bool
+    truncated: bool
+    credits_used: float
+    cpu_seconds: float | None = None
+    invalid_actions: int
+    constraint_violation: str | None = None
+    faults_injected: int = 0
+    faults_detected: int = 0
+    faults_mitigated: int = 0
+    time_to_detect_steps: float | None = None
+    time_to_detect_s: float | None = None
+    time_to_mitigate_steps: float | None = None
+    time_to_mitigate_s: float | None = None
+    wall_s: float
+    error: str | None = None
+    """Why the episode could not be run (the other figures are then zero)."""
+    trajectory: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "suite",
+    "family",
+    "scenario",
+    "difficulty",
+    "split",
+    "agent",
+    "seed",
+    "episode_id",
+    "reward",
+    *(f"reward_{o}" for o in OBJECTIVES),
+    "success",
+    "score",
+    "steps",
+    "terminated",
+    "truncated",
+    "credits_used",
+    "cpu_seconds",
+    "invalid_actions",
+    "constraint_violation",
+    "faults_injected",
+    "faults_detected",
+    "faults_mitigated",
+    "time_to_detect_steps",
+    "time_to_detect_s",
+    "time_to_mitigate_steps",
+    "time_to_mitigate_s",
+    "wall_s",
+    "error",
+)
+
+
+def read_rows(path: Path) -> list[EpisodeRow]:
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(EpisodeRow.model_validate_json(line))
+            except ValueError as e:
+                raise ValueError(f"{path}:{n}: not a benchmark row: {e}") from None
+    return rows
+
+
+def rows_jsonl(rows: list[EpisodeRow]) -> str:
+    return "".join(r.model_dump_json() + "\n" for r in rows)
+
+
+def rows_csv(rows: list[EpisodeRow]) -> str:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(CSV_COLUMNS), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        d = r.model_dump()
+        for o in OBJECTIVES:
+            d[f"reward_{o}"] = round(r.reward_vector.get(o, 0.0), 6)
+        d["reward"] = round(r.reward, 6)
+        w.writerow(d)
+    return out.getvalue()
+
+
+class GroupSummary(BaseModel):
+    agent: str
+    family: str | None
+    """None: every family of the agent."""
+    episodes: int
+    success_rate: dict[str, float | int]
+    mean_reward: dict[str, float | int]
+    mean_vector: dict[str, float]
+    mean_credits: float
+    mean_steps: float
+    mean_time_to_detect_steps: float | None
+    mean_time_to_mitigate_steps: float | None
+    errors: int
+
+    def success(self) -> Interval:
+        d = self.success_rate
+        return Interval(float(d["value"]), float(d["low"]), float(d["high"]), int(d["n"]))
+
+    def reward(self) -> Interval:
+        d = self.mean_reward
+        return Interval(float(d["value"]), float(d["low"]), float(d["high"]), int(d["n"]))
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def _group(agent: str, family: str | None, rows: list[EpisodeRow]) -> GroupSummary:
+    ran = [r for r in rows if r.error is None]
+    vec: dict[str, float] = {}
+    for o in OBJECTIVES:
+        vec[o] = round(sum(r.reward_vector.get(o, 0.0) for r in ran) / len(ran), 4) if ran else 0.0
+    return GroupSummary(
+        agent=agent,
+        family=family,
+        episodes=len(rows),
+        success_rate=wilson(sum(r.success for r in ran), len(ran)).as_dict(),
+        mean_reward=mean_ci([r.reward for r in ran]).as_dict(),
+        mean_vector=vec,
+        mean_credits=_mean([r.credits_used for r in ran]) or 0.0,
+        mean_steps=_mean([float(r.steps) for r in ran]) or 0.0,
+        mean_time_to_detect_steps=_mean(
+            [r.time_to_detect_steps for r in ran if r.time_to_detect_steps is not None]
+        ),
+        mean_time_to_mitigate_steps=_mean(
+            [r.time_to_mitigate_steps for r in ran if r.time_to_mitigate_steps is not None]
+        ),
+        errors=len(rows) - len(ran),
+    )
+
+
+def summarize(rows: list[EpisodeRow]) -> tuple[list[GroupSummary], list[GroupSummary]]:
+    """(per agent, per agent and family), agents in first-seen order, families sorted."""
+    by_agent: dict[str, list[EpisodeRow]] = defaultdict(list)
+    by_family: dict[tuple[str, str], list[EpisodeRow]] = defaultdict(list)
+    for r in rows:
+        by_agent[r.agent].append(r)
+        by_family[(r.agent, r.family)].append(r)
+    agents = [_group(a, None, rs) for a, rs in by_agent.items()]
+    order = {a: i for i, a in enumerate(by_agent)}
+    families = [
+        _group(a, f, rs)
+        for (a, f), rs in sorted(by_family.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))
+    ]
+    return agents, families
+
+
+def leaderboard(agents: list[GroupSummary]) -> list[GroupSummary]:
+    """Agents ranked by success rate, then mean reward."""
+    return sorted(agents, key=lambda g: (-float(g.success_rate["value"]), -float(g.mean_reward["value"])))
+
+
+def summary_json(rows: list[EpisodeRow]) -> str:
+    agents, families = summarize(rows)
+    return json.dumps(
+        {
+            "agents": [g.model_dump() for g in leaderboard(agents)],
+            "families": [g.model_dump() for g in families],
+        },
+        indent=2,
+        default=str,
+    )

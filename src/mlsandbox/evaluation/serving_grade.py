@@ -1,0 +1,75 @@
+"""Grade of the ``deployment_slo`` goal: the model being served, and the SLO held while it was.
+
+The ``serving`` action pack keeps, in ``state.counters``: ``serving_version`` (the version of the goal's
+model that its deployment serves with at least one replica up; 0 when none), ``slo_violation_s`` and
+``serving_observed_s`` (seconds of production traffic with the SLO violated, and in all). The served
+version is scored on the hidden holdout (the dataset's, or the latest production drift phase's when the
+goal says ``holdout: production``); the task score is the AUC score times the share of time the SLO held.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from mlsandbox.backends.base import Tracking
+from mlsandbox.episode import EpisodeState
+from mlsandbox.evaluation.reward import Grade
+
+log = logging.getLogger(__name__)
+
+PRODUCTION_SUFFIX = "@production"
+"""Key suffix of the production holdout in ``ground_truth.holdouts`` (written by the serving pack)."""
+
+
+def grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
+    goal = state.scenario.goal
+    c = state.counters
+    version_n = int(c.get("serving_version", 0))
+    observed = c.get("serving_observed_s", 0.0)
+    violated = c.get("slo_violation_s", 0.0)
+    fraction = violated / observed if observed > 0 else 0.0
+    details = {
+        "served_version": str(version_n) if version_n else None,
+        "slo_violation_s": round(violated, 3),
+        "serving_observed_s": round(observed, 3),
+        "slo_violation_fraction": round(fraction, 6),
+        "risky_deployments": int(c.get("risky_deployments", 0)),
+    }
+    if not version_n:
+        return Grade(
+            goal.model_name, None, None, 0.0, False, f"no deployment serves {goal.model_name!r}", details
+        )
+    version = str(version_n)
+    key = (
+        goal.dataset + PRODUCTION_SUFFIX
+        if getattr(goal, "holdout", "dataset") == "production"
+        else goal.dataset
+    )
+    holdout = state.ground_truth.holdouts.get(key)
+    if holdout is None:
+        return Grade(goal.model_name, version, None, 0.0, False, f"no holdout {key!r} to grade on", details)
+    target = state.scenario.dataset(goal.dataset).target
+    x, y = holdout.drop(columns=[target]), holdout[target].to_numpy()
+    try:
+        model = tracking.load_model(state.registry_name(goal.model_name), version)
+        auc = float(roc_auc_score(y, np.asarray(model.predict_proba(x))[:, 1]))
+    except Exception as e:  # a model that cannot score the holdout earns nothing
+        log.info("grading failed: %s", e)
+        return Grade(
+            goal.model_name, version, None, 0.0, False, f"served model could not score: {e}", details
+        )
+    if not np.isfinite(auc):
+        return Grade(goal.model_name, version, None, 0.0, False, "holdout AUC is not finite", details)
+    auc_score = float(np.clip((auc - 0.5) / (goal.min_auc - 0.5), 0.0, 1.0))
+    score = auc_score * (1.0 - min(1.0, fraction))
+    slo_ok = fraction <= goal.max_violation_fraction
+    success = auc >= goal.min_auc and slo_ok
+    reason = (
+        f"served version {version}: holdout AUC {auc:.4f} {'>=' if auc >= goal.min_auc else '<'} "
+        f"{goal.min_auc}; SLO violated {fraction:.1%} of {observed:.0f} s "
+        f"({'<=' if slo_ok else '>'} {goal.max_violation_fraction:.0%})"
+    )
+    return Grade(goal.model_name, version, auc, score, success, reason, details)

@@ -1,0 +1,234 @@
+"""The sandbox's pipelines as real Prefect flows, run by the sandbox's Prefect worker.
+
+- ``ingestion``: pull an upstream batch (``upstream/<dataset>/<batch>.csv``) -> validate its schema ->
+  write it to the lake (``lake/<dataset>/<batch>.parquet``).
+- ``training``: read every lake batch of a dataset -> train (a scikit-learn pipeline, tracked in MLflow)
+  -> evaluate (a validation-AUC gate) -> register the model.
+- ``batch-scoring``: score a lake batch with a registered model version (or alias) -> write the scores.
+
+They fail where real code fails: a missing upstream object is botocore's ``NoSuchKey``, an unreachable
+service is the client's connection error (after the task's retries), a schema change is a validation
+error naming the columns; Prefect records the failed state and the logs. Services come from the
+environment (``MLSANDBOX_S3_URL``, ``AWS_*``, ``MLFLOW_TRACKING_URI``), set by the deployment.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+
+_NUMERIC_KINDS = "biuf"
+
+
+def _s3() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        region_name="us-east-1",
+        s3={"addressing_style": "path"},
+        connect_timeout=3,
+        read_timeout=30,
+        retries={"max_attempts": 2, "mode": "standard"},
+    )
+    return boto3.client("s3", endpoint_url=os.environ.get("MLSANDBOX_S3_URL"), config=config)
+
+
+# --------------------------------------------------------------------------------------------- ingestion
+
+
+@task(name="pull", retries=1, retry_delay_seconds=2)
+def pull(bucket: str, key: str) -> bytes:
+    logger = get_run_logger()
+    s3 = _s3()
+    logger.info("pulling s3://%s/%s", bucket, key)
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        prefix = key.rsplit("/", 1)[0] + "/"
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+        logger.error(
+            "upstream object %s is missing; objects under %s: %s",
+            key,
+            prefix,
+            ", ".join(o["Key"] for o in listed) or "none",
+        )
+        raise
+    logger.info("pulled %d bytes", len(body))
+    return bytes(body)
+
+
+@task(name="validate")
+def validate(
+    raw: bytes, required_columns: list[str], numeric_columns: list[str], rename: dict[str, str]
+) -> Any:
+    import pandas as pd
+
+    logger = get_run_logger()
+    df = pd.read_csv(io.BytesIO(raw))
+    if rename:
+        unknown = sorted(set(rename) - set(df.columns))
+        if unknown:
+            raise ValueError(
+                f"rename: column(s) {unknown} are not in the batch (columns: {list(df.columns)})"
+            )
+        df = df.rename(columns=rename)
+        logger.info("renamed columns %s", rename)
+    missing = [c for c in required_columns if c not in df.columns]
+    extra = [c for c in df.columns if c not in required_columns]
+    if missing:
+        raise ValueError(
+            f"schema check failed: missing required column(s) {missing}; unexpected column(s) {extra}"
+        )
+    if len(df) == 0:
+        raise ValueError("schema check failed: the batch has no rows")
+    wrong = [c for c in numeric_columns if df[c].dtype.kind not in _NUMERIC_KINDS]
+    if wrong:
+        kinds = {c: str(df[c].dtype) for c in wrong}
+        raise ValueError(f"schema check failed: column(s) {kinds} should be numeric")
+    logger.info("validated %d rows x %d columns", len(df), df.shape[1])
+    return df[required_columns]
+
+
+@task(name="write")
+def write(bucket: str, key: str, df: Any) -> str:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    _s3().put_object(Bucket=bucket, Key=key, Body=buf.getvalue())
+    get_run_logger().info("wrote s3://%s/%s (%d rows)", bucket, key, len(df))
+    return key
+
+
+@flow(name="ingestion", log_prints=True)
+def ingestion(
+    bucket: str,
+    dataset: str,
+    batch: str,
+    required_columns: list[str],
+    numeric_columns: list[str] | None = None,
+    rename: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Pull an upstream batch, validate its schema, write it to the lake."""
+    raw = pull(bucket, f"upstream/{dataset}/{batch}.csv")
+    df = validate(raw, required_columns, numeric_columns or [], rename or {})
+    key = write(bucket, f"lake/{dataset}/{batch}.parquet", df)
+    return {"dataset": f"lake/{dataset}/{batch}.parquet", "key": key, "rows": len(df)}
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+@task(name="load-lake", retries=1, retry_delay_seconds=2)
+def load_lake(bucket: str, dataset: str) -> Any:
+    import pandas as pd
+
+    s3 = _s3()
+    prefix = f"lake/{dataset}/"
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
+    keys = [k for k in keys if k.endswith(".parquet")]
+    if not keys:
+        raise FileNotFoundError(f"no lake batches under s3://{bucket}/{prefix}: run the ingestion first")
+    frames = [pd.read_parquet(io.BytesIO(s3.get_object(Bucket=bucket, Key=k)["Body"].read())) for k in keys]
+    get_run_logger().info("loaded %d batch(es): %s", len(keys), ", ".join(keys))
+    return pd.concat(frames, ignore_index=True)
+
+
+@task(name="train")
+def train_model(
+    df: Any, target: str, algorithm: str, hyperparams: dict[str, Any], experiment_id: str, seed: int
+) -> dict[str, Any]:
+    import mlflow
+    import mlflow.sklearn
+    from sklearn.model_selection import train_test_split
+
+    from mlsandbox.workloads.trainer import _own_types, _pip_requirements, evaluate, make_pipeline
+
+    logger = get_run_logger()
+    y = df[target]
+    x = df.drop(columns=[target])
+    x_train, x_val, y_train, y_val = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
+    with mlflow.start_run(experiment_id=experiment_id, run_name="training-flow") as run:
+        mlflow.log_params({"algorithm": algorithm, "seed": seed, "pipeline": "training", **hyperparams})
+        pipeline = make_pipeline(x, algorithm, hyperparams, seed)
+        pipeline.fit(x_train, y_train)
+        metrics = evaluate(pipeline, x_val, y_val)
+        mlflow.log_metrics(metrics)
+        info = mlflow.sklearn.log_model(
+            pipeline,
+            name="model",
+            signature=mlflow.models.infer_signature(x_val.head(20), pipeline.predict(x_val.head(20))),
+            pip_requirements=_pip_requirements(),
+            skops_trusted_types=_own_types(pipeline),
+        )
+    logger.info("run %s: %s", run.info.run_id, {k: round(v, 4) for k, v in metrics.items()})
+    return {"run_id": run.info.run_id, "model_uri": info.model_uri, "metrics": metrics}
+
+
+@task(name="evaluate")
+def evaluate_gate(result: dict[str, Any], min_auc: float) -> dict[str, Any]:
+    auc = result["metrics"]["val_auc"]
+    if auc < min_auc:
+        raise ValueError(f"evaluation gate failed: val_auc {auc:.4f} < min_auc {min_auc}")
+    get_run_logger().info("evaluation gate passed: val_auc %.4f >= %s", auc, min_auc)
+    return result
+
+
+@task(name="register")
+def register(result: dict[str, Any], model_name: str) -> str:
+    import mlflow
+
+    mv = mlflow.register_model(result["model_uri"], model_name)
+    get_run_logger().info("registered %s version %s", model_name, mv.version)
+    return str(mv.version)
+
+
+@flow(name="training", log_prints=True)
+def training(
+    bucket: str,
+    dataset: str,
+    target: str,
+    experiment_id: str,
+    model_name: str,
+    algorithm: str = "gradient_boosting",
+    hyperparams: dict[str, Any] | None = None,
+    min_auc: float = 0.7,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train on every lake batch of a dataset, gate on validation AUC, register the model."""
+    df = load_lake(bucket, dataset)
+    result = train_model(df, target, algorithm, hyperparams or {}, experiment_id, seed)
+    evaluate_gate(result, min_auc)
+    version = register(result, model_name)
+    return {"run_id": result["run_id"], "model_name": model_name, "version": version, **result["metrics"]}
+
+
+# ----------------------------------------------------------------------------------------- batch scoring
+
+
+@flow(name="batch-scoring", log_prints=True)
+def batch_scoring(bucket: str, dataset: str, batch: str, model_name: str, model_ref: str) -> dict[str, Any]:
+    """Score a lake batch with ``models:/<model_name>/<version>`` or ``models:/<model_name>@<alias>``."""
+    import mlflow.sklearn
+    import pandas as pd
+
+    logger = get_run_logger()
+    sep = "@" if not model_ref.isdigit() else "/"
+    model = mlflow.sklearn.load_model(f"models:/{model_name}{sep}{model_ref}")
+    s3 = _s3()
+    key = f"lake/{dataset}/{batch}.parquet"
+    df = pd.read_parquet(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+    features = df[[c for c in df.columns if c in getattr(model, "feature_names_in_", df.columns)]]
+    scores = model.predict_proba(features)[:, 1]
+    out = pd.DataFrame({"row": range(len(df)), "score": scores})
+    buf = io.BytesIO()
+    out.to_parquet(buf, index=False)
+    out_key = f"scores/{dataset}/{batch}.parquet"
+    s3.put_object(Bucket=bucket, Key=out_key, Body=buf.getvalue())
+    logger.info("scored %d rows of %s with %s %s -> %s", len(df), key, model_name, model_ref, out_key)
+    return {"dataset": out_key, "rows": len(df), "mean_score": float(scores.mean())}
+
+
+FLOWS = {"ingestion": ingestion, "training": training, "batch-scoring": batch_scoring}

@@ -1,0 +1,179 @@
+"""Benchmark rows, summaries with confidence intervals, CSV, the HTML report, trajectories and replay."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mlsandbox.agents.runner import EpisodeResult, StepRecord
+from mlsandbox.agents.trajectory import read_trajectory, replay_lines, write_trajectory
+from mlsandbox.cli import app
+from mlsandbox.evaluation.report import render_html
+from mlsandbox.evaluation.results import (
+    CSV_COLUMNS,
+    EpisodeRow,
+    leaderboard,
+    read_rows,
+    rows_csv,
+    rows_jsonl,
+    summarize,
+)
+from mlsandbox.evaluation.reward import OBJECTIVES
+from mlsandbox.evaluation.stats import mean_ci, wilson
+
+
+def _row(
+    agent: str, family: str, seed: int, success: bool, reward: float, credits: float = 1.0
+) -> EpisodeRow:
+    vec = dict.fromkeys(OBJECTIVES, 0.0)
+    vec["task"] = reward
+    return EpisodeRow(
+        suite="test", family=family, scenario=f"{family}-abc", difficulty=1, split="test", agent=agent, seed=seed,
+        episode_id=f"{seed}-x", reward=reward, reward_vector=vec, reward_components={"task": reward},
+        success=success, score=1.0 if success else 0.2, steps=5, terminated=True, truncated=False,
+        credits_used=credits, invalid_actions=0, wall_s=1.0, time_to_detect_steps=2.0 if success else None,
+    )  # fmt: skip
+
+
+ROWS = [
+    _row("rule", "a", 1, True, 14.0),
+    _row("rule", "a", 2, True, 13.0),
+    _row("rule", "b", 1, False, 1.0),
+    _row("random", "a", 1, False, -2.0, 0.1),
+    _row("random", "a", 2, False, -3.0, 0.2),
+    _row("random", "b", 1, False, -1.0, 0.3),
+]
+
+
+def test_intervals() -> None:
+    w = wilson(3, 4)
+    assert w.low < 0.75 < w.high and w.low >= 0 and w.high <= 1
+    assert wilson(0, 5).low == 0 and wilson(5, 5).high == pytest.approx(1)
+    m = mean_ci([1.0, 2.0, 3.0])
+    assert m.value == 2 and m.low < 2 < m.high
+    assert mean_ci([4.0]).low == 4.0
+    with pytest.raises(ValueError):
+        wilson(5, 3)
+
+
+def test_summary_per_agent_and_family_and_leaderboard() -> None:
+    agents, families = summarize(ROWS)
+    by = {g.agent: g for g in agents}
+    assert by["rule"].episodes == 3 and by["rule"].success_rate["value"] == pytest.approx(2 / 3)
+    assert by["rule"].mean_reward["value"] == pytest.approx(28 / 3)
+    assert by["random"].success_rate["value"] == 0
+    assert [(g.agent, g.family) for g in families] == [
+        ("rule", "a"),
+        ("rule", "b"),
+        ("random", "a"),
+        ("random", "b"),
+    ]
+    assert [g.agent for g in leaderboard(agents)] == ["rule", "random"]
+    assert by["rule"].mean_time_to_detect_steps == 2.0
+
+
+def test_jsonl_and_csv_round_trip(tmp_path: Path) -> None:
+    p = tmp_path / "r.jsonl"
+    p.write_text(rows_jsonl(ROWS))
+    assert read_rows(p) == ROWS
+    table = list(csv.DictReader(io.StringIO(rows_csv(ROWS))))
+    assert len(table) == len(ROWS) and list(table[0]) == list(CSV_COLUMNS)
+    assert table[0]["reward_task"] == "14.0" and table[0]["success"] == "True"
+    p.write_text('{"suite": 1}\n')
+    with pytest.raises(ValueError, match=r"r\.jsonl:1"):
+        read_rows(p)
+
+
+def test_html_report_is_self_contained_with_plots_and_leaderboard() -> None:
+    page = render_html(ROWS, meta={"suite": "test"})
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<svg") == 3  # per-family success, reward distribution, cost vs success
+    assert "Leaderboard" in page and "1. rule" in page and "2. random" in page
+    # Nothing fetched from elsewhere: no script, no stylesheet link, no external image.
+    assert not re.search(r"<script|<link|<img|src=\"http", page)
+
+
+def _episode() -> EpisodeResult:
+    first = {"step": 0, "ok": True, "action": None, "result": {"task": "do it"}, "error": None,
+             "budget": {"credits": 10, "credits_used": 0, "steps_left": 2}}  # fmt: skip
+    nxt = {"step": 1, "ok": True, "action": "submit", "result": {"submitted": True}, "error": None,
+           "budget": {"credits": 10, "credits_used": 0, "steps_left": 1}}  # fmt: skip
+    comps = {"task": 0.0, "step_cost": -0.02}
+    res = EpisodeResult("s", "rule", 3, "3-abc", total_reward=-0.02, components=comps)
+    res.first_observation, res.reset_info = first, {"scenario": "s"}
+    res.steps.append(
+        StepRecord(
+            1,
+            {"type": "submit"},
+            nxt,
+            -0.02,
+            comps,
+            None,
+            info={"reward_components": comps},
+            previous=first,
+            terminated=True,
+        )
+    )
+    res.final_info = {"metrics": {"steps": 1}}
+    res.grade = {"success": False, "reason": "no model registered as 'churn'"}
+    return res
+
+
+def test_trajectory_file_and_replay(tmp_path: Path) -> None:
+    path = write_trajectory(_episode(), tmp_path / "ep.jsonl")
+    recs = read_trajectory(path)
+    assert [r["kind"] for r in recs] == ["episode", "step", "end"]
+    step = recs[1]
+    assert step["observation"]["step"] == 0 and step["next_observation"]["step"] == 1
+    assert step["action"] == {"type": "submit"} and step["reward_vector"]["process"] == pytest.approx(-0.02)
+    blocks = list(replay_lines(recs))
+    assert blocks[0].startswith("== episode 3-abc")
+    assert "[step 1] submit: ok" in blocks[1] and "step_cost=-0.020" in blocks[1]
+    assert "not solved" in blocks[-1]
+
+    result = CliRunner().invoke(app, ["replay", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "[step 1] submit: ok" in result.output
+    only = CliRunner().invoke(app, ["replay", str(path), "--step", "7"])
+    assert only.exit_code == 1 and "no step 7" in only.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"kind": "step"}) + "\n")
+    out = CliRunner().invoke(app, ["replay", str(bad)])
+    assert out.exit_code == 1 and "starts with an 'episode' record" in out.output
+
+
+def test_plan_pairs_agents_on_the_same_episodes_and_rows_come_from_results() -> None:
+    from mlsandbox.agents.bench import EpisodeTask, error_row, plan_episodes, row_from_result
+    from mlsandbox.scenario.suites import suite
+
+    entries = suite("test", families=["tabular-quality-basic"], variants_per_family=2)
+    tasks = plan_episodes(entries, ["rule", "random"], episodes=2, base_seed=5, suite="test")
+    assert len(tasks) == 2 * 2 * 2
+    first = entries[0].scenario.seed + 5
+    assert [(t.agent, t.seed) for t in tasks[:4]] == [("rule", first), ("random", first), ("rule", first + 1),
+                                                      ("random", first + 1)]  # fmt: skip
+    task = EpisodeTask(entries[0], "rule", first, "test")
+    res = _episode()
+    res.final_info = {"metrics": {"credits_used": 2.5, "cpu_seconds": 2.5, "faults_injected": 1,
+                                  "faults_detected": 1, "time_to_detect_steps": 3.0},
+                      "constraint_violation": {"kind": "budget", "message": "over"}}  # fmt: skip
+    row = row_from_result(task, res, None)
+    assert (row.family, row.scenario, row.split, row.seed) == (
+        "tabular-quality-basic",
+        entries[0].id,
+        "test",
+        first,
+    )
+    assert row.credits_used == 2.5 and row.faults_detected == 1 and row.time_to_detect_steps == 3.0
+    assert row.constraint_violation == "budget" and row.steps == 1 and not row.success
+    assert row.reward_vector["process"] == pytest.approx(-0.02)
+    err = error_row(task, RuntimeError("sandbox gone"), 1.5)
+    assert err.error == "RuntimeError: sandbox gone" and err.steps == 0
+    agents, _ = summarize([row, err])
+    assert agents[0].episodes == 2 and agents[0].errors == 1 and agents[0].success_rate["n"] == 1

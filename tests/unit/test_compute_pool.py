@@ -1,0 +1,140 @@
+"""The compute pool's scheduling rules over a fake backend (the real one is in the integration tests)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mlsandbox.backends.base import JobSpec, JobStatus
+from mlsandbox.compute import pool as P
+from mlsandbox.scenario.compute import ComputePool, Machine
+
+
+class FakeJobs:
+    """Jobs that run until told to finish."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}
+        self.submitted: list[JobSpec] = []
+
+    def submit(self, spec: JobSpec) -> JobStatus:
+        self.submitted.append(spec)
+        self.states[spec.job_id] = "running"
+        return JobStatus(job_id=spec.job_id, state="running")
+
+    def get(self, job_id: str) -> JobStatus:
+        return JobStatus(job_id=job_id, state=self.states[job_id])  # type: ignore[arg-type]
+
+    def cancel(self, job_id: str) -> JobStatus:
+        self.states[job_id] = "cancelled"
+        return self.get(job_id)
+
+    def logs(self, job_id: str, tail: int = 50) -> str:
+        return "real log\n"
+
+    def list(self, label=None):
+        return [self.get(j) for j in self.states]
+
+    def cleanup(self, label) -> None:
+        self.states.clear()
+
+    def set_resources(self, job_id, cpus=None, memory_mb=None):
+        return self.get(job_id)
+
+
+SMALL = Machine(name="cpu-small", cpus=1, memory_mb=2048, credits_per_second=1.0)
+LARGE = Machine(name="cpu-large", cpus=2, memory_mb=4096, credits_per_second=2.0)
+
+
+def _spec(n: int, cpus: float = 1, mem: int = 1024) -> JobSpec:
+    return JobSpec(job_id=f"j{n}", workload="burn", args=[], cpus=cpus, memory_mb=mem)
+
+
+def _pool(**kw) -> tuple[P.Pool, FakeJobs, list[float]]:
+    charged: list[float] = []
+    inner = FakeJobs()
+    cfg = ComputePool(machines=[SMALL, LARGE], capacity_cpus=2, capacity_memory_mb=4096)
+    return P.Pool(cfg, inner, charge=charged.append, **kw), inner, charged
+
+
+def test_a_job_that_does_not_fit_waits_and_starts_when_capacity_frees() -> None:
+    pool, inner, _ = _pool()
+    assert pool.submit(_spec(1, cpus=2)).state == "running"
+    assert pool.submit(_spec(2, cpus=1)).state == "queued"
+    assert pool.get("j2").state == "queued"
+    (row,) = pool.queue_view()
+    assert row["job"] == "j2" and "1 CPU requested, 0 of 2 free" in row["reason"]
+    assert "queued" in pool.logs("j2")
+    inner.states["j1"] = "succeeded"
+    assert pool.get("j2").state == "running"
+    assert [s.job_id for s in inner.submitted] == ["j1", "j2"]
+    assert pool.queue_view() == []
+
+
+def test_queue_is_fifo_and_a_cancelled_queued_job_never_starts() -> None:
+    pool, inner, _ = _pool()
+    pool.submit(_spec(1, cpus=2))
+    pool.submit(_spec(2, cpus=1))
+    pool.submit(_spec(3, cpus=1))
+    assert pool.cancel("j2").state == "cancelled"
+    inner.states["j1"] = "failed"
+    pool.pump()
+    assert [s.job_id for s in inner.submitted] == ["j1", "j3"]
+    assert pool.get("j2").state == "cancelled"
+
+
+def test_reservation_holds_capacity_costs_when_idle_and_runs_its_machine_jobs() -> None:
+    pool, inner, charged = _pool()
+    res = pool.reserve(SMALL)
+    with pytest.raises(P.InsufficientResources, match="insufficient resources"):
+        pool.reserve(LARGE)  # 2 CPU do not fit next to a held cpu-small
+    time.sleep(0.2)
+    pool.pump()
+    assert sum(charged) >= 0.2 * SMALL.credits_per_second * 0.9
+    spent = sum(charged)
+    spec = _spec(1).model_copy(update={"labels": {P.RESERVATION_LABEL: res.reservation_id}})
+    assert pool.submit(spec).state == "running"
+    time.sleep(0.1)
+    pool.pump()
+    assert sum(charged) == pytest.approx(spent, abs=0.02)  # busy: no idle charge
+    with pytest.raises(ValueError, match="runs a job"):
+        pool.release(res.reservation_id)
+    inner.states["j1"] = "succeeded"
+    pool.release(res.reservation_id)
+    assert pool.free() == (2, 4096)
+
+
+def test_blocked_pool_cancels_queued_work_and_drops_reservations() -> None:
+    reason: list[str] = []
+    pool, _inner, _ = _pool(blocked=lambda: reason[0] if reason else None)
+    pool.reserve(SMALL)
+    pool.submit(_spec(1, cpus=1))
+    pool.submit(_spec(2, cpus=1))
+    reason.append("compute budget exhausted")
+    assert pool.get("j2").state == "cancelled"
+    assert "budget exhausted" in pool.logs("j2")
+    assert pool.reservations == {}
+
+
+def test_shrink_pool_makes_jobs_queue_until_restored() -> None:
+    pool, _inner, _ = _pool()
+    P.register("ep-x", pool)
+    try:
+        assert P.shrink_pool("ep-x", cpus=1.5)
+        assert pool.submit(_spec(1, cpus=1)).state == "queued"
+        assert P.restore_pool("ep-x")
+        assert pool.get("j1").state == "running"
+    finally:
+        P.unregister("ep-x")
+    assert not P.shrink_pool("ep-x", cpus=1)
+
+
+def test_unlimited_pool_never_queues() -> None:
+    pool = P.Pool(ComputePool(), FakeJobs())
+    assert all(pool.submit(_spec(i, cpus=2, mem=8192)).state == "running" for i in range(5))
+
+
+def test_pool_config_rejects_machines_larger_than_the_pool() -> None:
+    with pytest.raises(ValueError, match="larger than the pool"):
+        ComputePool(machines=[LARGE], capacity_cpus=1)
