@@ -57,3 +57,36 @@ def test_missing_handler_and_missing_module_are_named() -> None:
         PackRuntime.load(build_catalog((_pack(impl="mlsandbox.gateway.safety"),)))
     with pytest.raises(PackError, match=r"cannot import 'mlsandbox\.nope'"):
         PackRuntime.load(build_catalog((_pack(impl="mlsandbox.nope"),)))
+
+
+def test_a_broken_or_clashing_plugin_pack_is_left_out_and_the_rest_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import EntryPoint
+
+    from mlsandbox.gateway import registry
+
+    eps = [
+        EntryPoint("a-broken", "mlsandbox_no_such_module:PACK", registry.ENTRY_POINT_GROUP),
+        EntryPoint("b-clash", f"{__name__}:CLASHING", registry.ENTRY_POINT_GROUP),
+        EntryPoint("c-good", f"{__name__}:GOOD", registry.ENTRY_POINT_GROUP),
+    ]
+    monkeypatch.setattr(
+        registry, "entry_points", lambda group: eps if group == registry.ENTRY_POINT_GROUP else []
+    )
+    monkeypatch.setattr(registry, "PLUGIN_ERRORS", [])
+    packs = registry.discover_packs()
+    names = [p.name for p in packs]
+    assert "good" in names and "core" in names and "clash" not in names
+    assert len(registry.PLUGIN_ERRORS) == 2
+    assert "'a-broken' left out" in registry.PLUGIN_ERRORS[0]
+    assert "already defined by pack 'core'" in registry.PLUGIN_ERRORS[1]
+    assert build_catalog(packs).types[-1] == "ping"
+
+
+class _Dup(ListDatasets):
+    pass
+
+
+CLASHING = ActionPack(name="clash", models=(_Dup,), implementation=__name__)
+GOOD = ActionPack(name="good", models=(Ping,), implementation=__name__)

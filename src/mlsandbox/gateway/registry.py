@@ -118,22 +118,39 @@ def _check_pack(pack: Any, where: str) -> ActionPack:
     return pack
 
 
+PLUGIN_ERRORS: list[str] = []
+"""Why plug-in packs were left out of this process's catalog (``mlsandbox plugins`` shows them too)."""
+
+
 def discover_packs(*, plugins: bool = True) -> tuple[ActionPack, ...]:
-    """The built-in packs, then the installed plug-in packs (sorted by entry-point name)."""
+    """The built-in packs, then the installed plug-in packs (sorted by entry-point name).
+
+    A broken built-in pack is an error. A plug-in pack that does not load, is not an ActionPack or
+    clashes with a pack already in the catalog is left out with a logged warning (kept in
+    :data:`PLUGIN_ERRORS`): one broken plug-in does not take the sandbox down.
+    """
     from mlsandbox.gateway.packs import BUILTIN_PACKS
 
     packs = [_check_pack(_load_ref(ref), ref) for ref in BUILTIN_PACKS]
     if plugins:
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             try:
-                pack = _check_pack(ep.load(), f"entry point {ep.name!r} ({ep.value})")
-            except PackError:
-                raise
-            except Exception as e:
-                raise PackError(f"plug-in {ep.name!r} ({ep.value}) cannot be loaded: {e}") from e
-            dist = getattr(ep, "dist", None)
-            origin = f"plugin:{dist.name}" if dist is not None else f"plugin:{ep.name}"
-            packs.append(ActionPack(**{**pack.__dict__, "origin": origin}))
+                try:
+                    pack = _check_pack(ep.load(), f"entry point {ep.name!r} ({ep.value})")
+                except PackError:
+                    raise
+                except Exception as e:
+                    raise PackError(f"plug-in {ep.name!r} ({ep.value}) cannot be loaded: {e}") from e
+                dist = getattr(ep, "dist", None)
+                origin = f"plugin:{dist.name}" if dist is not None else f"plugin:{ep.name}"
+                candidate = ActionPack(**{**pack.__dict__, "origin": origin})
+                build_catalog((*packs, candidate))  # clashes with what is already there
+            except PackError as e:
+                msg = f"action pack plug-in {ep.name!r} left out: {e}"
+                log.warning(msg)
+                PLUGIN_ERRORS.append(msg)
+                continue
+            packs.append(candidate)
     return tuple(packs)
 
 
