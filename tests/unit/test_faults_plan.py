@@ -305,3 +305,315 @@ def test_perturbation_model_is_strict() -> None:
         Perturbation.model_validate(
             {"name": "x", "when": {"at_step": 1}, "fault": {"type": "disk_full", "quota": 3}}
         )
+
+
+# ------------------------------------------------------------------ source and pool faults in a plan
+
+SOURCES = "data-monthly-drift-retrain"  # history_db (postgres), monthly_lake (lake, arrivals 0,0,0,0,1,2)
+
+
+def _sources_plan(*entries: dict[str, Any], scenario: str = SOURCES, **extra: Any) -> dict[str, Any]:
+    data = load_builtin(scenario).model_dump()
+    data["perturbations"] = [{"name": f"p{i}", **e} for i, e in enumerate(entries)]
+    data.update(extra)
+    return data
+
+
+def _late(batch: int = 5, at_step: int = 1, **fault: Any) -> dict[str, Any]:
+    return {
+        "when": {"at_step": at_step},
+        "target": "source:monthly_lake",
+        "fault": {"type": "late_batch", "batch": batch, **fault},
+    }
+
+
+@pytest.mark.parametrize(
+    ("entry", "message", "scenario"),
+    [
+        (
+            {"when": {"at_step": 1}, "target": "source:nope", "fault": {"type": "database_down"}},
+            "targets source 'nope', which is not a source (history_db, monthly_lake)",
+            SOURCES,
+        ),
+        (
+            {"when": {"at_step": 1}, "target": "source:orders", "fault": {"type": "database_down"}},
+            "which is not a source (the scenario declares none)",
+            BASE,
+        ),
+        (
+            {"when": {"at_step": 1}, "target": "source:Bad-Name", "fault": {"type": "database_down"}},
+            "names no source: use source:NAME",
+            SOURCES,
+        ),
+        (
+            {"when": {"at_step": 1}, "target": "source:monthly_lake", "fault": {"type": "database_down"}},
+            "'database_down' acts on postgres sources; 'monthly_lake' is a lake source",
+            SOURCES,
+        ),
+        (
+            {
+                "when": {"at_step": 1},
+                "target": "source:monthly_lake",
+                "fault": {"type": "rotated_credentials"},
+            },
+            "'rotated_credentials' acts on api or postgres sources",
+            SOURCES,
+        ),
+        (
+            {
+                "when": {"at_step": 1},
+                "target": "source:history_db",
+                "fault": {"type": "late_batch", "batch": 1},
+            },
+            "'late_batch' acts on lake sources; 'history_db' is a postgres source",
+            SOURCES,
+        ),
+        (
+            {"when": {"at_step": 1}, "target": "jobs", "fault": {"type": "late_batch", "batch": 1}},
+            "acts on a source target, got 'jobs'",
+            SOURCES,
+        ),
+        (_late(batch=9), "source 'monthly_lake' has no batch 9 (batches 0..5)", SOURCES),
+        (_late(batch=2), "batch 2 of 'monthly_lake' arrives when the episode starts", SOURCES),
+        (_late(batch=4, at_step=3), "fires at step 3 at the earliest, but batch 4", SOURCES),
+        (_late(steps=80), "would arrive at step 82, after max_steps=60 (use missing_batch", SOURCES),
+        (
+            {
+                "when": {"every": 2, "start": 4},
+                "target": "source:monthly_lake",
+                "fault": {"type": "missing_batch", "batch": 5},
+            },
+            "fires at step 4 at the earliest",
+            SOURCES,
+        ),
+        (
+            {
+                "when": {"at_step": 1},
+                "target": "source:monthly_lake",
+                "fault": {"type": "schema_change", "batch": 5, "change": "drop", "column": "zzz"},
+            },
+            "column 'zzz' is not a feature column of 'monthly_lake'",
+            SOURCES,
+        ),
+        (
+            {
+                "when": {"at_step": 1},
+                "target": "source:monthly_lake",
+                "fault": {"type": "schema_change", "batch": 5, "change": "rename", "column": "plan"},
+            },
+            "a schema_change rename needs new_name",
+            SOURCES,
+        ),
+        (
+            {
+                "when": {"at_step": 1},
+                "target": "source:monthly_lake",
+                "fault": {
+                    "type": "schema_change",
+                    "batch": 5,
+                    "change": "rename",
+                    "column": "plan",
+                    "new_name": "tenure_months",
+                },
+            },
+            "new_name 'tenure_months' is already a column",
+            SOURCES,
+        ),
+        (
+            {
+                "when": {"at_step": 1},
+                "target": "source:history_db",
+                "fault": {"type": "rotated_credentials"},
+                "duration": {"steps": 2},
+            },
+            "is not undone: it takes no duration",
+            SOURCES,
+        ),
+        (
+            {"when": {"at_step": 1}, "target": "http:history_db", "fault": {"type": "http_errors"}},
+            "a postgres source: only api sources have an HTTP fault hook",
+            SOURCES,
+        ),
+        (
+            {"when": {"at_step": 1}, "fault": {"type": "pool_shrink", "cpus": 1}},
+            "takes 1 CPUs from a pool without a limit on them (set compute.capacity_cpus)",
+            SOURCES,
+        ),
+        (
+            {"when": {"at_step": 1}, "fault": {"type": "pool_shrink"}},
+            "pool_shrink takes cpus or memory_mb",
+            SOURCES,
+        ),
+        (
+            {"when": {"at_step": 1}, "target": "pool:big", "fault": {"type": "pool_shrink", "cpus": 1}},
+            "'pool' takes no name",
+            SOURCES,
+        ),
+    ],
+)
+def test_bad_source_and_pool_plans_fail_precisely(entry: dict[str, Any], message: str, scenario: str) -> None:
+    with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_scenario(_sources_plan(entry, scenario=scenario))
+
+
+def test_pool_shrink_larger_than_the_pool_is_refused_and_a_fitting_one_defaults_to_pool() -> None:
+    compute = {"capacity_cpus": 4, "capacity_memory_mb": 8192}
+    with pytest.raises(ScenarioError, match="takes 9000 MiB from a pool of 8192 MiB"):
+        parse_scenario(
+            _sources_plan(
+                {"when": {"at_step": 1}, "fault": {"type": "pool_shrink", "memory_mb": 9000}},
+                compute=compute,
+            )
+        )
+    sc = parse_scenario(
+        _sources_plan({"when": {"at_step": 1}, "fault": {"type": "pool_shrink", "cpus": 3}}, compute=compute)
+    )
+    assert sc.perturbations[0].target == "pool" and sc.perturbations[0].fault.cpus == 3
+
+
+def test_valid_source_plan_parses_with_typed_faults() -> None:
+    sc = parse_scenario(
+        _sources_plan(
+            _late(batch=4, steps=2),
+            {
+                "when": {"at_step": 2},
+                "target": "source:monthly_lake",
+                "fault": {"type": "schema_change", "batch": 5, "change": "retype", "column": "plan"},
+            },
+            {"when": {"at_step": 3}, "target": "source:history_db", "fault": {"type": "database_down"}},
+            {
+                "when": {"at_step": 4},
+                "target": "source:history_db",
+                "fault": {"type": "rotated_credentials"},
+                "recovery": "manual",
+            },
+        )
+    )
+    kinds = [(p.fault.type, p.target_kind, p.target_name) for p in sc.perturbations]
+    assert kinds == [
+        ("late_batch", "source", "monthly_lake"),
+        ("schema_change", "source", "monthly_lake"),
+        ("database_down", "source", "history_db"),
+        ("rotated_credentials", "source", "history_db"),
+    ]
+
+
+def _source_engine(
+    entries: list[dict[str, Any]], supplied: Any = None, strict: bool = True
+) -> tuple[PerturbationEngine, EpisodeState]:
+    sc = parse_scenario(_sources_plan(*entries))
+    st = EpisodeState(episode_id="e2", scenario=sc, seed=1, sandbox="t")
+    eng = PerturbationEngine(
+        list(sc.perturbations),
+        st,
+        runtime=None,  # type: ignore[arg-type]
+        control=FakeControl(),  # type: ignore[arg-type]
+        seed=1,
+        strict=strict,
+        timer=False,
+        supplied=supplied,
+    )
+    return eng, st
+
+
+DB_DOWN = {"when": {"at_step": 1}, "target": "source:history_db", "fault": {"type": "database_down"}}
+
+
+def test_source_faults_need_a_supplied_mechanism() -> None:
+    from mlsandbox.faults.engine import UnavailableFaultError
+
+    with pytest.raises(UnavailableFaultError, match="'p0' uses fault 'database_down' on source:history_db"):
+        _source_engine([DB_DOWN])
+    eng, st = _source_engine([DB_DOWN], strict=False)
+    st.step = 1
+    eng.tick()
+    assert (
+        eng.records[0].error is not None and "needs a mechanism the gateway supplies" in eng.records[0].error
+    )
+    assert eng.active_faults == []
+
+
+def test_supplied_behaviour_is_used_and_a_pack_mark_ends_a_manual_fault() -> None:
+    from mlsandbox.faults.behaviours import Behaviour
+
+    calls: list[str] = []
+
+    class Down(Behaviour):
+        def inject(self, ctx: Any) -> None:
+            calls.append(f"inject {self.target_name}")
+
+        def recover(self, ctx: Any) -> None:
+            calls.append(f"recover {self.target_name}")
+
+    eng, st = _source_engine(
+        [{**DB_DOWN, "recovery": "manual"}], supplied={("database_down", "source"): Down}
+    )
+    st.step = 1
+    eng.tick()
+    rec = eng.records[0]
+    assert calls == ["inject history_db"] and rec.active and rec.params == {}
+    st.step = 2
+    eng.tick()
+    assert rec.active  # nothing mitigated it yet
+    rec.mitigated_step = 2  # what the sources pack does when an action worked around the symptom
+    st.step = 3
+    eng.tick()
+    assert calls == ["inject history_db", "recover history_db"] and rec.recovered_by == "agent"
+
+
+def test_pool_shrinks_add_up_and_each_gives_back_its_own_share() -> None:
+    from mlsandbox.compute import pool as CP
+    from mlsandbox.scenario.compute import ComputePool
+
+    class Jobs:
+        def submit(self, spec: JobSpec) -> Any:
+            from mlsandbox.backends.base import JobStatus
+
+            return JobStatus(job_id=spec.job_id, state="running")
+
+    compute = {"capacity_cpus": 4, "capacity_memory_mb": 8192}
+    sc = parse_scenario(
+        _sources_plan(
+            {"when": {"at_step": 1}, "fault": {"type": "pool_shrink", "cpus": 1}, "duration": {"steps": 1}},
+            {"when": {"at_step": 1}, "fault": {"type": "pool_shrink", "cpus": 2, "memory_mb": 4096}},
+            compute=compute,
+        )
+    )
+    st = EpisodeState(episode_id="e3", scenario=sc, seed=1, sandbox="t")
+    pool = CP.Pool(ComputePool(**compute), Jobs())  # type: ignore[arg-type]
+    eng = PerturbationEngine(list(sc.perturbations), st, None, None, seed=1, timer=False)  # type: ignore[arg-type]
+    st.step = 1
+    eng.tick()
+    assert (
+        eng.records[0].error
+        == "unavailable: the episode has no compute pool (the compute pack is not loaded)"
+    )
+    CP.register("e3", pool)
+    try:
+        eng, st.ground_truth.faults = (
+            PerturbationEngine(list(sc.perturbations), st, None, None, seed=1, timer=False),  # type: ignore[arg-type]
+            [],
+        )
+        eng.tick()
+        assert (pool.shrink_cpus, pool.shrink_memory_mb) == (3, 4096)
+        assert pool.free() == (1, 4096)
+        st.step = 2
+        eng.tick()  # the first one expires
+        assert (pool.shrink_cpus, pool.shrink_memory_mb) == (2, 4096)
+        eng.recover_all()
+        eng.recover_all()
+        assert (pool.shrink_cpus, pool.shrink_memory_mb) == (0, 0)
+    finally:
+        CP.unregister("e3")
+
+
+def test_faults_catalog_lists_the_source_and_pool_faults() -> None:
+    from typer.testing import CliRunner
+
+    from mlsandbox.cli import app
+
+    out = CliRunner().invoke(app, ["faults", "catalog"], env={"COLUMNS": "240"})
+    assert out.exit_code == 0, out.output
+    for kind in ("late_batch", "missing_batch", "schema_change", "database_down", "pool_shrink"):
+        assert kind in out.output
+    assert "batch (required)" in out.output and "PydanticUndefined" not in out.output

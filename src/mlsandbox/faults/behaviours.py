@@ -2,7 +2,10 @@
 it changes jobs started while it is active, which agent actions address it, and when its symptom is gone.
 
 The mechanisms themselves belong to the backend (:class:`~mlsandbox.backends.base.FaultControl`); the
-object-level faults (a missing column) act through the runtime's object store. Nothing here is shown to
+object-level faults (a missing column) act through the runtime's object store; a pool shrink through the
+episode's compute pool (:mod:`mlsandbox.compute`). Faults on a data source (``source:NAME``) need a
+mechanism of the layer above: whoever makes the engine supplies a :data:`Supplied` registry of behaviours
+for them (the gateway's sources pack does); without one they are unavailable. Nothing here is shown to
 the agent: it sees symptoms only.
 """
 
@@ -12,6 +15,7 @@ import json
 import logging
 import secrets
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -492,6 +496,88 @@ class DivergentLearningRate(_JobBehaviour):
         return spec.model_copy(update={"args": args})
 
 
+# ---------------------------------------------------------------------------------------------- pool
+
+
+POOL_ACTIONS = ("list_machines", "request_resources", "release_resources", "cancel_job")
+
+
+class PoolShrink(_JobBehaviour):
+    """Takes capacity out of the episode's compute pool (on top of what other shrinks took) and gives
+    exactly that back on recovery. Jobs that queued while it was active are the affected jobs."""
+
+    def __init__(self, entry: P.Perturbation) -> None:
+        super().__init__(entry)
+        self.taken: tuple[float, int] | None = None
+
+    def _pool(self, ctx: FaultContext) -> Any:
+        from mlsandbox.compute import pool_of
+
+        found = pool_of(ctx.state.episode_id)
+        if found is None:
+            raise FaultUnavailable("the episode has no compute pool (the compute pack is not loaded)")
+        return found
+
+    def inject(self, ctx: FaultContext) -> None:
+        from mlsandbox.compute import shrink_pool
+
+        if self.taken is not None:
+            return
+        pool = self._pool(ctx)
+        with pool.lock:
+            cpus, memory_mb = self.fault.cpus, self.fault.memory_mb
+            if not shrink_pool(
+                ctx.state.episode_id, pool.shrink_cpus + cpus, pool.shrink_memory_mb + memory_mb
+            ):
+                raise FaultUnavailable("the episode's compute pool is gone")
+            self.taken = (cpus, memory_mb)
+        self.on_tick(ctx)
+
+    def on_tick(self, ctx: FaultContext) -> None:
+        for job in ctx.state.jobs.values():
+            if job.state == "queued" and job.job_id not in self.affected_jobs:
+                self.affected_jobs.append(job.job_id)
+
+    def recover(self, ctx: FaultContext) -> None:
+        from mlsandbox.compute import pool_of, restore_pool, shrink_pool
+
+        if self.taken is None:
+            return
+        pool = pool_of(ctx.state.episode_id)
+        if pool is not None:
+            with pool.lock:
+                cpus = max(0.0, round(pool.shrink_cpus - self.taken[0], 6))
+                memory_mb = max(0, pool.shrink_memory_mb - self.taken[1])
+                if cpus == 0 and memory_mb == 0:
+                    restore_pool(ctx.state.episode_id)
+                else:
+                    shrink_pool(ctx.state.episode_id, cpus, memory_mb)
+                    pool.pump()
+        self.taken = None
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in POOL_ACTIONS or super().addresses(action)
+
+
+# ------------------------------------------------------------------------------------------ supplied
+
+
+class NotSupplied(Behaviour):
+    """A fault whose mechanism lives above the engine, on an engine not given it: unavailable."""
+
+    def inject(self, ctx: FaultContext) -> None:
+        raise FaultUnavailable(
+            f"fault {self.fault.type!r} on {self.entry.target} needs a mechanism the gateway supplies "
+            "(its sources pack); this engine was made without it"
+        )
+
+
+BehaviourFactory = Callable[[P.Perturbation], Behaviour]
+Supplied = Mapping[tuple[str, str], BehaviourFactory]
+"""(fault type, target kind) -> a factory of the behaviour, for the targets of
+:data:`~mlsandbox.scenario.perturbations.SUPPLIED_TARGET_KINDS`."""
+
+
 BEHAVIOURS: dict[str, type[Behaviour]] = {
     "kill_service": KillService,
     "freeze_service": FreezeService,
@@ -512,9 +598,27 @@ BEHAVIOURS: dict[str, type[Behaviour]] = {
     "wrong_endpoint": ConfigValue,
     "rotated_credentials": ConfigValue,
     "divergent_learning_rate": DivergentLearningRate,
+    "late_batch": NotSupplied,
+    "missing_batch": NotSupplied,
+    "schema_change": NotSupplied,
+    "database_down": NotSupplied,
+    "pool_shrink": PoolShrink,
 }
+"""The engine's own behaviour of each fault type (:class:`NotSupplied` where only a supplied one works)."""
 assert set(BEHAVIOURS) == set(P.FAULT_TYPES), "every fault of the catalog has a behaviour"
 
 
-def behaviour_for(entry: P.Perturbation) -> Behaviour:
+def supplied_missing(entry: P.Perturbation, supplied: Supplied | None) -> bool:
+    """Whether ``entry`` needs a supplied behaviour that ``supplied`` lacks."""
+    return entry.target_kind in P.SUPPLIED_TARGET_KINDS and (
+        (entry.fault.type, entry.target_kind) not in (supplied or {})
+    )
+
+
+def behaviour_for(entry: P.Perturbation, supplied: Supplied | None = None) -> Behaviour:
+    factory = (supplied or {}).get((entry.fault.type, entry.target_kind))
+    if factory is not None:
+        return factory(entry)
+    if entry.target_kind in P.SUPPLIED_TARGET_KINDS:
+        return NotSupplied(entry)
     return BEHAVIOURS[entry.fault.type](entry)

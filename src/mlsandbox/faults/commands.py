@@ -66,7 +66,11 @@ def faults_catalog() -> None:
         table.add_column(col)
     for model in FAULT_MODELS:
         kind = model.model_fields["type"].default
-        params = ", ".join(f"{k}={v.default!r}" for k, v in model.model_fields.items() if k not in ("type",))
+        params = ", ".join(
+            f"{k} (required)" if v.is_required() else f"{k}={v.default!r}"
+            for k, v in model.model_fields.items()
+            if k != "type"
+        )
         table.add_row(
             kind,
             model.category,
@@ -78,6 +82,10 @@ def faults_catalog() -> None:
     console.print(table)
     for kind, reason in sorted(missing.items()):
         console.print(f"[bold]{kind}[/] unavailable: {reason}")
+    console.print(
+        "Targets: source:NAME is a data source the scenario declares (sources:); pool is the episode's "
+        "compute pool (compute:, with a capacity)."
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,9 @@ entry point (tick, timer, observe_action, adjust_job, recover_all) holds the eng
 
 A plan that uses a fault the backend cannot make real here (``FaultControl.unavailable()``: no Toxiproxy,
 no cgroups) is refused when the engine is made (:class:`UnavailableFaultError`, naming each entry and the
-reason) unless ``strict=False``, which records the entry as not injected instead.
+reason) unless ``strict=False``, which records the entry as not injected instead. The same holds for a
+fault on a target whose mechanism lives above this layer (``source:NAME``) when the engine was made
+without a ``supplied`` behaviour for it (the gateway passes those of its packs).
 
 Ground truth goes to ``state.ground_truth.faults`` (one :class:`FaultRecord` per injection); it is never
 part of an observation.
@@ -35,7 +37,14 @@ from typing import Any
 from mlsandbox.backends.base import FaultControl, JobSpec, Runtime
 from mlsandbox.episode import EpisodeState
 from mlsandbox.errors import ConfigError
-from mlsandbox.faults.behaviours import Behaviour, FaultContext, FaultUnavailable, behaviour_for
+from mlsandbox.faults.behaviours import (
+    Behaviour,
+    FaultContext,
+    FaultUnavailable,
+    Supplied,
+    behaviour_for,
+    supplied_missing,
+)
 from mlsandbox.scenario import perturbations as P
 
 log = logging.getLogger(__name__)
@@ -123,8 +132,12 @@ class PerturbationEngine:
         clock: Any = time.time,
         strict: bool = True,
         timer: bool = True,
+        supplied: Supplied | None = None,
     ) -> None:
+        """``supplied``: behaviours of faults whose mechanism lives above this layer, keyed by (fault
+        type, target kind) (see :data:`~mlsandbox.faults.behaviours.Supplied`)."""
         self.state = state
+        self.supplied: Supplied = dict(supplied or {})
         self.seed = seed
         self.clock = clock
         self.ctx = FaultContext(state=state, runtime=runtime, control=control)
@@ -144,6 +157,12 @@ class PerturbationEngine:
                 f"perturbation {e.name!r} uses fault {e.fault.type!r}: {self._unavailable[e.fault.type]}"
                 for e in plan
                 if e.fault.type in self._unavailable
+            ]
+            bad += [
+                f"perturbation {e.name!r} uses fault {e.fault.type!r} on {e.target}: its mechanism is "
+                "supplied by the gateway's packs, and this engine was made without it"
+                for e in plan
+                if supplied_missing(e, self.supplied)
             ]
             if bad:
                 raise UnavailableFaultError("faults unavailable on this machine: " + "; ".join(bad))
@@ -233,6 +252,8 @@ class PerturbationEngine:
                     slot.active.on_tick(self.ctx)
                 except Exception as e:
                     log.warning("fault %s: tick failed: %s", slot.entry.name, e)
+                if slot.record is not None:
+                    slot.record.affected_jobs = list(slot.active.affected_jobs)
         for slot in self.slots:
             if slot.active is None and self._due(slot, now):
                 self._inject(slot, now)
@@ -331,7 +352,7 @@ class PerturbationEngine:
         self.records.append(rec)
         self.state.ground_truth.faults.append(rec)
         slot.record = rec
-        beh = behaviour_for(entry)
+        beh = behaviour_for(entry, self.supplied)
         beh.injected_step = self.state.step  # type: ignore[attr-defined]
         if entry.fault.type in self._unavailable:
             rec.error = f"unavailable: {self._unavailable[entry.fault.type]}"
@@ -379,21 +400,18 @@ class PerturbationEngine:
 
     def _check_mitigated(self, slot: _Slot, now: float) -> None:
         beh, rec = slot.active, slot.record
-        if (
-            beh is None
-            or rec is None
-            or rec.mitigated_step is not None
-            or rec.injected_step >= self.state.step
-        ):
+        if beh is None or rec is None or rec.injected_step >= self.state.step:
             return
-        try:
-            gone = beh.symptom_gone(self.ctx)
-        except Exception:
-            gone = False
-        if not gone:
-            return
-        rec.mitigated_step = self.state.step
-        rec.time_to_mitigate_s = round(now - rec.injected_at, 3)
+        if rec.mitigated_step is None:
+            try:
+                gone = beh.symptom_gone(self.ctx)
+            except Exception:
+                gone = False
+            if not gone:
+                return
+            rec.mitigated_step = self.state.step
+            rec.time_to_mitigate_s = round(now - rec.injected_at, 3)
+        # (a pack may mark the record mitigated itself, when an action worked around the symptom)
         if slot.entry.recovery == "manual":
             self._recover(slot, "agent")
 

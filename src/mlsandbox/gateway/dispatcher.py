@@ -95,7 +95,12 @@ class Gateway:
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
         if self.scenario.perturbations:
             self.faults = PerturbationEngine(
-                list(self.scenario.perturbations), st, rt, self._fault_control(), seed=self.seed
+                list(self.scenario.perturbations),
+                st,
+                rt,
+                self._fault_control(),
+                seed=self.seed,
+                supplied=self._supplied_fault_behaviours(),
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(self)
@@ -151,6 +156,16 @@ class Gateway:
     def _recover_faults(self) -> None:
         if self.faults is not None:
             self.faults.recover_all("episode_end")
+
+    def _supplied_fault_behaviours(self) -> dict[tuple[str, str], Any]:
+        """Fault behaviours the packs supply (a pack implementation's optional ``fault_behaviours(gw)``:
+        faults on targets whose mechanism lives in the pack, e.g. ``source:NAME``)."""
+        out: dict[tuple[str, str], Any] = {}
+        for pack in self.catalog.packs:
+            supply = getattr(pack.module(), "fault_behaviours", None)
+            if supply is not None:
+                out.update(supply(self))
+        return out
 
     def _fault_control(self) -> FaultControl | None:
         return self.runtime.faults if isinstance(self.runtime, FaultCapable) else None

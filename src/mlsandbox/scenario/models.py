@@ -173,6 +173,8 @@ class Scenario(_Model):
             self.perturbations,
             max_steps=self.max_steps,
             datasets={d.name: [c.name for c in d.columns] for d in self.datasets},
+            sources=self.sources,
+            compute=self.compute,
         )
         check_sources(self.sources, {d.name: d for d in self.datasets}, self.max_steps)
         return self

@@ -7,7 +7,7 @@ A plan is a list of :class:`Perturbation` entries inside a scenario (``perturbat
         when: {at_step: 3}                 # or {at_time: 20}, {every: 5}, {probability: 0.2},
                                            #    {condition: job_running}
         target: service:mlflow             # service:NAME | endpoint:NAME | jobs | bucket | dataset:NAME
-                                           #   | config:KEY | http:NAME
+                                           #   | config:KEY | http:NAME | source:NAME | pool
         fault: {type: kill_service}        # one of the catalog below, with its parameters
         duration: {steps: 4}               # or {seconds: 30}; omitted: until the episode ends
         recovery: auto                     # auto: undone when the duration ends; manual: the agent must
@@ -15,11 +15,15 @@ A plan is a list of :class:`Perturbation` entries inside a scenario (``perturbat
 
 Only the models live here (the scenario layer parses and validates plans); the perturbation engine in
 :mod:`mlsandbox.faults` gives them effect. Every model forbids unknown fields; every fault has a ``type``.
+Faults on a data source (``source:NAME``, a source the scenario declares under ``sources:``) act through
+mechanisms of the layer above the engine: the gateway's sources pack supplies them to the engine
+(:data:`SUPPLIED_TARGET_KINDS`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -49,8 +53,12 @@ def config_prefix(episode_id: str) -> str:
 
 CONDITIONS: tuple[str, ...] = ("job_submitted", "job_running", "job_succeeded", "model_registered")
 """Conditions on episode state a ``when: {condition: ...}`` trigger may wait for."""
-TargetKind = Literal["service", "endpoint", "jobs", "bucket", "dataset", "config", "http"]
+TargetKind = Literal["service", "endpoint", "jobs", "bucket", "dataset", "config", "http", "source", "pool"]
+SUPPLIED_TARGET_KINDS: frozenset[str] = frozenset({"source"})
+"""Target kinds whose fault mechanisms live above the fault engine (the gateway supplies them when it
+makes the engine); a plan using them runs only on an engine given those mechanisms."""
 _HTTP_NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+_SOURCE_NAME_RE = r"^[a-z][a-z0-9_]{0,39}$"
 
 
 class _Model(BaseModel):
@@ -309,9 +317,12 @@ class WrongEndpointFault(_Fault):
 class RotatedCredentialsFault(_Fault):
     """The credentials were rotated and the episode's config store holds a stale one
     (``config:s3_secret_access_key`` or ``config:s3_access_key_id``): clients fail with the object
-    store's real authentication error (``SignatureDoesNotMatch`` / ``InvalidAccessKeyId``)."""
+    store's real authentication error (``SignatureDoesNotMatch`` / ``InvalidAccessKeyId``). On an api or
+    postgres ``source:NAME``: the source's token or password is changed on the server and in the secret
+    store; the agent's connector keeps the old one (HTTP 401 / login refused) until it refreshes its
+    credentials. A rotation is not undone: on a source it takes no duration."""
 
-    targets = ("config",)
+    targets = ("config", "source")
     default_target = "config:s3_secret_access_key"
     category = "config"
     type: Literal["rotated_credentials"] = "rotated_credentials"
@@ -328,6 +339,76 @@ class DivergentLearningRateFault(_Fault):
     category = "task"
     type: Literal["divergent_learning_rate"] = "divergent_learning_rate"
     learning_rate: float = Field(default=1e6, gt=0)
+
+
+class _LakeBatchFault(_Fault):
+    targets = ("source",)
+    category = "data"
+    batch: int = Field(ge=0, description="The lake batch (0 = the first) the fault acts on.")
+
+
+class LateBatchFault(_LakeBatchFault):
+    """A lake source's ``batch`` arrives ``steps`` steps later than scheduled (``list_sources`` shows it
+    overdue meanwhile). Recovery before it arrived puts its schedule back: it arrives at the next step."""
+
+    type: Literal["late_batch"] = "late_batch"
+    steps: int = Field(default=3, ge=1, le=10_000)
+
+
+class MissingBatchFault(_LakeBatchFault):
+    """A lake source's ``batch`` does not arrive while the fault is active (overdue in ``list_sources``,
+    ``not_found`` when ingested); on recovery it arrives at the next step boundary."""
+
+    type: Literal["missing_batch"] = "missing_batch"
+
+
+class SchemaChangeFault(_LakeBatchFault):
+    """A lake source's ``batch`` arrives with ``column`` renamed (to ``new_name``), dropped or retyped (to
+    ``new_type``): ingesting it with the earlier batches fails with ``schema_mismatch``. Recovery before
+    the batch arrived cancels the change; a batch that arrived changed stays as it arrived."""
+
+    type: Literal["schema_change"] = "schema_change"
+    change: Literal["rename", "drop", "retype"]
+    column: str = Field(min_length=1)
+    new_name: str | None = Field(default=None, pattern=_SOURCE_NAME_RE)
+    new_type: Literal["string", "float", "int"] = "string"
+
+    @model_validator(mode="after")
+    def _new_name(self) -> SchemaChangeFault:
+        if self.change == "rename" and self.new_name is None:
+            raise ValueError("a schema_change rename needs new_name")
+        if self.change != "rename" and self.new_name is not None:
+            raise ValueError(f"new_name applies to a rename, not a {self.change}")
+        return self
+
+
+class DatabaseDownFault(_Fault):
+    """The PostgreSQL server of a postgres ``source:NAME`` is stopped (a real outage: every connection is
+    refused); recovery starts it again on the same data. The server is shared by the sandbox's
+    episodes."""
+
+    targets = ("source",)
+    category = "data"
+    type: Literal["database_down"] = "database_down"
+
+
+class PoolShrinkFault(_Fault):
+    """``cpus`` cores and ``memory_mb`` MiB are taken out of the episode's compute pool (lost capacity):
+    running jobs go on, new jobs queue and reservations are refused while they do not fit; recovery gives
+    the capacity back and queued jobs that fit start. Needs a pool with a capacity in that dimension."""
+
+    targets = ("pool",)
+    default_target = "pool"
+    category = "resource"
+    type: Literal["pool_shrink"] = "pool_shrink"
+    cpus: float = Field(default=0.0, ge=0, le=1024)
+    memory_mb: int = Field(default=0, ge=0, le=16_777_216)
+
+    @model_validator(mode="after")
+    def _something(self) -> PoolShrinkFault:
+        if self.cpus <= 0 and self.memory_mb <= 0:
+            raise ValueError("pool_shrink takes cpus or memory_mb (or both) greater than 0")
+        return self
 
 
 FAULT_MODELS: tuple[type[_Fault], ...] = (
@@ -350,6 +431,11 @@ FAULT_MODELS: tuple[type[_Fault], ...] = (
     WrongEndpointFault,
     RotatedCredentialsFault,
     DivergentLearningRateFault,
+    LateBatchFault,
+    MissingBatchFault,
+    SchemaChangeFault,
+    DatabaseDownFault,
+    PoolShrinkFault,
 )
 FAULT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in FAULT_MODELS)
 
@@ -372,7 +458,12 @@ Fault = Annotated[
     | HttpErrorsFault
     | WrongEndpointFault
     | RotatedCredentialsFault
-    | DivergentLearningRateFault,
+    | DivergentLearningRateFault
+    | LateBatchFault
+    | MissingBatchFault
+    | SchemaChangeFault
+    | DatabaseDownFault
+    | PoolShrinkFault,
     Field(discriminator="type"),
 ]
 
@@ -392,8 +483,9 @@ class Perturbation(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     when: When
     target: str | None = None
-    """``service:NAME``, ``endpoint:NAME``, ``jobs``, ``bucket``, ``dataset:NAME``, ``config:KEY`` or
-    ``http:NAME``; faults with an obvious target (``jobs``, ``bucket``, a config key) default to it."""
+    """``service:NAME``, ``endpoint:NAME``, ``jobs``, ``bucket``, ``dataset:NAME``, ``config:KEY``,
+    ``http:NAME``, ``source:NAME`` or ``pool``; faults with an obvious target (``jobs``, ``bucket``, a
+    config key, ``pool``) default to it."""
     fault: Fault
     duration: Duration | None = None
     """None: the fault lasts until the agent mitigates it or the episode ends."""
@@ -442,7 +534,16 @@ class Perturbation(_Model):
             )
         if kind == "dataset" and not name:
             raise ValueError(f"target {target!r} names no dataset: use dataset:NAME")
-        if kind in ("jobs", "bucket") and name:
+        if kind == "source" and not re.match(_SOURCE_NAME_RE, name):
+            raise ValueError(
+                f"target {target!r} names no source: use source:NAME (a source the scenario declares)"
+            )
+        if kind == "source" and kind_name == "rotated_credentials" and self.duration is not None:
+            raise ValueError(
+                "a rotation of a source's credentials is not undone: it takes no duration (use "
+                "recovery: manual to end it when the agent refreshes its credentials)"
+            )
+        if kind in ("jobs", "bucket", "pool") and name:
             raise ValueError(f"target {target!r}: {kind!r} takes no name")
         if fault.instant and (self.duration is not None or self.recovery == "manual"):
             raise ValueError(f"fault {kind_name!r} is instant: it takes no duration and no manual recovery")
@@ -459,10 +560,18 @@ class Perturbation(_Model):
         return parse_target(self.target or "")[1]
 
 
-def check_plan(plan: list[Perturbation], *, max_steps: int, datasets: dict[str, list[str]]) -> None:
+def check_plan(
+    plan: list[Perturbation],
+    *,
+    max_steps: int,
+    datasets: dict[str, list[str]],
+    sources: Sequence[Any] = (),
+    compute: Any = None,
+) -> None:
     """Checks across a plan and its scenario; raises ValueError naming the entry.
 
-    ``datasets`` maps each dataset name to its column names.
+    ``datasets`` maps each dataset name to its column names; ``sources`` are the scenario's source models
+    (:mod:`mlsandbox.scenario.sources`); ``compute`` is its :class:`~mlsandbox.scenario.compute.ComputePool`.
     """
     names = [p.name for p in plan]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -497,3 +606,102 @@ def check_plan(plan: list[Perturbation], *, max_steps: int, datasets: dict[str, 
                         f"{where}: column {p.fault.column!r} is not a column of dataset "
                         f"{p.target_name!r} ({', '.join(columns)})"
                     )
+        if p.target_kind == "source":
+            _check_source_fault(p, where, {x.name: x for x in sources}, datasets, max_steps)
+        if p.target_kind == "http":
+            declared = {x.name: x for x in sources}
+            src = declared.get(p.target_name)
+            if src is not None and src.type != "api":
+                raise ValueError(
+                    f"{where} targets http:{p.target_name}, a {src.type} source: only api sources have an "
+                    "HTTP fault hook"
+                )
+        if isinstance(p.fault, PoolShrinkFault):
+            _check_pool_shrink(p.fault, where, compute)
+
+
+_SOURCE_KINDS: dict[str, tuple[str, ...]] = {
+    "late_batch": ("lake",),
+    "missing_batch": ("lake",),
+    "schema_change": ("lake",),
+    "database_down": ("postgres",),
+    "rotated_credentials": ("api", "postgres"),
+}
+"""Fault type -> the kinds of source it acts on."""
+
+
+def _check_source_fault(
+    p: Perturbation, where: str, sources: dict[str, Any], datasets: dict[str, list[str]], max_steps: int
+) -> None:
+    fault = p.fault
+    src = sources.get(p.target_name)
+    if src is None:
+        known = ", ".join(sorted(sources)) or "the scenario declares none"
+        raise ValueError(f"{where} targets source {p.target_name!r}, which is not a source ({known})")
+    kinds = _SOURCE_KINDS[fault.type]
+    if src.type not in kinds:
+        raise ValueError(
+            f"{where}: fault {fault.type!r} acts on {' or '.join(kinds)} sources; "
+            f"{p.target_name!r} is a {src.type} source"
+        )
+    if not isinstance(fault, _LakeBatchFault):
+        return
+    if fault.batch >= src.batches:
+        raise ValueError(
+            f"{where}: source {src.name!r} has no batch {fault.batch} (batches 0..{src.batches - 1})"
+        )
+    arrival = src.arrivals[fault.batch]
+    if arrival == 0:
+        raise ValueError(
+            f"{where}: batch {fault.batch} of {src.name!r} arrives when the episode starts (step 0), "
+            "before any fault can act on it"
+        )
+    first = (
+        p.when.at_step
+        if isinstance(p.when, AtStep)
+        else p.when.start
+        if isinstance(p.when, Every | WithProbability)
+        else None
+    )
+    if first is not None and first > arrival:
+        raise ValueError(
+            f"{where} fires at step {first} at the earliest, but batch {fault.batch} of {src.name!r} "
+            f"has arrived at step {arrival} by then"
+        )
+    if isinstance(fault, LateBatchFault) and arrival + fault.steps > max_steps:
+        raise ValueError(
+            f"{where}: batch {fault.batch} of {src.name!r} would arrive at step {arrival + fault.steps}, "
+            f"after max_steps={max_steps} (use missing_batch for a batch that never arrives)"
+        )
+    if isinstance(fault, SchemaChangeFault):
+        declared = {c.batch for c in src.schema_changes}
+        if fault.batch in declared:
+            raise ValueError(
+                f"{where}: batch {fault.batch} of {src.name!r} already has a schema change in the scenario"
+            )
+        columns = datasets.get(src.dataset, [])
+        if fault.column not in columns:
+            raise ValueError(
+                f"{where}: column {fault.column!r} is not a feature column of {src.name!r} "
+                f"({', '.join(columns)})"
+            )
+        if fault.new_name is not None and fault.new_name in columns:
+            raise ValueError(f"{where}: new_name {fault.new_name!r} is already a column of {src.name!r}")
+
+
+def _check_pool_shrink(fault: PoolShrinkFault, where: str, compute: Any) -> None:
+    if compute is None:
+        return
+    for amount, capacity, what, field in (
+        (fault.cpus, compute.capacity_cpus, "CPUs", "capacity_cpus"),
+        (fault.memory_mb, compute.capacity_memory_mb, "MiB", "capacity_memory_mb"),
+    ):
+        if amount <= 0:
+            continue
+        if capacity is None:
+            raise ValueError(
+                f"{where} takes {amount:g} {what} from a pool without a limit on them (set "
+                f"compute.{field}): nothing would change"
+            )
+        if amount > capacity:
+            raise ValueError(f"{where} takes {amount:g} {what} from a pool of {capacity:g} {what}")

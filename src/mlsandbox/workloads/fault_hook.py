@@ -9,8 +9,8 @@ sandbox's state directory, never behind any port, so the agent cannot reach it. 
 ``error_rate`` of the requests get ``status`` with a short JSON error body; every request is delayed by
 ``delay_ms`` first. Paths in ``exempt`` (``/health`` by default is *not* exempt: a sick server answers
 its health check badly too) pass untouched. A missing or empty file means no fault. The file is re-read
-when its modification time changes (checked at most every 100 ms), so injecting and recovering need no
-restart and take effect within that time.
+when its modification time changes (one ``stat`` per request), so injecting and recovering need no
+restart and take effect with the next request.
 
 Which file belongs to which service: a service (or whatever starts it) registers its control file under a
 target name with :func:`register_hook`; a perturbation ``{target: http:NAME, fault: {type: http_errors}}``
@@ -24,12 +24,10 @@ import json
 import os
 import random
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 ENV_VAR = "MLSANDBOX_FAULT_HOOK_FILE"
-_CHECK_EVERY_S = 0.1
 
 
 _REGISTRY: dict[tuple[str | None, str], Path] = {}
@@ -92,20 +90,15 @@ class FaultHookMiddleware:
         path = control_file if control_file is not None else os.environ.get(ENV_VAR)
         self.path = Path(path) if path else None
         self.exempt = exempt
-        self._checked = 0.0
-        self._mtime: float | None = None
+        self._mtime: int | None = None
         self._fault: dict[str, Any] = {}
         self._rng = random.Random(0)
 
     def _current(self) -> dict[str, Any]:
         if self.path is None:
             return {}
-        now = time.monotonic()
-        if now - self._checked < _CHECK_EVERY_S:
-            return self._fault
-        self._checked = now
         try:
-            mtime = self.path.stat().st_mtime
+            mtime = self.path.stat().st_mtime_ns
         except FileNotFoundError:
             self._mtime, self._fault = None, {}
             return self._fault

@@ -13,7 +13,15 @@ makes the fault real, and appends a :class:`~mlsandbox.faults.engine.FaultRecord
   store; the agent's connector keeps the old one until it refreshes its credentials.
 
 ``recover(gw, record)`` undoes what can be undone (the API fault, the database outage) and
-``recover_all`` runs at the end of the episode. The agent sees the symptoms only through its actions
+``recover_all`` runs at the end of the episode.
+
+The same mechanisms serve perturbation plans: :func:`plan_behaviours` gives the perturbation engine one
+:class:`~mlsandbox.faults.behaviours.Behaviour` per fault type on ``source:NAME`` targets (``late_batch``,
+``missing_batch``, ``schema_change``, ``database_down``, ``rotated_credentials``); the gateway collects it
+from this pack (the ``fault_behaviours`` hook of :mod:`.sources_impl`) when it makes the engine, so the
+fault layer never imports the gateway. The engine keeps the ground truth of those (its own FaultRecord,
+with ``target`` ``source:<name>``), and :func:`mark` updates them like the records made here. An API
+outage in a plan is ``http_errors`` on ``http:<source>``. The agent sees the symptoms only through its actions
 (errors of preview/ingest, overdue batches in list_sources, schema_diff); the sources pack marks a record
 ``detected`` when an action met the symptom and ``mitigated`` when a later action worked around it.
 """
@@ -23,12 +31,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
+from mlsandbox.errors import ActionError
+from mlsandbox.faults.behaviours import Behaviour, BehaviourFactory, FaultContext, FaultUnavailable
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.packs import sources_impl as impl
 from mlsandbox.scenario.sources import ApiSource, LakeSource, PostgresSource
 
 if TYPE_CHECKING:
     from mlsandbox.gateway.dispatcher import Gateway
+    from mlsandbox.scenario.perturbations import Perturbation
 
 KINDS = (
     "late_batch",
@@ -72,12 +83,7 @@ def _pending_batch(rt: impl.SourceRuntime, batch: int) -> None:
 
 def late_batch(gw: Gateway, source: str, batch: int, steps: int) -> FaultRecord:
     """Delay the arrival of ``batch`` by ``steps`` steps."""
-    rt = _source(gw, source, LakeSource)
-    _pending_batch(rt, batch)
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    scheduled = rt.due[batch]
-    rt.due[batch] = scheduled + steps
+    scheduled = _delay_batch(gw, source, batch, steps)
     return _record(
         gw,
         "late_batch",
@@ -85,6 +91,17 @@ def late_batch(gw: Gateway, source: str, batch: int, steps: int) -> FaultRecord:
         {"batch": batch, "scheduled_step": scheduled, "arrival_step": scheduled + steps},
         "none",
     )
+
+
+def _delay_batch(gw: Gateway, source: str, batch: int, steps: int) -> int:
+    """Delay ``batch`` by ``steps``; its scheduled arrival step."""
+    rt = _source(gw, source, LakeSource)
+    _pending_batch(rt, batch)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    scheduled = rt.due[batch]
+    rt.due[batch] = scheduled + steps
+    return scheduled
 
 
 def missing_batch(gw: Gateway, source: str, batch: int) -> FaultRecord:
@@ -105,6 +122,20 @@ def schema_change(
     new_type: Literal["string", "float", "int"] = "string",
 ) -> FaultRecord:
     """``batch`` arrives with ``column`` renamed, dropped or retyped."""
+    args, _ = _change_schema(gw, source, batch, change, column, new_name, new_type)
+    return _record(gw, "schema_change", source, {"batch": batch, **args}, "none")
+
+
+def _change_schema(
+    gw: Gateway,
+    source: str,
+    batch: int,
+    change: str,
+    column: str,
+    new_name: str | None,
+    new_type: str,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Set the schema change of ``batch``; (its arguments, the change it replaced)."""
     rt = _source(gw, source, LakeSource)
     _pending_batch(rt, batch)
     columns = list(rt.batches[batch].train.columns)
@@ -113,8 +144,9 @@ def schema_change(
     if change == "rename" and (not new_name or new_name in columns):
         raise ValueError(f"a rename needs a new column name, got {new_name!r}")
     args: dict[str, Any] = {"change": change, "column": column, "new_name": new_name, "new_type": new_type}
+    before = rt.schema_changes.get(batch)
     rt.schema_changes[batch] = args
-    return _record(gw, "schema_change", source, {"batch": batch, **args}, "none")
+    return args, before
 
 
 def api_unavailable(gw: Gateway, source: str, error_rate: float = 1.0, status: int = 503) -> FaultRecord:
@@ -135,6 +167,11 @@ def database_down(gw: Gateway, source: str) -> FaultRecord:
 
 def credentials_rotated(gw: Gateway, source: str) -> FaultRecord:
     """Change the source's token (API) or password (PostgreSQL) on the server and in the secret store."""
+    rt = _rotate(gw, source)
+    return _record(gw, "credentials_rotated", source, {"kind": rt.spec.type}, "agent")
+
+
+def _rotate(gw: Gateway, source: str) -> impl.SourceRuntime:
     import secrets
 
     rt = impl.runtimes(gw).get(source)
@@ -153,7 +190,7 @@ def credentials_rotated(gw: Gateway, source: str) -> FaultRecord:
                 sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(rt.role), sql.Literal(new))
             )
         rt.secret = new
-    return _record(gw, "credentials_rotated", source, {"kind": rt.spec.type}, "agent")
+    return rt
 
 
 INJECT = {
@@ -183,8 +220,14 @@ def recover(gw: Gateway, rec: FaultRecord, by: str = "expiry") -> None:
 
 
 def recover_all(gw: Gateway) -> None:
+    """Recover the records made here (those of a perturbation plan belong to the engine)."""
     for rec in list(gw.state.ground_truth.faults):
-        if isinstance(rec, FaultRecord) and rec.target.startswith("source:") and rec.fault in KINDS:
+        if (
+            isinstance(rec, FaultRecord)
+            and rec.target.startswith("source:")
+            and rec.fault in KINDS
+            and rec.recovery not in ("auto", "manual")
+        ):
             recover(gw, rec, "episode_end")
 
 
@@ -195,7 +238,9 @@ def mark(
     met the symptom) or mitigated (a later action worked around it)."""
     now = time.time()
     for rec in gw.state.ground_truth.faults:
-        if not isinstance(rec, FaultRecord) or rec.target != f"source:{source}" or rec.fault != kind:
+        if not isinstance(rec, FaultRecord) or rec.target != f"source:{source}":
+            continue
+        if _ALIASES.get(rec.fault, rec.fault) != kind:
             continue
         if batch is not None and rec.params.get("batch") != batch:
             continue
@@ -203,3 +248,124 @@ def mark(
             rec.detected_step, rec.time_to_detect_s = gw.state.step, round(now - rec.injected_at, 3)
         elif what == "mitigated" and rec.detected_step is not None and rec.mitigated_step is None:
             rec.mitigated_step, rec.time_to_mitigate_s = gw.state.step, round(now - rec.injected_at, 3)
+
+
+# ------------------------------------------------------------------------------- perturbation plans
+
+_ALIASES = {"rotated_credentials": "credentials_rotated"}
+"""Plan fault type -> the kind the sources pack marks."""
+SOURCE_ACTIONS = ("preview_source", "ingest_source")
+
+
+class _SourceFault(Behaviour):
+    """A plan fault on ``source:NAME``, made real by the mechanisms above; every step idempotent."""
+
+    def __init__(self, entry: Perturbation, gw: Gateway) -> None:
+        super().__init__(entry)
+        self.gw = gw
+        self.done = False
+
+    def inject(self, ctx: FaultContext) -> None:
+        if self.done:
+            return
+        try:
+            self.apply()
+        except ActionError as e:  # no source services on this backend
+            raise FaultUnavailable(e.message) from None
+        self.done = True
+
+    def recover(self, ctx: FaultContext) -> None:
+        if not self.done:
+            return
+        self.undo()
+        self.done = False
+
+    def apply(self) -> None:
+        raise NotImplementedError
+
+    def undo(self) -> None: ...
+
+    def runtime(self) -> impl.SourceRuntime:
+        return _source(self.gw, self.target_name, LakeSource)
+
+    def addresses(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in SOURCE_ACTIONS and action.get("source") == self.target_name
+
+
+class _LateBatch(_SourceFault):
+    scheduled: int | None = None
+
+    def apply(self) -> None:
+        self.scheduled = _delay_batch(self.gw, self.target_name, self.fault.batch, self.fault.steps)
+
+    def undo(self) -> None:
+        rt = self.runtime()
+        if self.scheduled is not None and self.fault.batch not in rt.arrived:
+            rt.due[self.fault.batch] = self.scheduled  # arrives at the next step boundary
+
+
+class _MissingBatch(_SourceFault):
+    def apply(self) -> None:
+        rt = self.runtime()
+        _pending_batch(rt, self.fault.batch)
+        rt.missing.add(self.fault.batch)
+
+    def undo(self) -> None:
+        self.runtime().missing.discard(self.fault.batch)  # arrives at the next step boundary
+
+
+class _SchemaChange(_SourceFault):
+    before: dict[str, Any] | None = None
+
+    def apply(self) -> None:
+        f = self.fault
+        _, self.before = _change_schema(
+            self.gw, self.target_name, f.batch, f.change, f.column, f.new_name, f.new_type
+        )
+
+    def undo(self) -> None:
+        rt = self.runtime()
+        if self.fault.batch in rt.arrived:  # it arrived changed: that is history
+            return
+        if self.before is None:
+            rt.schema_changes.pop(self.fault.batch, None)
+        else:
+            rt.schema_changes[self.fault.batch] = self.before
+
+
+class _DatabaseDown(_SourceFault):
+    def apply(self) -> None:
+        _source(self.gw, self.target_name, PostgresSource)
+        impl.services(self.gw).stop("postgres")
+
+    def undo(self) -> None:
+        impl.services(self.gw).ensure("postgres")
+
+
+class _RotatedCredentials(_SourceFault):
+    """A rotation is not undone; its symptom is gone once the connector holds the new secret."""
+
+    def apply(self) -> None:
+        _rotate(self.gw, self.target_name)
+
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        rt = impl.runtimes(self.gw).get(self.target_name)
+        return rt is not None and rt.cached == rt.secret
+
+
+_PLAN_FAULTS: dict[str, type[_SourceFault]] = {
+    "late_batch": _LateBatch,
+    "missing_batch": _MissingBatch,
+    "schema_change": _SchemaChange,
+    "database_down": _DatabaseDown,
+    "rotated_credentials": _RotatedCredentials,
+}
+
+
+def plan_behaviours(gw: Gateway) -> dict[tuple[str, str], BehaviourFactory]:
+    """The behaviours of plan faults on ``source:NAME`` targets of ``gw``'s episode, for the engine."""
+
+    def factory(cls: type[_SourceFault]) -> BehaviourFactory:
+        return lambda entry: cls(entry, gw)
+
+    return {(kind, "source"): factory(cls) for kind, cls in _PLAN_FAULTS.items()}

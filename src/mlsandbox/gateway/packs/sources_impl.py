@@ -145,6 +145,13 @@ def on_step(gw: Gateway) -> None:
         deliver_batches(gw)
 
 
+def fault_behaviours(gw: Gateway) -> dict[tuple[str, str], Any]:
+    """The perturbation engine's behaviours of plan faults on ``source:NAME`` targets."""
+    from mlsandbox.gateway.packs import sources_faults
+
+    return sources_faults.plan_behaviours(gw)
+
+
 def on_close(gw: Gateway) -> None:
     from mlsandbox.gateway.packs import sources_faults
 
