@@ -222,6 +222,13 @@ class _Cgroup:
         except (OSError, ValueError):
             return 0
 
+    def max_usage_bytes(self) -> int | None:
+        """The group's memory high-water mark (page cache included), or None when unreadable."""
+        try:
+            return int((self.memory / "memory.max_usage_in_bytes").read_text())
+        except (OSError, ValueError):
+            return None
+
     def pids(self) -> list[int]:
         found: set[int] = set()
         for procs in self.procs_files:
@@ -749,6 +756,7 @@ class LocalJobs:
         finished_at = time.time()
         _signal_group(job.popen.pid, signal.SIGKILL)  # no process outlives its job
         oom_kills = job.cgroup.oom_kills() if job.cgroup is not None else 0
+        cgroup_peak = job.cgroup.max_usage_bytes() if job.cgroup is not None else None
         if job.cgroup is not None:
             job.cgroup.remove()
         exit_code = exit_code_of(wait_status)
@@ -761,7 +769,11 @@ class LocalJobs:
         with self._lock:
             job.exit_code, job.finished_at, job.result = exit_code, finished_at, result
             job.cpu_seconds = usage.ru_utime + usage.ru_stime
-            job.peak_rss_bytes = usage.ru_maxrss * 1024  # KiB on Linux
+            # Not ru_maxrss: a forked child starts with its parent's high-water mark, so a small job
+            # forked from a big process would report the parent's size. The cgroup's own high-water
+            # mark when there is one, else the largest RSS sampled while it ran.
+            if cgroup_peak is not None:
+                job.peak_rss_bytes = cgroup_peak
             if exit_code == 0 and not timed_out:
                 job.state = "succeeded"
             else:
