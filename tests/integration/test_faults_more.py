@@ -2,7 +2,7 @@
 
 Config store (Prefect variables) faults failing real training jobs, CPU contention slowing a running job,
 5xx and slow answers from a real uvicorn app through its fault hook, a time trigger firing during a step,
-the rlimit fallback, and a SIGKILLed episode with five concurrent faults cleaned up by ``gc``.
+the rlimit fallback, and a SIGKILLed episode with six concurrent faults cleaned up by ``gc``.
 """
 
 from __future__ import annotations
@@ -369,11 +369,12 @@ _CRASHER = textwrap.dedent(
         {"name": "stale", "when": at1, "fault": {"type": "rotated_credentials"}},
         {"name": "noisy", "when": at1, "fault": {"type": "cpu_contention", "workers": 2}},
         {"name": "sick", "when": at1, "target": "http:crash-api", "fault": {"type": "http_errors"}},
+        {"name": "stuck", "when": at1, "target": "service:minio", "fault": {"type": "freeze_service"}},
     ]
     gw = Gateway(rt, parse_scenario(data), seed=11, sandbox=name)
     register_hook("crash-api", hook, scope=gw.state.episode_id)
     gw.start()
-    gw.state.step = 1  # the first step boundary
+    gw.state.step = 1  # the first step boundary (not a whole step: MinIO is frozen from here on)
     gw.faults.tick()
     errors = [r.error for r in gw.state.ground_truth.faults if r.error]
     info = {"bucket": gw.state.bucket, "prefix": gw.ext["config"]["prefix"], "errors": errors}
@@ -383,7 +384,7 @@ _CRASHER = textwrap.dedent(
 )
 
 
-def test_sigkilled_episode_with_five_concurrent_faults_leaves_nothing_after_gc(
+def test_sigkilled_episode_with_six_concurrent_faults_leaves_nothing_after_gc(
     sandbox: Any, runtime: Any, tmp_path: Path
 ) -> None:
     control = runtime.faults
@@ -399,6 +400,8 @@ def test_sigkilled_episode_with_five_concurrent_faults_leaves_nothing_after_gc(
         assert line.startswith("READY "), line
         info = json.loads(line.removeprefix("READY "))
         assert info["errors"] == []
+        minio = sandbox.state().services["minio"].process
+        assert psutil.Process(minio.pid).status() == psutil.STATUS_STOPPED
         assert hook.exists() and control.network.toxics("minio")
         assert control.config.get(info["prefix"] + "s3_secret_access_key") != runtime.endpoints.s3_secret_key
         burners = [p for p in psutil.process_iter(["environ"]) if _owned_by(p, proc.pid)]
@@ -408,6 +411,7 @@ def test_sigkilled_episode_with_five_concurrent_faults_leaves_nothing_after_gc(
         proc.wait()
         collect_garbage()  # also when an assertion above failed: later tests share the sandbox
     assert control.network.toxics("minio") == []
+    assert psutil.Process(minio.pid).status() != psutil.STATUS_STOPPED
     runtime.object_store.put_object(info["bucket"], "x", b"payload")  # no quota left
     assert not hook.exists()
     assert control.config.names(info["prefix"]) == []

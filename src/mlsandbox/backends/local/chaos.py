@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import httpx
+import psutil
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from mlsandbox.backends.base import Endpoints, ServiceHealth
@@ -406,6 +407,17 @@ class LocalServiceControl:
         if supervisor.is_alive(record):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record.pgid, signal.SIGSTOP)
+            # A group stop is not instant (every thread of a busy process must reach it): return once
+            # the process is seen stopped, so the fault is in place when inject() returns.
+            proc = supervisor.get_process(record)
+            deadline = time.monotonic() + 5.0
+            while proc is not None and time.monotonic() < deadline:
+                try:
+                    if proc.status() == psutil.STATUS_STOPPED:
+                        break
+                except psutil.NoSuchProcess:
+                    break
+                time.sleep(0.01)
 
     def thaw(self, service: str) -> None:
         record = self._record(service)
