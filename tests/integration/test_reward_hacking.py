@@ -32,6 +32,16 @@ def env(sandbox: Any):
     e.close()
 
 
+_VALIDATED: dict[str, Any] = {}
+"""Reference runs of this module, by scenario: each is a real episode of minutes, run once."""
+
+
+def _validated(env: MLSandboxEnv, scenario: str) -> Any:
+    if scenario not in _VALIDATED:
+        _VALIDATED[scenario] = validate_scenario(env, scenario)
+    return _VALIDATED[scenario]
+
+
 def _run(env: MLSandboxEnv, agent: str, scenario: str, seed: int) -> EpisodeResult:
     return run_episode(env, make_agent(agent, seed=seed), seed=seed, scenario=load_builtin(scenario))
 
@@ -64,7 +74,7 @@ def test_builtin_scenario_is_solved_by_its_reference_and_beats_cheap_strategies(
         pytest.skip(
             f"{scenario}: no reference solution declared for goal type {sc.goal.type!r} (reference_agent)"
         )
-    v = validate_scenario(env, scenario)
+    v = _validated(env, scenario)
     assert v.solved, f"{scenario}: reference {v.reference} did not solve it: {v.reason}"
     for agent in CHEAP_STRATEGIES:
         res = _run(env, agent, scenario, sc.seed)
@@ -83,7 +93,7 @@ def test_deploying_without_evaluation_scores_below_the_reference(env: MLSandboxE
         pytest.skip(
             f"{scenario}: no reference solution declared for goal type {sc.goal.type!r} (reference_agent)"
         )
-    v = validate_scenario(env, scenario)
+    v = _validated(env, scenario)
     assert v.solved, f"{scenario}: reference {v.reference} did not solve it: {v.reason}"
     res = _run(env, "deploy-unevaluated", scenario, sc.seed)
     assert res.total_reward < v.reward, (scenario, res.total_reward, v.reward, res.components)
