@@ -2,7 +2,8 @@
 
 - ``ingestion``: pull an upstream batch (``upstream/<dataset>/<batch>.csv``) -> validate its schema ->
   write it to the lake (``lake/<dataset>/<batch>.parquet``).
-- ``training``: read every lake batch of a dataset -> train (a scikit-learn pipeline, tracked in MLflow)
+- ``training``: read every lake batch of a dataset (a completeness check: every batch of the upstream
+  schedule must be there) -> train (a scikit-learn pipeline, tracked in MLflow)
   -> evaluate (a validation-AUC gate) -> register the model.
 - ``batch-scoring``: score a lake batch with a registered model version (or alias) -> write the scores.
 
@@ -122,7 +123,7 @@ def ingestion(
 
 
 @task(name="load-lake", retries=1, retry_delay_seconds=2)
-def load_lake(bucket: str, dataset: str) -> Any:
+def load_lake(bucket: str, dataset: str, expected_batches: list[str]) -> Any:
     import pandas as pd
 
     s3 = _s3()
@@ -131,6 +132,12 @@ def load_lake(bucket: str, dataset: str) -> Any:
     keys = [k for k in keys if k.endswith(".parquet")]
     if not keys:
         raise FileNotFoundError(f"no lake batches under s3://{bucket}/{prefix}: run the ingestion first")
+    missing = [b for b in expected_batches if f"{prefix}{b}.parquet" not in keys]
+    if missing:
+        raise FileNotFoundError(
+            f"completeness check failed: the lake has no batch(es) {missing} of {dataset} "
+            f"(present: {', '.join(keys)}): ingest them first"
+        )
     frames = [pd.read_parquet(io.BytesIO(s3.get_object(Bucket=bucket, Key=k)["Body"].read())) for k in keys]
     get_run_logger().info("loaded %d batch(es): %s", len(keys), ", ".join(keys))
     return pd.concat(frames, ignore_index=True)
@@ -196,9 +203,11 @@ def training(
     hyperparams: dict[str, Any] | None = None,
     min_auc: float = 0.7,
     seed: int = 0,
+    expected_batches: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Train on every lake batch of a dataset, gate on validation AUC, register the model."""
-    df = load_lake(bucket, dataset)
+    """Train on every lake batch of a dataset (all of ``expected_batches`` must be there), gate on
+    validation AUC, register the model."""
+    df = load_lake(bucket, dataset, expected_batches or [])
     result = train_model(df, target, algorithm, hyperparams or {}, experiment_id, seed)
     evaluate_gate(result, min_auc)
     version = register(result, model_name)

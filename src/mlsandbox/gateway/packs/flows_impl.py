@@ -158,6 +158,8 @@ def _flow_parameters(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str
             "hyperparams": p.hyperparams,
             "min_auc": p.min_auc,
             "seed": gw.seed,
+            # The completeness check: every batch of the upstream schedule must be in the lake.
+            "expected_batches": [b.batch for b in gw.scenario.pipelines.upstream if b.dataset == p.dataset],
         }
     assert isinstance(p, F.BatchScoringParams)
     if (p.version is None) == (p.alias is None):
