@@ -140,6 +140,11 @@ class ReferenceAgent(ScriptedAgent):
 
     def train(self, dataset: str) -> Generator[dict[str, Any], Obs, str | None]:
         """Train until a job succeeds (at most ``max_attempts`` jobs); the run id, or None."""
+        job = yield from self.train_job(dataset)
+        return None if job is None else str(job["run_id"])
+
+    def train_job(self, dataset: str) -> Generator[dict[str, Any], Obs, dict[str, Any] | None]:
+        """Train until a job succeeds (at most ``max_attempts`` jobs); its ``get_job`` result, or None."""
         job: str | None = None
         for _ in range(self.max_attempts):
             if job is None:
@@ -154,11 +159,11 @@ class ReferenceAgent(ScriptedAgent):
             obs = yield from self.do(action)
             if not obs.get("ok"):
                 return None
-            job = obs["result"]["job_id"]
+            job = str(obs["result"]["job_id"])
             final = yield from self.await_job(job)
-            result = final.get("result") or {}
+            result = (final.get("result") or {}) if final.get("ok") else {}
             if result.get("state") == "succeeded" and result.get("run_id"):
-                return str(result["run_id"])
+                return result
             yield {"type": "get_logs", "target": job, "tail": 20}
             yield from self.heal()
         return None

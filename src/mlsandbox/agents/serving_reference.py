@@ -208,34 +208,6 @@ class ServingReferenceAgent(ReferenceAgent):
                 dataset = obs["result"]["dataset"]
         return dataset
 
-    def train(self, dataset: str) -> Generator[dict[str, Any], Obs, str | None]:
-        job = yield from self.train_job(dataset)
-        return None if job is None else str(job["run_id"])
-
-    def train_job(self, dataset: str) -> Generator[dict[str, Any], Obs, dict[str, Any] | None]:
-        """Train until a job succeeds (at most ``max_attempts`` jobs); its ``get_job`` result, or None."""
-        job: str | None = None
-        for _ in range(self.max_attempts):
-            if job is None:
-                action = {
-                    "type": "train_model",
-                    "dataset": dataset,
-                    "algorithm": self.algorithm,
-                    "resources": {"cpus": 1, "memory_mb": 1024},
-                }
-            else:
-                action = {"type": "retry_job", "job_id": job}
-            obs = yield from self.do(action)
-            if not obs.get("ok"):
-                return None
-            job = str(obs["result"]["job_id"])
-            result = _result((yield from self.await_job(job)))
-            if result.get("state") == "succeeded" and result.get("run_id"):
-                return result
-            yield {"type": "get_logs", "target": job, "tail": 20}
-            yield from self.heal()
-        return None
-
     def await_job(self, job_id: str) -> Generator[dict[str, Any], Obs, Obs]:
         """Wait (a wait returns as soon as a job changes state) until the job is over; then ``get_job``."""
         for _ in range(20):
