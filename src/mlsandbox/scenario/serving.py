@@ -9,30 +9,11 @@ series and evaluates ``alerts``. Replicas run on the machine types of the scenar
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mlsandbox.data.drift import Drift
-
-METRICS = (
-    "rps",
-    "error_rate",
-    "latency_p50_ms",
-    "latency_p95_ms",
-    "latency_p99_ms",
-    "cpu_percent",
-    "memory_mb",
-    "replicas_up",
-    "live_accuracy",
-    "feature_drift_psi",
-    "client_rps",
-    "client_error_rate",
-    "client_latency_p99_ms",
-)
-"""Metric names of a target's time series. Every target has the first eight (server side); the deployment
-taking production traffic also has live accuracy, feature drift and the clients' view (``client_*``:
-every request sent, including those no replica answered)."""
 
 Metric = Literal[
     "rps",
@@ -49,6 +30,11 @@ Metric = Literal[
     "client_error_rate",
     "client_latency_p99_ms",
 ]
+
+METRICS: tuple[str, ...] = get_args(Metric)
+"""Metric names of a target's time series. Every target has the first eight (server side); the deployment
+taking production traffic also has live accuracy, feature drift and the clients' view (``client_*``:
+every request sent, including those no replica answered)."""
 
 
 class _Model(BaseModel):
