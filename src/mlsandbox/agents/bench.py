@@ -47,19 +47,27 @@ def plan_episodes(
     ]
 
 
+def _task_fields(task: EpisodeTask) -> dict[str, Any]:
+    """The row fields that say which episode it was (the same for a result and an error)."""
+    e = task.entry
+    return {
+        "suite": task.suite,
+        "family": e.family,
+        "scenario": e.id,
+        "difficulty": e.difficulty,
+        "split": e.split,
+        "agent": task.agent,
+        "seed": task.seed,
+    }
+
+
 def row_from_result(task: EpisodeTask, res: EpisodeResult, trajectory: Path | None) -> EpisodeRow:
     info = res.final_info
     metrics = info.get("metrics") or {}
     grade = res.grade or {}
     violation = info.get("constraint_violation") or {}
     return EpisodeRow(
-        suite=task.suite,
-        family=task.entry.family,
-        scenario=task.entry.id,
-        difficulty=task.entry.difficulty,
-        split=task.entry.split,
-        agent=task.agent,
-        seed=task.seed,
+        **_task_fields(task),
         episode_id=res.episode_id,
         reward=round(res.total_reward, 6),
         reward_vector={k: round(v, 6) for k, v in objective_vector(res.components).items()},
@@ -87,13 +95,7 @@ def row_from_result(task: EpisodeTask, res: EpisodeResult, trajectory: Path | No
 
 def error_row(task: EpisodeTask, err: BaseException, wall_s: float) -> EpisodeRow:
     return EpisodeRow(
-        suite=task.suite,
-        family=task.entry.family,
-        scenario=task.entry.id,
-        difficulty=task.entry.difficulty,
-        split=task.entry.split,
-        agent=task.agent,
-        seed=task.seed,
+        **_task_fields(task),
         episode_id="",
         reward=0.0,
         reward_vector={},
