@@ -285,11 +285,19 @@ def test_operator_rbac_covers_what_the_operator_creates(default_docs: list[dict[
         "ServiceAccount": "serviceaccounts",
         "Role": "roles",
         "RoleBinding": "rolebindings",
+        "Service": "services",
     }
     for manifest in sandbox_resources("a", "b", SandboxSpec(scenario="x"), "mlsandbox"):
         group = manifest["apiVersion"].rpartition("/")[0]
         for verb in ("get", "patch", "delete"):
             assert (group, plural[manifest["kind"]], verb) in granted, (manifest["kind"], verb)
+    from mlsandbox.k8s_operator.resources import EPISODE_KINDS
+
+    for api_version, kind, _ in EPISODE_KINDS:
+        group = api_version.rpartition("/")[0]
+        resource = kind.lower() if group == "chaos-mesh.org" else kind.lower() + "s"
+        for verb in ("list", "deletecollection"):
+            assert (group, resource, verb) in granted, (kind, verb)
     assert ("mlsandbox.dev", "sandboxes/status", "patch") in granted
     assert ("rbac.authorization.k8s.io", "roles", "escalate") in granted
     (operator,) = by_kind(default_docs, "Deployment")["mls-mlsandbox-operator"]["spec"]["template"]["spec"][

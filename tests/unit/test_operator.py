@@ -88,6 +88,19 @@ class FakeApi:
             del self.objects[key]
         return True
 
+    def delete_collection(self, api_version: str, kind: str, namespace: str, label_selector: str) -> int:
+        self._check()
+        self.calls.append(("delete_collection", kind, label_selector))
+        doomed = [
+            k
+            for k, obj in self.objects.items()
+            if k[:3] == (api_version, kind, namespace)
+            and label_selector in obj.get("metadata", {}).get("labels", {})
+        ]
+        for k in doomed:
+            del self.objects[k]
+        return len(doomed)
+
     def finish_namespace_deletion(self, name: str) -> None:
         self.objects = {k: v for k, v in self.objects.items() if k[2] != name and k[3] != name}
 
@@ -147,7 +160,7 @@ def test_crd_declares_the_sandbox_resource_with_status_and_printer_columns() -> 
     assert columns["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
     assert {"Scenario", "Seed", "Namespace", "Age"} <= set(columns)
     props = version["schema"]["openAPIV3Schema"]["properties"]
-    assert set(props["spec"]["properties"]) == {"scenario", "seed", "budget", "agentAccess"}
+    assert set(props["spec"]["properties"]) == {"scenario", "seed", "budget", "agentAccess", "episode"}
     assert set(props["spec"]["properties"]["budget"]["properties"]) == {"cpu", "memory", "credits", "maxPods"}
     condition_types = props["status"]["properties"]["conditions"]["items"]["properties"]["type"]["enum"]
     assert condition_types == ["Ready", "Degraded", "Terminating"]
@@ -298,9 +311,43 @@ def test_reconcile_creates_everything_and_reports_ready() -> None:
         "ResourceQuota",
         "Role",
         "RoleBinding",
+        "Service",
         "ServiceAccount",
     ]
     assert api.calls[0] == ("apply", "Namespace", "sbx-team-a-demo")
+    assert status["episode"] == 0
+    alias = api.get("v1", "Service", "minio", "sbx-team-a-demo")
+    assert alias is not None and alias["spec"]["type"] == "ExternalName"
+    assert alias["spec"]["externalName"] == "mlsandbox-minio.mlsandbox.svc.cluster.local"
+
+
+def test_bumping_the_episode_deletes_only_the_previous_episodes_objects() -> None:
+    api = FakeApi()
+    reconcile(api)
+    ns = "sbx-team-a-demo"
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train-1", "namespace": ns, "labels": {"mlsandbox.episode": "e1"}},
+    }
+    chaos = {
+        "apiVersion": "chaos-mesh.org/v1alpha1",
+        "kind": "PodChaos",
+        "metadata": {"name": "kill", "namespace": ns, "labels": {"mlsandbox.dev/fault": "kill"}},
+    }
+    api.apply(job)
+    api.apply(chaos)
+    # The same episode again (a plain re-reconcile): nothing of the episode goes.
+    status = reconcile(api, episode=0)
+    assert api.get("batch/v1", "Job", "train-1", ns) is not None and status["episode"] == 0
+    status = reconcile(api, sandbox_spec(episode=1), episode=0)
+    assert status["episode"] == 1 and status["phase"] == "Ready"
+    assert api.get("batch/v1", "Job", "train-1", ns) is None
+    assert api.get("chaos-mesh.org/v1alpha1", "PodChaos", "kill", ns) is None
+    # Namespace, quota, RBAC and service aliases stay (a warm reset).
+    for kind, name in [("Namespace", ns), ("Service", "minio")]:
+        assert api.get("v1", kind, name, None if kind == "Namespace" else ns) is not None
+    assert not [c for c in api.calls if c[0] == "delete" and c[1] == "Namespace"]
 
 
 def test_reconcile_is_idempotent_and_keeps_transition_times() -> None:

@@ -24,6 +24,8 @@ from .model import FINALIZER, GROUP, PLURAL, VERSION
 from .reconcile import Invalid, Retry, Status, finalize_sandbox, reconcile_sandbox
 
 CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
+RELEASE_ENV = "MLSANDBOX_RELEASE"
+"""The chart's full name (``mlsandbox.fullname``): the shared services are ``<release>-minio`` etc."""
 HEALTH_INTERVAL_S = 30.0
 
 
@@ -46,6 +48,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if "api" not in memo:
         memo["api"] = KubernetesApi()
     memo.setdefault("control_namespace", os.environ.get(CONTROL_NAMESPACE_ENV, "mlsandbox"))
+    memo.setdefault("release", os.environ.get(RELEASE_ENV, "mlsandbox"))
     memo.setdefault("known_scenarios", known_scenarios())
 
 
@@ -87,6 +90,8 @@ def reconcile(
             known_scenarios=memo["known_scenarios"],
             previous=status.get("conditions", []),
             now=now(),
+            episode=int(status.get("episode", 0) or 0),
+            release=memo.get("release", "mlsandbox"),
         ),
     )
 

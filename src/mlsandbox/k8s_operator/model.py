@@ -49,3 +49,6 @@ class SandboxSpec(_Model):
     seed: int = Field(default=0, ge=0)
     budget: Budget = Budget()
     agent_access: AgentAccess = Field(default=AgentAccess(), alias="agentAccess")
+    episode: int = Field(default=0, ge=0)
+    """Bump to start the next episode: a warm reset (the previous episode's objects go, the namespace,
+    quota, RBAC and services stay); ``status.episode`` says when it is done."""

@@ -22,6 +22,7 @@ from mlsandbox.backends.kube.client import ClusterApi, TransientApiError
 
 from .model import ConditionType, Phase, SandboxSpec
 from .resources import (
+    EPISODE_KINDS,
     SANDBOX_LABEL,
     SANDBOX_NAMESPACE_LABEL,
     sandbox_namespace_name,
@@ -88,13 +89,22 @@ def make_status(
     ready: tuple[bool | None, str, str],
     degraded: tuple[bool, str, str] = (False, "AsExpected", ""),
     terminating: tuple[bool, str, str] = (False, "AsExpected", ""),
+    episode: int | None = None,
 ) -> Status:
     conds = [
         condition(previous, "Ready", *ready, now=now, generation=generation),
         condition(previous, "Degraded", *degraded, now=now, generation=generation),
         condition(previous, "Terminating", *terminating, now=now, generation=generation),
     ]
-    return {"observedGeneration": generation, "namespace": target, "phase": phase, "conditions": conds}
+    status: Status = {
+        "observedGeneration": generation,
+        "namespace": target,
+        "phase": phase,
+        "conditions": conds,
+    }
+    if episode is not None:
+        status["episode"] = episode
+    return status
 
 
 def exhausted_quota(quota: Mapping[str, Any] | None) -> list[str]:
@@ -127,9 +137,14 @@ def reconcile_sandbox(
     known_scenarios: Collection[str],
     previous: Sequence[Mapping[str, Any]] = (),
     now: str,
+    episode: int = 0,
+    release: str = "mlsandbox",
 ) -> Status:
-    """Bring the sandbox's namespace, quota, limits, network policies and agent RBAC to the spec."""
+    """Bring the sandbox's namespace, quota, limits, network policies, agent RBAC and service aliases to
+    the spec; when ``spec.episode`` is past ``episode`` (the last reset done), delete the previous
+    episode's objects first (a warm reset) and report the new episode."""
     target = sandbox_namespace_name(namespace, name)
+    done = episode
 
     def status(phase: Phase, ready: tuple[bool | None, str, str], **extra: tuple[bool, str, str]) -> Status:
         return make_status(
@@ -139,6 +154,7 @@ def reconcile_sandbox(
             previous=previous,
             now=now,
             ready=ready,
+            episode=done,
             **extra,
         )
 
@@ -164,8 +180,11 @@ def reconcile_sandbox(
             if existing.get("status", {}).get("phase") == "Terminating":
                 message = f"namespace {target} is still being deleted"
                 raise Retry(message, status("Pending", (False, "NamespaceTerminating", message)))
-        for manifest in sandbox_resources(namespace, name, model, control_namespace):
+        if existing is not None and model.episode > episode:
+            reset_episode(api, target)
+        for manifest in sandbox_resources(namespace, name, model, control_namespace, release):
             api.apply(manifest)
+        done = max(episode, model.episode)
         quota = api.get("v1", "ResourceQuota", "budget", target)
     except TransientApiError as exc:
         raise Retry(str(exc), status("Pending", (None, "ApiUnavailable", str(exc)))) from exc
@@ -175,6 +194,14 @@ def reconcile_sandbox(
         message = f"quota exhausted: {', '.join(full)}"
         return status("Degraded", (True, "Reconciled", ""), degraded=(True, "QuotaExhausted", message))
     return status("Ready", (True, "Reconciled", f"namespace {target} is ready"))
+
+
+def reset_episode(api: ClusterApi, target: str) -> int:
+    """Delete the per-episode objects of the sandbox's namespace; how many were asked to go."""
+    return sum(
+        api.delete_collection(api_version, kind, target, selector)
+        for api_version, kind, selector in EPISODE_KINDS
+    )
 
 
 def finalize_sandbox(

@@ -8,7 +8,14 @@ A sandbox ``<ns>/<name>`` gets its own namespace (:func:`sandbox_namespace_name`
   the control namespace (the gateway, and the shared services the chart installs there) allowed: a
   sandbox can reach neither other sandboxes nor the outside world;
 - for the agent (unless ``agentAccess.mode`` is ``none``): a ServiceAccount and a Role + RoleBinding
-  limited to that namespace (``read``: get/list/watch and logs; ``operate``: also Jobs and scaling).
+  limited to that namespace (``read``: get/list/watch and logs; ``operate``: also Jobs and scaling);
+- Services ``minio``, ``mlflow`` and ``prefect``: aliases (``ExternalName``) of the shared services the
+  chart runs in the control namespace, so the sandbox's Jobs and servers use the same short names in
+  every sandbox.
+
+Per-episode objects (Jobs, model servers, chaos objects) carry the episode label :data:`EPISODE_LABEL`
+(or, for chaos objects, :data:`FAULT_LABEL`); a warm reset (:data:`EPISODE_KINDS`) deletes them and keeps
+everything above.
 
 The namespace is cluster-scoped and cannot be owned by a namespaced Sandbox, so deletion is driven by
 the operator's finalizer: deleting the namespace removes everything in it.
@@ -23,6 +30,27 @@ from .model import SandboxSpec
 
 SANDBOX_LABEL = "mlsandbox.dev/sandbox"
 SANDBOX_NAMESPACE_LABEL = "mlsandbox.dev/sandbox-namespace"
+EPISODE_LABEL = "mlsandbox.episode"
+FAULT_LABEL = "mlsandbox.dev/fault"
+# What a warm reset deletes: (apiVersion, kind, label selector). Chaos kinds are skipped when their CRDs
+# are not installed.
+EPISODE_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("batch/v1", "Job", EPISODE_LABEL),
+    ("apps/v1", "Deployment", EPISODE_LABEL),
+    ("v1", "Service", EPISODE_LABEL),
+    ("v1", "ConfigMap", EPISODE_LABEL),
+    ("v1", "Pod", EPISODE_LABEL),
+    *(
+        ("chaos-mesh.org/v1alpha1", kind, FAULT_LABEL)
+        for kind in ("PodChaos", "NetworkChaos", "StressChaos", "HTTPChaos", "IOChaos", "TimeChaos")
+    ),
+)
+# Shared services the chart runs in the control namespace: alias in the sandbox -> (chart component, port).
+SHARED_SERVICES: dict[str, tuple[str, int]] = {
+    "minio": ("minio", 9000),
+    "mlflow": ("mlflow", 5000),
+    "prefect": ("prefect-server", 4200),
+}
 MANAGED_BY = {"app.kubernetes.io/managed-by": "mlsandbox-operator", "app.kubernetes.io/part-of": "mlsandbox"}
 
 Manifest = dict[str, Any]
@@ -214,8 +242,27 @@ def agent_rbac(target: str, sandbox: tuple[str, str], spec: SandboxSpec) -> list
     ]
 
 
+def service_aliases(
+    target: str, sandbox: tuple[str, str], control_namespace: str, release: str = "mlsandbox"
+) -> list[Manifest]:
+    """``ExternalName`` Services naming the shared services of the control namespace inside the sandbox."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(alias, target, sandbox),
+            "spec": {
+                "type": "ExternalName",
+                "externalName": f"{release}-{component}.{control_namespace}.svc.cluster.local",
+                "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+            },
+        }
+        for alias, (component, port) in SHARED_SERVICES.items()
+    ]
+
+
 def sandbox_resources(
-    namespace_: str, name: str, spec: SandboxSpec, control_namespace: str
+    namespace_: str, name: str, spec: SandboxSpec, control_namespace: str, release: str = "mlsandbox"
 ) -> list[Manifest]:
     """Everything one sandbox consists of, namespace first (the order to apply them in)."""
     target = sandbox_namespace_name(namespace_, name)
@@ -226,4 +273,5 @@ def sandbox_resources(
         limit_range(target, sandbox, spec),
         *network_policies(target, sandbox, control_namespace),
         *agent_rbac(target, sandbox, spec),
+        *service_aliases(target, sandbox, control_namespace, release),
     ]

@@ -34,6 +34,11 @@ class ClusterApi(Protocol):
         """Ask for deletion (background propagation); False when it did not exist."""
         ...
 
+    def delete_collection(self, api_version: str, kind: str, namespace: str, label_selector: str) -> int:
+        """Delete every object of ``kind`` in ``namespace`` matching the selector (background
+        propagation); the number asked for. 0 when the kind is not served (a CRD not installed)."""
+        ...
+
 
 class KubernetesApi:
     """:class:`ClusterApi` over a real API server (kubeconfig or in-cluster configuration)."""
@@ -87,6 +92,24 @@ class KubernetesApi:
             except NotFoundError:
                 return False
         return True
+
+    def delete_collection(self, api_version: str, kind: str, namespace: str, label_selector: str) -> int:
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        with _translated():
+            try:
+                resource = self._resource(api_version, kind)
+            except ResourceNotFoundError:
+                return 0
+            found = resource.get(namespace=namespace, label_selector=label_selector)
+            count = len(found.items or [])
+            if count:
+                resource.delete(
+                    namespace=namespace,
+                    label_selector=label_selector,
+                    body={"propagationPolicy": "Background"},
+                )
+        return count
 
 
 class _translated:
