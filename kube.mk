@@ -3,6 +3,9 @@
 #   make sandbox-up     kind cluster + Chaos Mesh + workload images + the mlsandbox chart + one Sandbox (Ready)
 #   make sandbox-down   delete the kind cluster (and with it everything above)
 #   make kube-validate  helm lint/template + kubeconform of everything, offline (no cluster)
+#   make sandbox-images the workload images (trainer, model server, gateway/operator) from BASE_IMAGE
+#   make images-test    build each image against a local debootstrap base and run its smoke check
+#                       (no registry needed; as root it installs and starts Debian's docker engine)
 #
 # Needs docker, kind, kubectl and helm (kind and helm: `scripts/install-kube-tools.sh --with-kind` builds
 # them into $MLSANDBOX_HOME/bin). Versions are pinned in versions.env.
@@ -23,13 +26,14 @@ SEED ?= 7
 BASE_IMAGE ?= debian:bookworm-slim
 IMAGE_TAG ?= 0.1.0
 TRAINER_IMAGE := mlsandbox/trainer:$(IMAGE_TAG)
+MODEL_SERVER_IMAGE := mlsandbox/model-server:$(IMAGE_TAG)
 GATEWAY_IMAGE := mlsandbox/gateway:$(IMAGE_TAG)
 KUBE_CONTEXT := kind-$(KIND_CLUSTER)
 K := $(KUBECTL) --context $(KUBE_CONTEXT)
 
 step = @printf '\033[1m[sandbox-up %s]\033[0m %s\n' "$$(date +%H:%M:%S)" "$(1)"
 
-.PHONY: kube-check kube-tools kube-validate sandbox-up sandbox-down sandbox-images
+.PHONY: kube-check kube-tools kube-validate sandbox-up sandbox-down sandbox-images sandbox-base-image images-test
 
 kube-check:
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "docker is needed: install Docker (https://docs.docker.com/engine/install/)"; exit 1; }
@@ -45,9 +49,19 @@ kube-validate: setup
 	$(VENV)/bin/python -c 'from mlsandbox.backends.kube.commands import kube_app; kube_app(["validate"])'
 
 sandbox-images: kube-check
-	$(call step,building $(TRAINER_IMAGE) and $(GATEWAY_IMAGE) from $(BASE_IMAGE))
+	$(call step,building $(TRAINER_IMAGE) $(MODEL_SERVER_IMAGE) $(GATEWAY_IMAGE) from $(BASE_IMAGE))
 	$(DOCKER) build -q -f workloads/Dockerfile.trainer --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(TRAINER_IMAGE) .
+	$(DOCKER) build -q -f workloads/Dockerfile.model-server --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(MODEL_SERVER_IMAGE) .
 	$(DOCKER) build -q -f workloads/Dockerfile.gateway --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(GATEWAY_IMAGE) .
+
+# A Debian base without any registry (debootstrap + docker import, cached): then
+# `make sandbox-images BASE_IMAGE=mlsandbox/base:bookworm`.
+sandbox-base-image:
+	@scripts/build-base-image.sh mlsandbox/base:bookworm
+
+images-test: setup
+	@scripts/docker-engine.sh
+	@scripts/run-tests.sh tests/images -m images
 
 sandbox-up: kube-check sandbox-images
 	$(call step,kind cluster $(KIND_CLUSTER) ($(KIND_NODE_IMAGE)))
@@ -60,7 +74,7 @@ sandbox-up: kube-check sandbox-images
 	  --set chaosDaemon.runtime=containerd --set chaosDaemon.socketPath=/run/containerd/containerd.sock \
 	  --set dashboard.create=false --set controllerManager.replicaCount=1 --wait --timeout 10m
 	$(call step,loading the images into kind)
-	$(KIND) load docker-image --name $(KIND_CLUSTER) $(TRAINER_IMAGE) $(GATEWAY_IMAGE)
+	$(KIND) load docker-image --name $(KIND_CLUSTER) $(TRAINER_IMAGE) $(MODEL_SERVER_IMAGE) $(GATEWAY_IMAGE)
 	$(call step,mlsandbox chart (namespace $(KUBE_NAMESPACE)))
 	$(HELM) upgrade --install mls charts/mlsandbox --kube-context $(KUBE_CONTEXT) \
 	  --namespace $(KUBE_NAMESPACE) --create-namespace -f charts/mlsandbox/ci/kind-values.yaml \
