@@ -34,6 +34,7 @@ bench: setup
 	$(PY) benchmarks/bench_interfaces.py
 	$(PY) benchmarks/bench_faults.py
 	$(PY) benchmarks/bench_serving.py
+	$(PY) benchmarks/bench_kube.py
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -3,6 +3,8 @@
 #   - helm         (helm lint / helm template of charts/mlsandbox)
 #   - kubeconform  (strict schema validation of every manifest we render or generate)
 #   - kind         (only with --with-kind: the local cluster of `make sandbox-up`)
+#   - etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok  (only with --with-control-plane:
+#                  a real control plane for the operator and kube-backend tests, nodes and pods simulated by kwok)
 # Built with `go install` at the versions pinned in versions.env (no prebuilt downloads: the Go module proxy
 # is the only source this needs). A second run only compares version stamps and takes milliseconds.
 set -euo pipefail
@@ -41,6 +43,60 @@ install_tool() {
   echo "$want" > "$stamp"
 }
 
+# build_wrapped "NAME[ NAME...]" "PACKAGE[ PACKAGE...]" MODULE VERSION [REPLACES...]: modules whose go.mod
+# has replace directives (etcd's server, Kubernetes itself) refuse `go install`; a throwaway wrapper
+# module requires them, with each replaced module pinned to its published version, and builds the
+# packages from there (several at once share the compilation; each binary is named after its
+# package's last path element).
+build_wrapped() {
+  local names="$1" pkgs="$2" module="$3" version="$4"; shift 4
+  local want="$module@$version $*" missing="" name
+  for name in $names; do
+    if [[ ! -x "$BIN/$name" || "$(cat "$BIN/.$name-version" 2>/dev/null || true)" != "$want" ]]; then
+      missing+=" $name"
+    fi
+  done
+  if [[ -z "$missing" ]]; then
+    say "${names// /, } present ($version)"
+    return 0
+  fi
+  command -v go >/dev/null 2>&1 || die "${names// /, } $version are built with Go: install Go >= 1.26"
+  say "building ${names// /, } $version from $module (first time: 10-20 minutes on 2 cores; cached after)"
+  local tmp
+  tmp="$(mktemp -d)"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  (
+    set -e
+    cd "$tmp"
+    go mod init mlsandbox.local/build >/dev/null 2>&1
+    for r in "$@"; do go mod edit -replace "$r"; done
+    go mod edit -require "$module@$version"
+    # shellcheck disable=SC2086
+    GOFLAGS=-mod=mod go get $(for p in $pkgs; do echo "$p@$version"; done) >/dev/null 2>&1 || true
+    mkdir out
+    local target=out/
+    [[ "$names" == *" "* ]] || target="out/$names"  # one package: name it (etcd's path ends in /v3)
+    # shellcheck disable=SC2086
+    CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$target" $pkgs
+  ) || die "building ${names// /, } (from $module@$version) failed (see above)"
+  for name in $names; do
+    mv "$tmp/out/$name" "$BIN/$name"
+    echo "$want" > "$BIN/.$name-version"
+  done
+}
+
+# Kubernetes' go.mod replaces every staging module (k8s.io/api, k8s.io/apiserver, ...) with a local path:
+# pin each to its published v0.<minor>.<patch> instead.
+kube_staging_replaces() {
+  local gomod
+  gomod="$(cd "$(mktemp -d)" && go mod download -json "$KUBE_APISERVER_GO_MODULE@$KUBE_APISERVER_VERSION" \
+    | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  [[ -f "$gomod" ]] || die "could not download $KUBE_APISERVER_GO_MODULE@$KUBE_APISERVER_VERSION's go.mod"
+  sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod" \
+    | while read -r m; do echo "$m=$m@$KUBE_STAGING_VERSION"; done
+}
+
 # What helm's own release build sets: its version, and the Kubernetes version `helm template` and
 # `helm lint` assume without a cluster (here the one manifests are validated against, not v1.20).
 KUBE_MINOR="$(cut -d. -f2 <<<"$KUBERNETES_VERSION")"
@@ -51,7 +107,18 @@ done
 
 install_tool helm "$HELM_GO_MODULE/cmd/helm" "$HELM_VERSION" "$HELM_LDFLAGS"
 install_tool kubeconform "$KUBECONFORM_GO_MODULE/cmd/kubeconform" "$KUBECONFORM_VERSION" "-X main.version=$KUBECONFORM_VERSION"
-if [[ "${1:-}" == "--with-kind" ]]; then
-  install_tool kind "$KIND_GO_MODULE" "$KIND_VERSION" ""
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --with-kind) install_tool kind "$KIND_GO_MODULE" "$KIND_VERSION" "" ;;
+    --with-control-plane)
+      install_tool kwok "$KWOK_GO_MODULE/cmd/kwok" "$KWOK_VERSION" ""
+      build_wrapped etcd "$ETCD_GO_MODULE" "$ETCD_GO_MODULE" "$ETCD_VERSION"
+      mapfile -t replaces < <(kube_staging_replaces)
+      build_wrapped "kube-apiserver kube-controller-manager kube-scheduler" \
+        "$KUBE_APISERVER_GO_MODULE/cmd/kube-apiserver $KUBE_APISERVER_GO_MODULE/cmd/kube-controller-manager $KUBE_APISERVER_GO_MODULE/cmd/kube-scheduler" \
+        "$KUBE_APISERVER_GO_MODULE" "$KUBE_APISERVER_VERSION" "${replaces[@]}"
+      ;;
+    *) die "unknown option $arg (known: --with-kind, --with-control-plane)" ;;
+  esac
+done
 say "ready: helm $("$BIN/helm" version --short 2>/dev/null), kubeconform $("$BIN/kubeconform" -v 2>/dev/null)"

@@ -4,6 +4,10 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 VENV="${MLSANDBOX_VENV:-$ROOT/.venv}"
+# The kube tier (tests/kube) runs against a real API server built from source: build it first (cached).
+if command -v go >/dev/null 2>&1; then
+  "$ROOT/scripts/install-kube-tools.sh" --with-control-plane || { echo "run-tests: building the control plane failed" >&2; exit 1; }
+fi
 "$VENV/bin/python" -m pytest "$@"
 rc=$?
 if [[ $rc -eq 5 ]]; then

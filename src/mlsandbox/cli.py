@@ -155,9 +155,10 @@ def _print_status(backend: Any) -> None:
 @app.command()
 def gc() -> None:
     """Remove what crashed runs left behind: processes, pid registries, episode resources."""
+    from mlsandbox.backends.kube import controlplane
     from mlsandbox.backends.local.gc import collect_garbage
 
-    removed = collect_garbage()
+    removed = collect_garbage() + controlplane.collect_garbage()
     for line in removed:
         console.print(f"removed: {line}")
     console.print(f"gc: {len(removed)} item(s) removed")

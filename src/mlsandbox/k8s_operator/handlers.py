@@ -26,7 +26,8 @@ from .reconcile import Invalid, Retry, Status, finalize_sandbox, reconcile_sandb
 CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
 RELEASE_ENV = "MLSANDBOX_RELEASE"
 """The chart's full name (``mlsandbox.fullname``): the shared services are ``<release>-minio`` etc."""
-HEALTH_INTERVAL_S = 30.0
+HEALTH_INTERVAL_S = float(os.environ.get("MLSANDBOX_OPERATOR_HEALTH_INTERVAL_S", "30"))
+"""How often each Sandbox is re-checked (drift repaired, quota reported); tests set it lower."""
 
 
 def now() -> str:

@@ -1,0 +1,149 @@
+"""Kube benchmark under kwok: the Sandbox operator on a real API server (no containers run).
+
+Measures, over a few sandboxes: control-plane start time, Sandbox creation -> Ready, warm reset
+(``spec.episode`` bumped) -> Ready with the previous episode's objects gone, deletion -> gone, and the
+Kubernetes API calls the operator makes per reset (counted from the API server's audit log, the
+operator's own identity only). Prints a table and saves .bench/kube.json.
+
+What this does not measure: `make sandbox-up` on a real kind cluster (images, Chaos Mesh, pulling), which
+needs Docker with a registry; see the README's kube section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from rich.console import Console
+from rich.table import Table
+
+from mlsandbox.k8s_operator.testbed import OPERATOR_USER, testbed
+
+OUT = Path(__file__).resolve().parents[1] / ".bench" / "kube.json"
+N = int(os.environ.get("BENCH_KUBE_SANDBOXES", "5"))
+RESETS = int(os.environ.get("BENCH_KUBE_RESETS", "3"))
+SPEC = {
+    "scenario": "tabular-quality-basic",
+    "seed": 1,
+    "budget": {"cpu": "2", "memory": "4Gi", "maxPods": 10},
+}
+console = Console()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def episode_objects(bed: Any, ns: str, episode: int) -> None:
+    """What an episode leaves: a training Job (its pod runs under kwok) and a chaos object."""
+    labels = {"mlsandbox.episode": f"ep-{episode}"}
+    client.BatchV1Api(bed.api_client).create_namespaced_job(
+        ns,
+        {
+            "metadata": {"name": f"train-{episode}", "labels": labels},
+            "spec": {
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "trainer",
+                                "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+                            }
+                        ],
+                    },
+                }
+            },
+        },
+    )
+    client.CustomObjectsApi(bed.api_client).create_namespaced_custom_object(
+        "chaos-mesh.org",
+        "v1alpha1",
+        ns,
+        "networkchaos",
+        {
+            "apiVersion": "chaos-mesh.org/v1alpha1",
+            "kind": "NetworkChaos",
+            "metadata": {"name": f"delay-{episode}", "labels": {"mlsandbox.dev/fault": "delay"}},
+            "spec": {
+                "action": "delay",
+                "mode": "all",
+                "selector": {"namespaces": [ns]},
+                "delay": {"latency": "100ms"},
+            },
+        },
+    )
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    with testbed() as bed:
+        start_s = time.perf_counter() - t0
+        batch = client.BatchV1Api(bed.api_client)
+        ready, resets, deletes, calls = [], [], [], []
+        for i in range(N):
+            name = f"bench-{i}"
+            bed.create_sandbox("team-a", name, SPEC)
+            ready.append(bed.wait_phase("team-a", name, "Ready"))
+            ns = f"sbx-team-a-{name}"
+            for episode in range(1, RESETS + 1):
+                episode_objects(bed, ns, episode)
+                since = time.time()
+                t = time.perf_counter()
+                bed.patch_spec("team-a", name, {"episode": episode})
+                bed.wait_phase("team-a", name, "Ready", episode=episode)
+                bed.wait("episode objects gone", lambda ns=ns: not batch.list_namespaced_job(ns).items)
+                resets.append(time.perf_counter() - t)
+                time.sleep(0.5)  # let the audit log flush the reset's last requests
+                calls.append(len(bed.cp.audit_events(since=since, user=OPERATOR_USER)))
+        for i in range(N):
+            bed.delete_sandbox("team-a", f"bench-{i}")
+            t = time.perf_counter()
+            bed.wait("sandbox gone", lambda i=i: bed.sandbox("team-a", f"bench-{i}") is None, timeout=180)
+            deletes.append(time.perf_counter() - t)
+
+    rows = {
+        "control plane start (s)": [start_s],
+        "create -> Ready (s)": ready,
+        "warm reset -> ready (s)": resets,
+        "delete -> gone (s)": deletes,
+        "operator API calls per reset": [float(c) for c in calls],
+    }
+    table = Table(title=f"kube under kwok ({N} sandboxes, {RESETS} resets each)")
+    for col in ("measure", "n", "p50", "p95", "max"):
+        table.add_column(col, justify="right" if col != "measure" else "left")
+    result: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()}
+    for label, values in rows.items():
+        table.add_row(
+            label,
+            str(len(values)),
+            f"{statistics.median(values):.2f}",
+            f"{pct(values, 0.95):.2f}",
+            f"{max(values):.2f}",
+        )
+        result[label] = {
+            "n": len(values),
+            "p50": statistics.median(values),
+            "p95": pct(values, 0.95),
+            "max": max(values),
+        }
+    console.print(table)
+    console.print(
+        "targets: warm reset <= 10 s (issue 8); sandbox-up on kind is not measurable on this machine"
+    )
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=2))
+    console.print(f"saved {OUT}")
+
+
+if __name__ == "__main__":
+    main()

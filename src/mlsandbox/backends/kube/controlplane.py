@@ -1,0 +1,613 @@
+"""A real Kubernetes control plane on this machine, without containers: the test and benchmark tier.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built from their Go modules by
+``scripts/install-kube-tools.sh --with-control-plane``) run as child processes on free loopback ports;
+kwok plays the node and the pods' kubelet. The operator and the kube backend talk to it exactly as they
+talk to a kind cluster: the same API server code, admission (ResourceQuota, LimitRange,
+ServiceAccount), RBAC, the Job, namespace and garbage-collector controllers, the scheduler.
+
+What kwok does to pods here (:data:`STAGES`): a scheduled pod becomes Running with ready containers and
+stays so; a pod annotated ``mlsandbox.dev/kwok-outcome`` ends the way it names: ``Succeeded`` (exit 0),
+``Failed`` (exit 1) or ``OOMKilled`` (exit 137, the reason a real kubelet reports); a deleted pod goes.
+Nothing runs inside the pods: there are no logs and no network behind their ports.
+
+Every process carries ``MLSANDBOX_CONTROL_PLANE=<dir>`` in its environment and the directory holds the
+owner's pid: :func:`collect_garbage` (called by ``mlsandbox gc``) stops the control planes whose owner
+died without stopping them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import yaml
+
+from mlsandbox import paths
+from mlsandbox.errors import BackendError, MissingToolError
+
+MARKER_ENV = "MLSANDBOX_CONTROL_PLANE"
+OUTCOME_ANNOTATION = "mlsandbox.dev/kwok-outcome"
+NODE_NAME = "kwok-node-0"
+ADMIN_USER = "mlsandbox-admin"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+_HINT = "run scripts/install-kube-tools.sh --with-control-plane (builds them with Go; cached after)"
+
+# kwok's script for nodes and pods (its Stage API). Written for this project: a node is Ready as soon as
+# it exists; pods run until told how to end.
+STAGES: list[dict[str, Any]] = [
+    {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "node-ready"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Node"},
+            "selector": {
+                "matchExpressions": [
+                    {
+                        "key": '.status.conditions.[] | select( .type == "Ready" ) | .status',
+                        "operator": "NotIn",
+                        "values": ["True"],
+                    }
+                ]
+            },
+            "next": {
+                "statusTemplate": (
+                    "{{ $now := Now }}\n"
+                    "conditions:\n"
+                    "{{ range NodeConditions }}\n"
+                    "- lastHeartbeatTime: {{ $now | Quote }}\n"
+                    "  lastTransitionTime: {{ $now | Quote }}\n"
+                    "  message: {{ .message | Quote }}\n"
+                    "  reason: {{ .reason | Quote }}\n"
+                    "  status: {{ .status | Quote }}\n"
+                    "  type: {{ .type | Quote }}\n"
+                    "{{ end }}\n"
+                    "addresses:\n"
+                    "- address: {{ NodeIP | Quote }}\n"
+                    "  type: InternalIP\n"
+                    "- address: {{ NodeName | Quote }}\n"
+                    "  type: Hostname\n"
+                    "phase: Running\n"
+                )
+            },
+        },
+    },
+    {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "pod-run"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                ]
+            },
+            "next": {
+                "statusTemplate": (
+                    "{{ $now := Now }}\n"
+                    "phase: Running\n"
+                    "startTime: {{ $now | Quote }}\n"
+                    "hostIP: {{ NodeIPWith .spec.nodeName | Quote }}\n"
+                    "conditions:\n"
+                    "- lastTransitionTime: {{ $now | Quote }}\n"
+                    '  status: "True"\n'
+                    "  type: PodScheduled\n"
+                    "- lastTransitionTime: {{ $now | Quote }}\n"
+                    '  status: "True"\n'
+                    "  type: Initialized\n"
+                    "- lastTransitionTime: {{ $now | Quote }}\n"
+                    '  status: "True"\n'
+                    "  type: ContainersReady\n"
+                    "- lastTransitionTime: {{ $now | Quote }}\n"
+                    '  status: "True"\n'
+                    "  type: Ready\n"
+                    "containerStatuses:\n"
+                    "{{ range .spec.containers }}\n"
+                    "- image: {{ .image | Quote }}\n"
+                    "  name: {{ .name | Quote }}\n"
+                    "  ready: true\n"
+                    "  started: true\n"
+                    "  restartCount: 0\n"
+                    "  state:\n"
+                    "    running:\n"
+                    "      startedAt: {{ $now | Quote }}\n"
+                    "{{ end }}\n"
+                )
+            },
+        },
+    },
+    {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "pod-outcome"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {"key": f'.metadata.annotations["{OUTCOME_ANNOTATION}"]', "operator": "Exists"},
+                ]
+            },
+            "next": {
+                "statusTemplate": (
+                    "{{ $now := Now }}\n"
+                    f'{{{{ $outcome := index .metadata.annotations "{OUTCOME_ANNOTATION}" }}}}\n'
+                    '{{ $code := 1 }}{{ if eq $outcome "Succeeded" }}{{ $code = 0 }}{{ end }}'
+                    '{{ if eq $outcome "OOMKilled" }}{{ $code = 137 }}{{ end }}\n'
+                    'phase: {{ if eq $outcome "Succeeded" }}Succeeded{{ else }}Failed{{ end }}\n'
+                    "conditions:\n"
+                    "- lastTransitionTime: {{ $now | Quote }}\n"
+                    '  status: "False"\n'
+                    "  type: Ready\n"
+                    "containerStatuses:\n"
+                    "{{ range .spec.containers }}\n"
+                    "- image: {{ .image | Quote }}\n"
+                    "  name: {{ .name | Quote }}\n"
+                    "  ready: false\n"
+                    "  started: false\n"
+                    "  restartCount: 0\n"
+                    "  state:\n"
+                    "    terminated:\n"
+                    "      exitCode: {{ $code }}\n"
+                    '      reason: {{ if eq $outcome "Succeeded" }}Completed{{ else if eq $outcome "OOMKilled" }}'
+                    "OOMKilled{{ else }}Error{{ end }}\n"
+                    "      startedAt: {{ $now | Quote }}\n"
+                    "      finishedAt: {{ $now | Quote }}\n"
+                    "{{ end }}\n"
+                )
+            },
+        },
+    },
+    {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "pod-delete"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {"matchExpressions": [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}]},
+            "next": {"finalizers": {"empty": True}, "delete": True},
+        },
+    },
+]
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def binary(name: str) -> Path:
+    path = paths.bin_dir() / name
+    if not path.is_file():
+        raise MissingToolError(f"`{name}` is not installed (expected {path}): {_HINT}")
+    return path
+
+
+def _write_service_account_keys(pki: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (pki / "sa.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    (pki / "sa.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane. Use :func:`start` (or the :func:`running` context manager)."""
+
+    root: Path
+    server: str
+    token: str
+    kubeconfig: Path
+    audit_log: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------------------------------- clients
+
+    def api_client(self, token: str | None = None) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this API server (admin unless ``token`` is given)."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.server
+        cfg.verify_ssl = False
+        cfg.api_key = {"authorization": f"Bearer {token or self.token}"}
+        return client.ApiClient(cfg)
+
+    def log(self, name: str, lines: int = 30) -> str:
+        path = self.root / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def audit_events(self, since: float = 0.0, user: str | None = None) -> list[dict[str, Any]]:
+        """API requests recorded by the API server's audit log (completed ones), oldest first."""
+        import datetime as dt
+
+        events: list[dict[str, Any]] = []
+        if not self.audit_log.exists():
+            return events
+        for line in self.audit_log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete":
+                continue
+            if user is not None and event.get("user", {}).get("username") != user:
+                continue
+            stamp = dt.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+            if stamp.timestamp() >= since:
+                events.append(event)
+        return events
+
+    # ---------------------------------------------------------------------------------------- lifecycle
+
+    def alive(self) -> bool:
+        return bool(self.procs) and all(p.poll() is None for p in self.procs.values())
+
+    def stop(self) -> None:
+        """Stop every process (kwok and the controllers first, etcd last) and remove the directory."""
+        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            proc = self.procs.pop(name, None)
+            if proc is None:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _spawn(cp: ControlPlane, name: str, args: list[str]) -> None:
+    env = {**os.environ, MARKER_ENV: str(cp.root)}
+    log = open(cp.root / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+    cp.procs[name] = subprocess.Popen(
+        [str(binary(name)), *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    log.close()
+
+
+def _wait(cp: ControlPlane, name: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = cp.procs[name]
+        if proc.poll() is not None:
+            raise BackendError(f"{name} exited with {proc.returncode}:\n{cp.log(name)}")
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.2)
+    raise BackendError(f"{name} not ready after {timeout:.0f} s:\n{cp.log(name)}")
+
+
+def _kubeconfig(server: str, token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "mlsandbox", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": ADMIN_USER, "user": {"token": token}}],
+        "contexts": [{"name": "mlsandbox", "context": {"cluster": "mlsandbox", "user": ADMIN_USER}}],
+        "current-context": "mlsandbox",
+    }
+
+
+def start(
+    *,
+    extra_tokens: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+    timeout: float = 120.0,
+) -> ControlPlane:
+    """Start etcd, the API server, the controllers, the scheduler and kwok with one Ready node.
+
+    ``extra_tokens`` maps bearer tokens to (user, groups) besides the admin's (``system:masters``).
+    Raises :class:`MissingToolError` when a binary is missing, :class:`BackendError` with the component's
+    log tail when one does not come up (everything started is stopped again).
+    """
+    for name in BINARIES:
+        binary(name)
+    base = paths.home() / "controlplanes"
+    base.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="cp-", dir=base))
+    (root / "owner").write_text(
+        json.dumps({"pid": os.getpid(), "create_time": psutil.Process().create_time()})
+    )
+    pki = root / "pki"
+    pki.mkdir()
+    _write_service_account_keys(pki)
+    token = secrets.token_hex(16)
+    tokens = {token: (ADMIN_USER, ("system:masters",)), **(extra_tokens or {})}
+    (root / "tokens.csv").write_text(
+        "".join(f'{t},{user},{user},"{",".join(groups)}"\n' for t, (user, groups) in tokens.items())
+    )
+    (root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
+    ports = {name: _free_port() for name in ("etcd", "peer", "apiserver", "kcm", "scheduler", "kwok")}
+    server = f"https://127.0.0.1:{ports['apiserver']}"
+    kubeconfig = root / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, token)))
+    cp = ControlPlane(
+        root=root, server=server, token=token, kubeconfig=kubeconfig, audit_log=root / "audit.log"
+    )
+    try:
+        _start_processes(cp, ports, timeout)
+    except BaseException:
+        cp.stop()
+        raise
+    return cp
+
+
+def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) -> None:
+    root, pki = cp.root, cp.root / "pki"
+    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+    peer_url = f"http://127.0.0.1:{ports['peer']}"
+    _spawn(
+        cp,
+        "etcd",
+        [
+            f"--data-dir={root / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+            "--unsafe-no-fsync",
+            "--quota-backend-bytes=1073741824",
+        ],
+    )
+    _wait(
+        cp, "etcd", lambda: httpx.get(f"{etcd_url}/health", timeout=2).json().get("health") == "true", timeout
+    )
+    _spawn(
+        cp,
+        "kube-apiserver",
+        [
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}",
+            f"--cert-dir={pki}",
+            f"--token-auth-file={root / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--audit-policy-file={root / 'audit-policy.yaml'}",
+            f"--audit-log-path={cp.audit_log}",
+            "--audit-log-format=json",
+            "--profiling=false",
+            # The loopback address cannot back the `kubernetes` Service: nothing in-cluster needs it here.
+            "--endpoint-reconciler-type=none",
+        ],
+    )
+    headers = {"Authorization": f"Bearer {cp.token}"}
+    _wait(
+        cp,
+        "kube-apiserver",
+        lambda: httpx.get(f"{cp.server}/readyz", headers=headers, verify=False, timeout=2).status_code == 200,
+        timeout,
+    )
+    common = [f"--kubeconfig={cp.kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
+    _spawn(
+        cp,
+        "kube-controller-manager",
+        [
+            *common,
+            f"--secure-port={ports['kcm']}",
+            # No kubelet reports node health here: the node lifecycle controller would evict everything.
+            "--controllers=*,-nodelifecycle,-nodeipam",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            "--use-service-account-credentials=false",
+            "--concurrent-job-syncs=5",
+        ],
+    )
+    _spawn(cp, "kube-scheduler", [*common, f"--secure-port={ports['scheduler']}"])
+    (root / "kwok.yaml").write_text(yaml.safe_dump_all(STAGES))
+    _spawn(
+        cp,
+        "kwok",
+        [
+            f"--kubeconfig={cp.kubeconfig}",
+            f"--config={root / 'kwok.yaml'}",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{ports['kwok']}",
+            "--node-ip=10.0.0.1",
+            "--cidr=10.244.0.0/16",
+        ],
+    )
+    from kubernetes import client
+
+    api = cp.api_client()
+    core = client.CoreV1Api(api)
+    _create_node(core)
+
+    def node_ready() -> bool:
+        node = core.read_node(NODE_NAME)
+        return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+    for name in ("kube-controller-manager", "kube-scheduler"):
+        _wait(cp, name, lambda: True, 5)
+    _wait(cp, "kwok", node_ready, timeout)
+    # Admission gives a new node the not-ready taint; the node lifecycle controller (off: no kubelet
+    # heartbeats here) would lift it once Ready. Lift it as that controller would.
+    core.patch_node(NODE_NAME, {"spec": {"taints": None}})
+
+    def default_service_account() -> bool:
+        core.read_namespaced_service_account("default", "default")
+        return True
+
+    _wait(cp, "kube-controller-manager", default_service_account, timeout)
+
+
+def _create_node(core: Any) -> None:
+    capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE_NAME,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": NODE_NAME,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+    core.create_node(body)
+    core.patch_node_status(NODE_NAME, {"status": {"capacity": capacity, "allocatable": capacity}})
+
+
+@contextlib.contextmanager
+def running(**kwargs: Any) -> Iterator[ControlPlane]:
+    cp = start(**kwargs)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+# ------------------------------------------------------------------------------------------- CRDs
+
+
+def chaos_mesh_crds(kinds: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """CustomResourceDefinitions for the Chaos Mesh kinds we create (group ``chaos-mesh.org``).
+
+    Their specs are open (``x-kubernetes-preserve-unknown-fields``): the API server stores what we send
+    as Chaos Mesh's own would; strict validation of the same objects against Chaos Mesh's schemas is done
+    offline by kubeconform (:mod:`.schemas`).
+    """
+    kinds = kinds or ("PodChaos", "NetworkChaos", "StressChaos", "HTTPChaos", "IOChaos", "TimeChaos")
+    crds = []
+    for kind in kinds:
+        plural = kind.lower()
+        crds.append(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.chaos-mesh.org"},
+                "spec": {
+                    "group": "chaos-mesh.org",
+                    "scope": "Namespaced",
+                    "names": {"kind": kind, "plural": plural, "singular": plural, "listKind": f"{kind}List"},
+                    "versions": [
+                        {
+                            "name": "v1alpha1",
+                            "served": True,
+                            "storage": True,
+                            "subresources": {"status": {}},
+                            "schema": {
+                                "openAPIV3Schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "spec": {
+                                            "type": "object",
+                                            "x-kubernetes-preserve-unknown-fields": True,
+                                        },
+                                        "status": {
+                                            "type": "object",
+                                            "x-kubernetes-preserve-unknown-fields": True,
+                                        },
+                                    },
+                                }
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+    return crds
+
+
+def wait_established(api_client: Any, names: list[str], timeout: float = 30.0) -> None:
+    """Wait until the API server serves the CRDs called ``names``."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending and time.monotonic() < deadline:
+        for name in list(pending):
+            crd = ext.read_custom_resource_definition(name)
+            if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+                pending.discard(name)
+        if pending:
+            time.sleep(0.1)
+    if pending:
+        raise BackendError(f"CRDs not established after {timeout:.0f} s: {', '.join(sorted(pending))}")
+
+
+# --------------------------------------------------------------------------------------- garbage
+
+
+def collect_garbage() -> list[str]:
+    """Stop control planes whose owner process is gone (a crashed test run); one line per removal."""
+    base = paths.home() / "controlplanes"
+    if not base.is_dir():
+        return []
+    lines = []
+    for root in sorted(base.iterdir()):
+        if not root.is_dir() or _owner_alive(root):
+            continue
+        stopped = 0
+        for proc in psutil.process_iter():
+            with contextlib.suppress(
+                psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError
+            ):
+                if proc.environ().get(MARKER_ENV) == str(root):
+                    proc.kill()
+                    stopped += 1
+        shutil.rmtree(root, ignore_errors=True)
+        lines.append(f"control plane {root.name}: owner gone; stopped {stopped} process(es), removed it")
+    return lines
+
+
+def _owner_alive(root: Path) -> bool:
+    try:
+        owner = json.loads((root / "owner").read_text())
+        proc = psutil.Process(int(owner["pid"]))
+        return abs(proc.create_time() - float(owner["create_time"])) < 1.0
+    except (OSError, ValueError, KeyError, psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
