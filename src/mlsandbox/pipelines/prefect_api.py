@@ -109,6 +109,26 @@ class PrefectPipelines:
             for log in logs
         ]
 
+    def log_lines_containing(self, flow_run_id: str, text: str, page: int = 200) -> list[str]:
+        """Every log message of the run that contains ``text``, oldest first (all pages: the server
+        answers at most ``page`` = its default limit of 200 logs per request)."""
+        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+        from prefect.client.schemas.sorting import LogSort
+
+        found: list[str] = []
+        offset = 0
+        while True:
+            logs = self._client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[uuid.UUID(flow_run_id)])),
+                limit=page,
+                offset=offset,
+                sort=LogSort.TIMESTAMP_ASC,
+            )
+            found += [log.message for log in logs if text in log.message]
+            if len(logs) < page:
+                return found
+            offset += page
+
     def task_runs(self, flow_run_id: str) -> list[dict[str, Any]]:
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 

@@ -6,6 +6,11 @@ new replicas start and must answer their health check before they take traffic; 
 ones stopped, so a version that fails to load leaves the old one serving. Requests are spread over the
 live replicas round-robin by :meth:`Deployments.post`, which tries the next replica when one refuses the
 connection (a dead replica costs a retry, not an error, while another is up).
+
+Each replica runs under its machine's limits (memory and CPU quota, see
+:mod:`mlsandbox.serving.processes`) and, with a named environment, under that environment's interpreter
+(:class:`Placement`). A replica the kernel killed for memory stays in the deployment as ``exited`` with
+``reason: OOMKilled`` until it is replaced (``scale``, a rollout) or the deployment is removed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,19 @@ MODEL_SERVER = "mlsandbox.workloads.model_server"
 FEATURE_SERVICE = "mlsandbox.workloads.feature_service"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a deployment's replicas run: a machine type (limits and price) and a Python environment."""
+
+    machine: str
+    cpus: float
+    memory_mb: int
+    credits_per_second: float
+    environment: str = "default"
+    python: str | None = None
+    """The environment's interpreter (None: the sandbox's own)."""
+
+
 @dataclass
 class Deployment:
     name: str
@@ -31,31 +49,46 @@ class Deployment:
     """The agent-visible registered model name."""
     registry_name: str
     version: str
-    machine: str
-    cpus: float
-    credits_per_second: float
+    placement: Placement
     replicas: list[ServingProcess]
     history: list[str] = field(default_factory=list)
     """Versions served, oldest first."""
     created: float = field(default_factory=time.time)
     _rr: Any = field(default_factory=itertools.count)
 
+    @property
+    def machine(self) -> str:
+        return self.placement.machine
+
+    @property
+    def cpus(self) -> float:
+        return self.placement.cpus
+
+    @property
+    def credits_per_second(self) -> float:
+        return self.placement.credits_per_second
+
     def live(self) -> list[ServingProcess]:
         return [r for r in self.replicas if r.alive()]
 
     def describe(self) -> dict[str, Any]:
-        live = {r.name for r in self.live()}
+        states = []
+        for i, r in enumerate(self.replicas):
+            row: dict[str, Any] = {"replica": i, "state": "running"}
+            if not r.alive():
+                row["state"] = "exited"
+                row.update(r.termination() or {})
+            states.append(row)
         return {
             "deployment": self.name,
             "model": self.model,
             "version": self.version,
             "machine": self.machine,
+            "limits": {"cpus": self.placement.cpus, "memory_mb": self.placement.memory_mb},
+            "environment": self.placement.environment,
             "replicas": len(self.replicas),
-            "replicas_up": len(live),
-            "replica_states": [
-                {"replica": i, "state": "running" if r.name in live else "exited"}
-                for i, r in enumerate(self.replicas)
-            ],
+            "replicas_up": sum(1 for s in states if s["state"] == "running"),
+            "replica_states": states,
             "version_history": list(self.history),
         }
 
@@ -91,20 +124,33 @@ class Deployments:
     # ---------------------------------------------------------------------------------- replicas
 
     def _start_replicas(
-        self, deployment: str, registry_name: str, version: str, n: int, cpus: float
+        self, deployment: str, registry_name: str, version: str, n: int, placement: Placement
     ) -> list[ServingProcess]:
         args = ["--model-uri", f"models:/{registry_name}/{version}"]
         if self.feature_service is not None:
             args += ["--feature-url", self.feature_service.url]
-        procs = [
-            self.host.start(deployment, MODEL_SERVER, args, cpus=cpus, what=f"model_server:{deployment}")
-            for _ in range(n)
-        ]
+        procs: list[ServingProcess] = []
         try:
-            self.host.wait_ready(procs)
+            for _ in range(n):
+                procs.append(
+                    self.host.start(
+                        deployment,
+                        MODEL_SERVER,
+                        args,
+                        cpus=placement.cpus,
+                        memory_mb=placement.memory_mb,
+                        python=placement.python,
+                        what=f"model_server:{deployment}",
+                    )
+                )
+            # A fresh environment compiles its modules on the first start, and a replica under a CPU
+            # quota below one CPU starts that much slower: more time to get ready.
+            timeout = (90.0 if placement.python is None else 300.0) / min(1.0, max(placement.cpus, 0.25))
+            self.host.wait_ready(procs, timeout_s=timeout)
         except ServingError as e:
             self.host.stop(procs, timeout=2.0)
-            raise ServingError(e.code, f"version {version} did not start: {e.message}") from None
+            where = "" if placement.python is None else f" in environment {placement.environment!r}"
+            raise ServingError(e.code, f"version {version} did not start{where}: {e.message}") from None
         return procs
 
     def deploy(
@@ -114,11 +160,10 @@ class Deployments:
         registry_name: str,
         version: str,
         replicas: int,
-        machine: str,
-        cpus: float,
-        credits_per_second: float,
+        placement: Placement,
     ) -> tuple[Deployment, bool]:
-        """Create the deployment, or roll an existing one to ``version``; (deployment, created)."""
+        """Create the deployment, or roll an existing one to ``version`` (on ``placement``: the new
+        replicas take its machine and environment); (deployment, created)."""
         with self.lock:
             existing = self.items.get(name)
         if existing is not None:
@@ -126,11 +171,9 @@ class Deployments:
                 raise ServingError(
                     "conflict", f"deployment {name!r} serves model {existing.model!r}, not {model!r}"
                 )
-            return self.set_version(name, version, replicas=replicas), False
-        procs = self._start_replicas(name, registry_name, version, replicas, cpus)
-        dep = Deployment(
-            name, model, registry_name, version, machine, cpus, credits_per_second, procs, [version]
-        )
+            return self.set_version(name, version, replicas=replicas, placement=placement), False
+        procs = self._start_replicas(name, registry_name, version, replicas, placement)
+        dep = Deployment(name, model, registry_name, version, placement, procs, [version])
         with self.lock:
             self.items[name] = dep
         return dep, True
@@ -143,13 +186,16 @@ class Deployments:
             raise ServingError("not_found", f"deployment {name!r} does not exist (deployments: {known})")
         return dep
 
-    def set_version(self, name: str, version: str, replicas: int | None = None) -> Deployment:
+    def set_version(
+        self, name: str, version: str, replicas: int | None = None, placement: Placement | None = None
+    ) -> Deployment:
         dep = self.get(name)
         n = replicas or len(dep.replicas)
-        new = self._start_replicas(name, dep.registry_name, version, n, dep.cpus)
+        placement = placement or dep.placement
+        new = self._start_replicas(name, dep.registry_name, version, n, placement)
         with self.lock:
             old, dep.replicas = dep.replicas, new
-            dep.version = version
+            dep.version, dep.placement = version, placement
             dep.history.append(version)
         self.host.stop(old)
         return dep
@@ -163,7 +209,7 @@ class Deployments:
         self.host.stop(dead)
         have = len(dep.replicas)
         if replicas > have:
-            new = self._start_replicas(name, dep.registry_name, dep.version, replicas - have, dep.cpus)
+            new = self._start_replicas(name, dep.registry_name, dep.version, replicas - have, dep.placement)
             with self.lock:
                 dep.replicas = dep.replicas + new
         elif replicas < have:

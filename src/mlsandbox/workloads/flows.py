@@ -11,17 +11,78 @@ They fail where real code fails: a missing upstream object is botocore's ``NoSuc
 service is the client's connection error (after the task's retries), a schema change is a validation
 error naming the columns; Prefect records the failed state and the logs. Services come from the
 environment (``MLSANDBOX_S3_URL``, ``AWS_*``, ``MLFLOW_TRACKING_URI``), set by the deployment.
+
+Environments. ``training`` and ``batch-scoring`` take ``python``: a named environment's interpreter. The
+flow then does its work there: the training step runs the (self-contained) trainer workload with it on
+the lake batches (staged under ``tmp/flows/``), scoring loads the model and scores in it; what fails
+there (a model made under another scikit-learn) fails the task with the library's own error.
+
+Usage. Every flow ends (also when it fails) by logging ``resource usage: cpu_seconds=<s>``: the CPU time
+its work used in the flow-run process and in the processes it waited for (getrusage, from the start of
+the flow's body: the orchestrator's start of the process is not counted), which the sandbox charges.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
 import os
+import resource
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 
 _NUMERIC_KINDS = "biuf"
+USAGE_PREFIX = "resource usage: cpu_seconds="
+RESULT_PREFIX = "MLSANDBOX_RESULT "
+ENV_STEP_TIMEOUT_S = 1800.0
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@contextlib.contextmanager
+def _usage() -> Iterator[None]:
+    """Log the CPU seconds the flow's work used (from here to its end, success or failure) for the
+    sandbox to charge; the orchestrator's own start of the flow-run process is not counted."""
+    start = _cpu_seconds()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            get_run_logger().info("%s%.3f", USAGE_PREFIX, max(0.0, _cpu_seconds() - start))
+
+
+def _run_in_environment(python: str, argv: list[str], what: str) -> str:
+    """Run ``python *argv`` (a named environment's interpreter) with the flow's services; its output goes
+    to the run's log. :class:`RuntimeError` with the program's last error line when it fails."""
+    logger = get_run_logger()
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONUNBUFFERED"] = "1"
+    logger.info("%s with %s", what, python)
+    proc = subprocess.run(
+        [python, *argv], capture_output=True, text=True, env=env, timeout=ENV_STEP_TIMEOUT_S
+    )
+    for line in proc.stdout.splitlines()[-20:]:
+        if not line.startswith(RESULT_PREFIX):
+            logger.info("| %s", line)
+    if proc.returncode != 0:
+        err = [line for line in proc.stderr.splitlines() if line.strip()]
+        for line in err[-15:]:
+            logger.error("| %s", line)
+        last = err[-1] if err else f"exit status {proc.returncode}"
+        raise RuntimeError(f"{what} failed in the environment ({python}): {last}")
+    return proc.stdout
 
 
 def _s3() -> Any:
@@ -113,10 +174,11 @@ def ingestion(
     rename: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Pull an upstream batch, validate its schema, write it to the lake."""
-    raw = pull(bucket, f"upstream/{dataset}/{batch}.csv")
-    df = validate(raw, required_columns, numeric_columns or [], rename or {})
-    key = write(bucket, f"lake/{dataset}/{batch}.parquet", df)
-    return {"dataset": f"lake/{dataset}/{batch}.parquet", "key": key, "rows": len(df)}
+    with _usage():
+        raw = pull(bucket, f"upstream/{dataset}/{batch}.csv")
+        df = validate(raw, required_columns, numeric_columns or [], rename or {})
+        key = write(bucket, f"lake/{dataset}/{batch}.parquet", df)
+        return {"dataset": f"lake/{dataset}/{batch}.parquet", "key": key, "rows": len(df)}
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -143,10 +205,60 @@ def load_lake(bucket: str, dataset: str, expected_batches: list[str]) -> Any:
     return pd.concat(frames, ignore_index=True)
 
 
+def _train_in_environment(
+    python: str,
+    bucket: str,
+    df: Any,
+    target: str,
+    algorithm: str,
+    hyperparams: dict[str, Any],
+    experiment_id: str,
+    seed: int,
+) -> dict[str, Any]:
+    """The training step under another interpreter: the trainer workload on the staged lake batches."""
+    s3 = _s3()
+    key = f"tmp/flows/{uuid.uuid4().hex}/training.parquet"
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue())
+    try:
+        out = _run_in_environment(
+            python,
+            [
+                str(Path(__file__).with_name("trainer.py")),
+                *("--bucket", bucket, "--key", key, "--target", target, "--algorithm", algorithm),
+                *("--hyperparams", json.dumps(hyperparams), "--experiment-id", experiment_id),
+                *("--run-name", "training-flow", "--seed", str(seed)),
+            ],
+            "training",
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            s3.delete_object(Bucket=bucket, Key=key)
+    line = next(x for x in reversed(out.splitlines()) if x.startswith(RESULT_PREFIX))
+    result = json.loads(line[len(RESULT_PREFIX) :])
+    return {"run_id": result["run_id"], "model_uri": result["model_uri"], "metrics": result["metrics"]}
+
+
 @task(name="train")
 def train_model(
-    df: Any, target: str, algorithm: str, hyperparams: dict[str, Any], experiment_id: str, seed: int
+    df: Any,
+    target: str,
+    algorithm: str,
+    hyperparams: dict[str, Any],
+    experiment_id: str,
+    seed: int,
+    bucket: str = "",
+    python: str | None = None,
 ) -> dict[str, Any]:
+    if python is not None:
+        result = _train_in_environment(
+            python, bucket, df, target, algorithm, hyperparams, experiment_id, seed
+        )
+        get_run_logger().info(
+            "run %s: %s", result["run_id"], {k: round(v, 4) for k, v in result["metrics"].items()}
+        )
+        return result
     import mlflow
     import mlflow.sklearn
     from sklearn.model_selection import train_test_split
@@ -204,34 +316,78 @@ def training(
     min_auc: float = 0.7,
     seed: int = 0,
     expected_batches: list[str] | None = None,
+    python: str | None = None,
 ) -> dict[str, Any]:
     """Train on every lake batch of a dataset (all of ``expected_batches`` must be there), gate on
-    validation AUC, register the model."""
-    df = load_lake(bucket, dataset, expected_batches or [])
-    result = train_model(df, target, algorithm, hyperparams or {}, experiment_id, seed)
-    evaluate_gate(result, min_auc)
-    version = register(result, model_name)
-    return {"run_id": result["run_id"], "model_name": model_name, "version": version, **result["metrics"]}
+    validation AUC, register the model. With ``python``, the training step runs under that interpreter."""
+    with _usage():
+        df = load_lake(bucket, dataset, expected_batches or [])
+        result = train_model(df, target, algorithm, hyperparams or {}, experiment_id, seed, bucket, python)
+        evaluate_gate(result, min_auc)
+        version = register(result, model_name)
+        return {
+            "run_id": result["run_id"],
+            "model_name": model_name,
+            "version": version,
+            **result["metrics"],
+        }
 
 
 # ----------------------------------------------------------------------------------------- batch scoring
 
 
+# Scores a parquet file ($2) with a model ($1) into $3, under a named environment's interpreter.
+_SCORE_SCRIPT = """
+import sys
+import mlflow.sklearn
+import pandas as pd
+model = mlflow.sklearn.load_model(sys.argv[1])
+df = pd.read_parquet(sys.argv[2])
+features = df[[c for c in df.columns if c in getattr(model, "feature_names_in_", df.columns)]]
+pd.DataFrame({"row": range(len(df)), "score": model.predict_proba(features)[:, 1]}).to_parquet(
+    sys.argv[3], index=False
+)
+"""
+
+
+def _score(model_uri: str, df: Any, python: str | None) -> Any:
+    import pandas as pd
+
+    if python is None:
+        import mlflow.sklearn
+
+        model = mlflow.sklearn.load_model(model_uri)
+        features = df[[c for c in df.columns if c in getattr(model, "feature_names_in_", df.columns)]]
+        return pd.DataFrame({"row": range(len(df)), "score": model.predict_proba(features)[:, 1]})
+    with tempfile.TemporaryDirectory(prefix="mlsandbox-scoring-") as tmp:
+        src, dst = Path(tmp) / "batch.parquet", Path(tmp) / "scores.parquet"
+        df.to_parquet(src, index=False)
+        _run_in_environment(python, ["-c", _SCORE_SCRIPT, model_uri, str(src), str(dst)], "scoring")
+        return pd.read_parquet(dst)
+
+
 @flow(name="batch-scoring", log_prints=True)
-def batch_scoring(bucket: str, dataset: str, batch: str, model_name: str, model_ref: str) -> dict[str, Any]:
-    """Score a lake batch with ``models:/<model_name>/<version>`` or ``models:/<model_name>@<alias>``."""
-    import mlflow.sklearn
+def batch_scoring(
+    bucket: str, dataset: str, batch: str, model_name: str, model_ref: str, python: str | None = None
+) -> dict[str, Any]:
+    """Score a lake batch with ``models:/<model_name>/<version>`` or ``models:/<model_name>@<alias>``
+    (under ``python`` when given)."""
+    with _usage():
+        return _batch_scoring(bucket, dataset, batch, model_name, model_ref, python)
+
+
+def _batch_scoring(
+    bucket: str, dataset: str, batch: str, model_name: str, model_ref: str, python: str | None
+) -> dict[str, Any]:
     import pandas as pd
 
     logger = get_run_logger()
     sep = "@" if not model_ref.isdigit() else "/"
-    model = mlflow.sklearn.load_model(f"models:/{model_name}{sep}{model_ref}")
     s3 = _s3()
     key = f"lake/{dataset}/{batch}.parquet"
     df = pd.read_parquet(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
-    features = df[[c for c in df.columns if c in getattr(model, "feature_names_in_", df.columns)]]
-    scores = model.predict_proba(features)[:, 1]
-    out = pd.DataFrame({"row": range(len(df)), "score": scores})
+    out = _score(f"models:/{model_name}{sep}{model_ref}", df, python)
+    scores = out["score"]
     buf = io.BytesIO()
     out.to_parquet(buf, index=False)
     out_key = f"scores/{dataset}/{batch}.parquet"

@@ -9,7 +9,8 @@ A sandbox is garbage when
 
 A live ephemeral sandbox (owner still running) and a healthy persistent one are never touched, nor is a
 sandbox whose lock is held (an ``up`` or ``down`` in progress). Then every process carrying the marker of a
-sandbox that has no state any more (jobs, flow runs, services of a crashed start) is stopped.
+sandbox that has no state any more (jobs, flow runs, services of a crashed start) is stopped, and so is
+every job or model-server replica whose owning process is gone; their (then empty) cgroups are removed.
 
 A sandbox that is left running may still carry faults injected by an episode whose process died (Toxiproxy
 toxics, a disabled proxy, a bucket quota, a SIGSTOPped service, cut job limits): each process journals
@@ -186,7 +187,24 @@ def _collect_orphans(home: str) -> list[str]:
 
 def _stop_orphans(name: str, procs: list[psutil.Process]) -> str:
     stopped = supervisor.stop([], extra=_with_marked_groups(procs), timeout=ORPHAN_STOP_TIMEOUT_S)
+    _remove_cgroups({name}, sandbox_gone=True)
     return f"orphans of sandbox {name}: stopped {len(stopped)} process(es)"
+
+
+def _remove_cgroups(names: set[str], sandbox_gone: bool = False) -> None:
+    """The (now empty) cgroups of jobs and model-server replicas of ``names``, when they were nested in
+    ours; with ``sandbox_gone`` also the sandbox's own (empty) cgroup directories."""
+    from .jobs import cgroups_available, remove_stale_cgroups, sandbox_cgroup_dirs
+
+    if not names or not cgroups_available():
+        return
+    for name in names:
+        with contextlib.suppress(OSError, ValueError):
+            remove_stale_cgroups(paths.validate_sandbox_name(name))
+            if sandbox_gone:
+                for d in sandbox_cgroup_dirs(name):
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
 
 
 def _with_marked_groups(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -212,7 +230,7 @@ def _with_marked_groups(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 def _collect_orphan_jobs(home: str) -> list[str]:
     """Stop jobs (and their process groups) whose owning process is gone, in sandboxes that live on."""
-    from .jobs import OWNER_ENV, cgroups_available, remove_stale_cgroups
+    from .jobs import OWNER_ENV
 
     gone: dict[str, list[psutil.Process]] = defaultdict(list)
     for proc in supervisor.find_marked(None, home):
@@ -235,10 +253,7 @@ def _collect_orphan_jobs(home: str) -> list[str]:
         sandboxes.update(n for p in procs if (n := supervisor.marker_of(p)))
         stopped = supervisor.stop([], extra=_with_marked_groups(procs), timeout=1.0)
         lines.append(f"jobs of gone process {owner.split('-')[0]}: stopped {len(stopped)} process(es)")
-    if sandboxes and cgroups_available():
-        for name in sandboxes:  # their (now empty) cgroups, when they were nested in ours
-            with contextlib.suppress(OSError, ValueError):
-                remove_stale_cgroups(paths.validate_sandbox_name(name))
+    _remove_cgroups(sandboxes)  # jobs' and replicas' (model servers carry the owner marker too)
     return lines
 
 

@@ -94,18 +94,28 @@ def place_job(gw: Gateway, spec: JobSpec, *, machine: str | None, environment: s
         res = p.idle_reservation(m.name) if p is not None else None
         if res is not None:
             labels[P.RESERVATION_LABEL] = res.reservation_id
-    if environment is not None and environment != "default":
-        info = _ext(gw).get("envs", {}).get(environment)
-        if info is None:
-            known = ", ".join(["default", *sorted(_ext(gw).get("envs", {}))])
-            raise ActionError(
-                "not_found",
-                f"environment {environment!r} does not exist (environments: {known}); create it with "
-                "create_environment",
-            )
+    info = environment_info(gw, environment)
+    if info is not None:
         update["python"] = str(info.python)
     update["labels"] = labels
     return spec.model_copy(update=update)
+
+
+def environment_info(gw: Gateway, environment: str | None) -> envs.EnvInfo | None:
+    """The episode's environment ``environment`` (None for ``default``/None: the sandbox's own);
+    ``not_found`` for one that does not exist (used by training, flows and deployments)."""
+    if environment is None or environment == "default":
+        return None
+    table = _ext(gw).get("envs", {})
+    info = table.get(environment)
+    if info is None:
+        known = ", ".join(["default", *sorted(table)])
+        raise ActionError(
+            "not_found",
+            f"environment {environment!r} does not exist (environments: {known}); create it with "
+            "create_environment",
+        )
+    return info
 
 
 # ---------------------------------------------------------------------------------------- handlers

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlsandbox.gateway.actions import ActionModel
+from mlsandbox.gateway.packs.compute import EnvName
 from mlsandbox.gateway.registry import ActionPack
 from mlsandbox.gateway.safety import ModelName
 
@@ -69,11 +70,16 @@ class ListFlows(ActionModel):
 
 class RunFlow(ActionModel):
     """Start a run of a pipeline on the orchestrator (Prefect); returns its flow run id at once. Follow it
-    with get_flow_run. Parameters per flow are listed by list_flows."""
+    with get_flow_run. Parameters per flow are listed by list_flows. ``environment`` (training and
+    batch-scoring; from list_environments) does the flow's work with that environment's libraries. A
+    flow run costs the CPU seconds its work used at the budget's price per CPU second."""
 
     type: Literal["run_flow"] = "run_flow"
     name: Literal["ingestion", "training", "batch-scoring"]
     parameters: dict[str, Any] = Field(default_factory=dict)
+    environment: EnvName | None = Field(
+        default=None, description="A Python environment for the flow's work (default: the sandbox's own)"
+    )
 
 
 class GetFlowRun(ActionModel):

@@ -6,6 +6,17 @@ on first use or at start when the scenario has pipelines; flow runs are known to
 (earlier days also already ingested into ``lake/``). What a completed run produced becomes visible: a
 lake batch or scores as datasets, a training run's model version as registered. On close, unfinished
 runs are cancelled and the runs and deployments deleted.
+
+Environments. ``run_flow(environment=)`` passes that environment's interpreter to the flow (``python``):
+training and batch-scoring do their work with it (see :mod:`mlsandbox.workloads.flows`).
+
+Credits. Flows run on the sandbox's shared Prefect worker, not on a machine of the pool: each execution of
+a run logs the CPU seconds its work used in its flow-run process and the processes it waited for
+(``resource usage: cpu_seconds=``), and once the run is in a
+final state they are charged at the budget's price per CPU second (``budget.credits_per_cpu_second``, the
+rate of work without a machine) to ``state.extra_credits`` (counters ``flow_cpu_seconds`` and
+``flow_credits``). A retried run is charged again for its new execution. A run whose process died before
+logging its usage (crashed) is not charged.
 """
 
 from __future__ import annotations
@@ -29,6 +40,11 @@ log = logging.getLogger(__name__)
 NAME = "flows"
 TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 START_RUNS_TIMEOUT_S = 300.0
+USAGE_PREFIX = "resource usage: cpu_seconds="
+"""What a flow logs at its end (:data:`mlsandbox.workloads.flows.USAGE_PREFIX`)."""
+USAGE_LOG_WAIT_S = 30.0
+"""How long after a run's final state its usage line may still arrive (logs are shipped in batches)."""
+ENV_FLOWS = frozenset({"training", "batch-scoring"})
 
 
 def _ext(gw: Gateway) -> dict[str, Any]:
@@ -173,8 +189,22 @@ def _flow_parameters(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str
     }
 
 
-def start_run(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str, Any]:
+def start_run(
+    gw: Gateway, flow: str, params: dict[str, Any], environment: str | None = None
+) -> dict[str, Any]:
     full = _flow_parameters(gw, flow, params)
+    if environment is not None and environment != "default":
+        from mlsandbox.gateway.packs.compute_impl import environment_info
+
+        if flow not in ENV_FLOWS:
+            raise ActionError(
+                "invalid_parameters",
+                f"flow {flow} runs in the orchestrator's environment; environment= applies to "
+                f"{' and '.join(sorted(ENV_FLOWS))}",
+            )
+        info = environment_info(gw, environment)
+        if info is not None:
+            full["python"] = str(info.python)
     api = _api(gw)
     runs = _ext(gw)["runs"]
     short = f"fr-{len(runs) + 1}"
@@ -187,8 +217,64 @@ def start_run(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str, Any]:
         "params": dict(params),
         "accounted": False,
         "state_type": view.state_type,
+        "environment": environment or "default",
+        "cpu_seconds": 0.0,
+        "credits": 0.0,
+        "usage_lines": 0,
+        "final_since": None,
     }
-    return {"flow_run_id": short, "flow": flow, "state": view.state_name, "parameters": dict(params)}
+    return {
+        "flow_run_id": short,
+        "flow": flow,
+        "state": view.state_name,
+        "parameters": dict(params),
+        "environment": environment or "default",
+    }
+
+
+def logged_usage(lines: list[str]) -> tuple[int, float]:
+    """How many executions logged their usage, and their CPU seconds in all."""
+    count, total = 0, 0.0
+    for line in lines:
+        if USAGE_PREFIX not in line:
+            continue
+        try:
+            total += float(line.rsplit(USAGE_PREFIX, 1)[1].split()[0])
+        except (IndexError, ValueError):
+            continue
+        count += 1
+    return count, total
+
+
+def flow_cpu_price(gw: Gateway) -> float:
+    """Credits per CPU second of a flow run: the budget's price of work that runs on no machine."""
+    return float(gw.scenario.budget.credits_per_cpu_second)
+
+
+def _charge_usage(gw: Gateway, short: str, view: FlowRunView, api: PrefectPipelines | None = None) -> None:
+    """Charge the CPU seconds a finished run logged that are not charged yet (each execution once)."""
+    run = _ext(gw)["runs"][short]
+    if view.state_type not in TERMINAL_STATES:
+        run["final_since"] = None
+        return
+    executions = max(1, view.run_count)
+    if run["usage_lines"] >= executions:
+        return
+    now = time.monotonic()
+    run["final_since"] = run["final_since"] or now
+    if now - run["final_since"] > USAGE_LOG_WAIT_S:
+        return  # its process died before it could log its usage: nothing to charge
+    api = api or _api(gw)
+    count, total = logged_usage(api.log_lines_containing(run["id"], USAGE_PREFIX))
+    delta = max(0.0, total - run["cpu_seconds"])
+    run["usage_lines"], run["cpu_seconds"] = count, max(total, run["cpu_seconds"])
+    if delta > 0:
+        credits = delta * flow_cpu_price(gw)
+        run["credits"] += credits
+        st = gw.state
+        st.extra_credits += credits
+        st.counters["flow_cpu_seconds"] = st.counters.get("flow_cpu_seconds", 0.0) + delta
+        st.counters["flow_credits"] = st.counters.get("flow_credits", 0.0) + credits
 
 
 def _account(gw: Gateway, short: str, view: FlowRunView) -> None:
@@ -217,7 +303,7 @@ def _account(gw: Gateway, short: str, view: FlowRunView) -> None:
 def _refresh(gw: Gateway, short: str) -> FlowRunView:
     run = _ext(gw)["runs"][short]
     view = gw.backend_call(lambda: _api(gw).get(run["id"]))
-    run["state_type"] = view.state_type
+    run["state_type"], run["run_count"] = view.state_type, view.run_count
     if view.state_type != "COMPLETED":
         run["accounted"] = False
     try:
@@ -225,7 +311,20 @@ def _refresh(gw: Gateway, short: str) -> FlowRunView:
     except Exception as e:  # the next refresh tries again
         run["accounted"] = False
         log.debug("accounting of %s failed: %s", short, e)
+    try:
+        _charge_usage(gw, short, view)
+    except Exception as e:  # the next refresh tries again
+        log.debug("charging %s failed: %s", short, e)
     return view
+
+
+def _needs_refresh(run: dict[str, Any]) -> bool:
+    if run["state_type"] not in TERMINAL_STATES:
+        return True
+    if run["state_type"] == "COMPLETED" and not run["accounted"]:
+        return True
+    waiting = run["final_since"] is None or time.monotonic() - run["final_since"] <= USAGE_LOG_WAIT_S
+    return run["usage_lines"] < max(1, run.get("run_count", 1)) and waiting
 
 
 def _row(short: str, run: dict[str, Any], view: FlowRunView) -> dict[str, Any]:
@@ -236,6 +335,9 @@ def _row(short: str, run: dict[str, Any], view: FlowRunView) -> dict[str, Any]:
         "message": view.message,
         "run_count": view.run_count,
         "parameters": run["params"],
+        "environment": run["environment"],
+        "cpu_seconds": round(run["cpu_seconds"], 3),
+        "credits": round(run["credits"], 4),
     }
 
 
@@ -270,9 +372,7 @@ def on_step(gw: Gateway) -> None:
     ext["pending"] = still
     if "api" in ext:
         for short, run in ext["runs"].items():
-            if run["state_type"] not in TERMINAL_STATES or (
-                run["state_type"] == "COMPLETED" and not run["accounted"]
-            ):
+            if _needs_refresh(run):
                 _refresh(gw, short)
 
 
@@ -289,6 +389,7 @@ def on_close(gw: Gateway) -> None:
                     api.cancel(run["id"])
                 else:
                     _account(gw, short, view)  # a model registered since the last step is cleaned up too
+                    _charge_usage(gw, short, view, api)
             except Exception as e:
                 log.warning("flow run %s: %s", short, e)
             api.delete_flow_run(run["id"])
@@ -321,7 +422,7 @@ def list_flows(gw: Gateway, _: F.ListFlows) -> dict[str, Any]:
 
 
 def run_flow(gw: Gateway, a: F.RunFlow) -> dict[str, Any]:
-    return start_run(gw, a.name, a.parameters)
+    return start_run(gw, a.name, a.parameters, a.environment)
 
 
 def _short(gw: Gateway, flow_run_id: str) -> dict[str, Any]:
@@ -355,7 +456,7 @@ def retry_flow_run(gw: Gateway, a: F.RetryFlowRun) -> dict[str, Any]:
         )
     before = view.state_name
     view = gw.backend_call(lambda: _api(gw).retry(run["id"]))
-    run["accounted"], run["state_type"] = False, view.state_type
+    run["accounted"], run["state_type"], run["final_since"] = False, view.state_type, None
     return {**_row(a.flow_run_id, run, view), "previous_state": before}
 
 

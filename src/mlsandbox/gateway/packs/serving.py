@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from mlsandbox.gateway.actions import ActionModel
+from mlsandbox.gateway.packs.compute import EnvName
 from mlsandbox.gateway.registry import ActionPack
 from mlsandbox.gateway.safety import ModelName
 from mlsandbox.scenario.serving import Metric
@@ -25,8 +26,10 @@ class DeployModel(ActionModel):
     (a type of list_machines), requests spread over them. The deployment is named after the model unless
     ``deployment`` is given; production traffic goes to the deployment named after the scenario's model.
     Deploying to an existing deployment rolls it to the new version (the new replicas must be healthy
-    before the old ones stop). Returns once every replica answers its health check. Each replica costs its
-    machine's price per second. A version whose run has no passing validation metric is risky."""
+    before the old ones stop). Returns once every replica answers its health check. Each replica runs
+    under its machine's CPU and memory limits (the kernel kills a replica over its memory) and costs its
+    machine's price per second. ``environment`` (from list_environments) runs the replicas with that
+    environment's libraries. A version whose run has no passing validation metric is risky."""
 
     type: Literal["deploy_model"] = "deploy_model"
     name: ModelName = Field(description="Registered model name, as given to register_model")
@@ -34,6 +37,9 @@ class DeployModel(ActionModel):
     replicas: Replicas = 1
     machine: MachineName = "cpu-small"
     deployment: DeploymentName | None = None
+    environment: EnvName | None = Field(
+        default=None, description="A Python environment for the replicas (default: the sandbox's own)"
+    )
 
 
 class Rollback(ActionModel):
@@ -61,8 +67,9 @@ class Undeploy(ActionModel):
 
 
 class GetDeployment(ActionModel):
-    """A deployment's model, version, machine, replicas (running or exited) and version history; all
-    deployments when none is named."""
+    """A deployment's model, version, machine and its limits, environment, replicas (running, or exited
+    with exit code and reason such as OOMKilled) and version history; all deployments when none is
+    named."""
 
     type: Literal["get_deployment"] = "get_deployment"
     deployment: DeploymentName | None = None

@@ -26,9 +26,9 @@ from mlsandbox.errors import ActionError
 from mlsandbox.evaluation.serving_grade import PRODUCTION_SUFFIX
 from mlsandbox.gateway.packs import serving as S
 from mlsandbox.scenario.serving import METRICS, Serving
-from mlsandbox.serving.deployments import Deployments
+from mlsandbox.serving.deployments import Deployments, Placement
 from mlsandbox.serving.monitoring import FEATURE_SERVICE, Monitor
-from mlsandbox.serving.processes import ProcessHost, ServingError
+from mlsandbox.serving.processes import ProcessHost, ServingError, server_requirements
 from mlsandbox.serving.traffic import ID_COLUMN, Population, TrafficGenerator, make_population
 
 if TYPE_CHECKING:
@@ -205,6 +205,34 @@ def _machine(gw: Gateway, machine: str) -> Any:
         raise ActionError("invalid_parameters", f"unknown machine {machine!r} (machines: {known})") from None
 
 
+def _placement(gw: Gateway, machine_name: str, environment: str | None) -> Placement:
+    """The machine (limits, price) and environment of new replicas. A named environment serves through a
+    derived one: its requirements plus the model server's own packages (built once by uv, from its cache)."""
+    from mlsandbox import environments as envs
+    from mlsandbox.gateway.packs.compute_impl import environment_info
+
+    machine = _machine(gw, machine_name)
+    info = environment_info(gw, environment)
+    python = None
+    if info is not None:
+        try:
+            served = envs.build([*info.requirements, *server_requirements()])
+        except (ValueError, envs.EnvironmentBuildError) as e:
+            raise ActionError(
+                "environment_build_failed",
+                f"environment {environment!r} cannot run the model server: {e}",
+            ) from None
+        python = str(served.python)
+    return Placement(
+        machine.name,
+        machine.cpus,
+        machine.memory_mb,
+        machine.credits_per_second,
+        environment if info is not None else "default",
+        python,
+    )
+
+
 def _ensure_running(gw: Gateway, world: World) -> None:
     if world.deployments.feature_service is None and world.population is not None:
         _call(lambda: world.deployments.start_feature_service(gw.state.bucket, FEATURES_KEY, ID_COLUMN))
@@ -214,7 +242,7 @@ def _ensure_running(gw: Gateway, world: World) -> None:
 def _deploy(gw: Gateway, a: S.DeployModel) -> dict[str, Any]:
     world = _world(gw)
     _registered(gw, a.name, a.version)
-    machine = _machine(gw, a.machine)
+    placement = _placement(gw, a.machine, a.environment)
     name = a.deployment or a.name
     with world.deployments.lock:
         existing = world.deployments.items.get(name)
@@ -234,9 +262,7 @@ def _deploy(gw: Gateway, a: S.DeployModel) -> dict[str, Any]:
             gw.state.registry_name(a.name),
             a.version,
             a.replicas,
-            machine.name,
-            machine.cpus,
-            machine.credits_per_second,
+            placement,
         )
     )
     if risky:
