@@ -8,10 +8,17 @@ group                      an entry point names                                 
                            callable returning one, or a package (its            (``scenarios list``, ids
                            directory) holding ``<id>.yaml`` files               by name everywhere)
 ``mlsandbox.reward_terms`` a callable ``(EpisodeState) -> dict[str, float]``    :func:`reward_terms`
+``mlsandbox.services``     a :class:`ServiceSpec` (or a mapping of its fields,  the local backend
+                           or a callable returning either): a process the       (``up`` starts the
+                           local backend starts with its own services           ``start: up`` ones)
+``mlsandbox.faults``       a fault type, named by the entry point: a class      the perturbation engine
+                           with ``targets``, ``inject`` and ``recover`` (a      (plans name it in
+                           :class:`mlsandbox.faults.behaviours.Behaviour`       ``fault: {type: NAME}``)
+                           subclass; ``Params``: a pydantic model of its
+                           parameters)
 =========================  ===================================================  ==========================
 
-``mlsandbox.services`` and ``mlsandbox.faults`` are reserved: nothing reads them yet, and ``mlsandbox
-plugins`` lists an entry point there as ``unsupported``.
+Any other ``mlsandbox.*`` group is listed by ``mlsandbox plugins`` as ``unsupported``.
 
 Discovery never lets one broken plug-in take the rest down: each entry point loads on its own and a
 failure becomes a :class:`PluginRecord` with status ``error`` and a message naming the plug-in, its
@@ -24,12 +31,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +48,63 @@ GROUPS: dict[str, str] = {
     "mlsandbox.action_packs": "action packs (the action catalog)",
     "mlsandbox.scenarios": "scenario catalog directories",
     "mlsandbox.reward_terms": "reward terms: (EpisodeState) -> dict[str, float]",
+    "mlsandbox.services": "services the local backend starts (ServiceSpec)",
+    "mlsandbox.faults": "fault types of the perturbation engine (Behaviour subclasses)",
 }
-RESERVED_GROUPS: dict[str, str] = {
-    "mlsandbox.services": "services (not supported yet)",
-    "mlsandbox.faults": "fault types (not supported yet)",
-}
+RESERVED_GROUPS: dict[str, str] = {}
+"""Groups named but not read yet (listed as ``unsupported``)."""
+NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,40}$"
+"""Names of plug-in services and fault types."""
+FAULT_TARGET_KINDS: tuple[str, ...] = ("service", "endpoint", "jobs", "bucket", "dataset", "http", "pool")
+"""Target kinds a plug-in fault may act on (those whose mechanism is the engine's own)."""
 
 RewardTerm = Callable[[Any], dict[str, float]]
 
 
 class PluginError(Exception):
     """A plug-in that cannot be loaded or is not what its group expects."""
+
+
+class ServiceSpec(BaseModel):
+    """A service a plug-in adds to the local backend: a command line, how to probe its health, its env.
+
+    ``argv``, ``health_url`` and the ``env`` values may use ``{port}`` (a free TCP port on 127.0.0.1
+    chosen for it), ``{python}`` (the sandbox's interpreter), ``{dir}`` (a working directory of its own
+    inside the sandbox directory), ``{sandbox}`` (the sandbox name) and ``{s3_url}``, ``{mlflow_url}``,
+    ``{prefect_api_url}`` (the sandbox's endpoints). The process runs in its own process group with the
+    sandbox's marker, so ``down`` and garbage collection stop it like the built-in services.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    argv: list[str] = Field(min_length=1)
+    health_url: str | None = None
+    """Healthy when a GET answers below 500; None: healthy while the process runs."""
+    env: dict[str, str] = Field(default_factory=dict)
+    start: Literal["up", "on_demand"] = "up"
+    """``up``: started by ``mlsandbox up`` (a failure is a warning, never a failed ``up``); ``on_demand``:
+    started by whoever needs it (``PluginServices.ensure``: a plug-in action or fault)."""
+    start_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    description: str = ""
+
+    def render(self, values: dict[str, str]) -> ServiceSpec:
+        """The spec with its placeholders filled in (an unknown placeholder is a :class:`PluginError`)."""
+
+        def fill(text: str) -> str:
+            try:
+                return text.format(**values)
+            except (KeyError, IndexError, ValueError) as e:
+                raise PluginError(
+                    f"{text!r}: unknown placeholder {e} (known: {', '.join(sorted(values))})"
+                ) from None
+
+        return self.model_copy(
+            update={
+                "argv": [fill(a) for a in self.argv],
+                "health_url": fill(self.health_url) if self.health_url else None,
+                "env": {k: fill(v) for k, v in self.env.items()},
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -115,9 +171,41 @@ def _scenario_dir(obj: Any) -> Path:
     return path
 
 
+def _service_spec(obj: Any) -> ServiceSpec:
+    if callable(obj) and not isinstance(obj, type):
+        obj = obj()
+    if isinstance(obj, ServiceSpec):
+        return obj
+    if isinstance(obj, dict):
+        return ServiceSpec.model_validate(obj)
+    raise PluginError(f"expected a ServiceSpec (or a mapping of its fields), got {type(obj).__name__}")
+
+
+def _fault_type(obj: Any) -> type:
+    if not isinstance(obj, type):
+        raise PluginError(f"expected a fault behaviour class, got {type(obj).__name__}")
+    for attr in ("inject", "recover"):
+        if not callable(getattr(obj, attr, None)):
+            raise PluginError(f"fault class {obj.__name__} has no {attr}() method")
+    targets = getattr(obj, "targets", None)
+    if not (isinstance(targets, tuple) and targets) or any(t not in FAULT_TARGET_KINDS for t in targets):
+        raise PluginError(
+            f"fault class {obj.__name__}: targets must be a non-empty tuple of "
+            f"{', '.join(FAULT_TARGET_KINDS)}; got {targets!r}"
+        )
+    params = getattr(obj, "Params", None)
+    if params is not None and not (isinstance(params, type) and issubclass(params, BaseModel)):
+        raise PluginError(f"fault class {obj.__name__}: Params must be a pydantic model class")
+    return obj
+
+
 def _check(group: str, obj: Any) -> Any:
     if group == "mlsandbox.scenarios":
         return _scenario_dir(obj)
+    if group == "mlsandbox.services":
+        return _service_spec(obj)
+    if group == "mlsandbox.faults":
+        return _fault_type(obj)
     if group == "mlsandbox.reward_terms":
         if not callable(obj):
             raise PluginError(
@@ -138,6 +226,10 @@ def _load(ep: EntryPoint) -> PluginRecord:
     if ep.group not in GROUPS:
         return PluginRecord(**base, status="unsupported", detail=f"unknown group {ep.group!r}")
     try:
+        if ep.group in ("mlsandbox.services", "mlsandbox.faults") and not re.match(NAME_PATTERN, ep.name):
+            raise PluginError(
+                f"the entry point's name must match {NAME_PATTERN} (it names the {ep.group[10:-1]})"
+            )
         obj = _check(ep.group, ep.load())
     except Exception as e:  # a broken plug-in is reported, never fatal to the others
         msg = (
@@ -175,6 +267,19 @@ def reward_terms() -> dict[str, RewardTerm]:
     return {r.name: r.obj for r in loaded("mlsandbox.reward_terms")}
 
 
+def services() -> dict[str, ServiceSpec]:
+    """The plug-in services by entry-point name (started by the local backend, see
+    :mod:`mlsandbox.backends.local.plugin_services`)."""
+    return {r.name: r.obj for r in loaded("mlsandbox.services")}
+
+
+def fault_types() -> dict[str, type]:
+    """The plug-in fault types by entry-point name (the ``type`` a plan names): each a behaviour class
+    with ``targets`` (target kinds), optional ``default_target``, ``Params`` (a pydantic model of the
+    fault's parameters), ``instant``, and the :class:`~mlsandbox.faults.behaviours.Behaviour` methods."""
+    return {r.name: r.obj for r in loaded("mlsandbox.faults")}
+
+
 def evaluate_reward_terms(state: Any) -> dict[str, float]:
     """Every installed reward term applied to ``state``: ``{"<entry point>.<component>": value}``.
 
@@ -195,9 +300,12 @@ __all__ = [
     "RESERVED_GROUPS",
     "PluginError",
     "PluginRecord",
+    "ServiceSpec",
     "discover",
     "evaluate_reward_terms",
+    "fault_types",
     "loaded",
     "reward_terms",
     "scenario_dirs",
+    "services",
 ]

@@ -12,7 +12,8 @@ action type            slots                                       unmasked when
 ``list_datasets``      1                                           always
 ``check_data_quality`` one per dataset slot                        the dataset exists
 ``clean_dataset``      dataset slot x strategy (default output)    the dataset exists
-``train_model``        dataset slot x algorithm (default params)   the dataset exists, has a target, credits
+``train_model``        dataset slot x algorithm (default params;   the dataset exists, has a target, credits
+                       ``algorithms=`` narrows the list)
 ``get_job``            one per job slot (``job-1`` ...)            the job exists
 ``list_runs``          1                                           always
 ``register_model``     one per job slot (goal's model name)        the job succeeded with a tracking run
@@ -77,6 +78,7 @@ class SlotContext:
     max_jobs: int
     wait_seconds: tuple[float, ...]
     allow_restart: bool
+    algorithms: tuple[str, ...] = ALGORITHMS
 
     @property
     def state(self) -> EpisodeState:
@@ -127,11 +129,11 @@ def _clean(ctx: SlotContext, i: int) -> Slot:
 
 
 def _train(ctx: SlotContext, i: int) -> Slot:
-    d, a = divmod(i, len(ALGORITHMS))
+    d, a = divmod(i, len(ctx.algorithms))
     name, ok = _dataset_slot(ctx, d)
     rec = ctx.state.datasets.get(name)
     ok = ok and rec is not None and rec.target is not None and ctx.state.credits_left > 0
-    return {"type": "train_model", "dataset": name, "algorithm": ALGORITHMS[a]}, ok
+    return {"type": "train_model", "dataset": name, "algorithm": ctx.algorithms[a]}, ok
 
 
 def _job(ctx: SlotContext, j: int) -> Any:
@@ -184,7 +186,7 @@ TEMPLATES: dict[str, Template] = {
     "list_datasets": _one({"type": "list_datasets"}),
     "check_data_quality": Template(lambda c: c.max_datasets, _check),
     "clean_dataset": Template(lambda c: c.max_datasets * len(STRATEGIES), _clean),
-    "train_model": Template(lambda c: c.max_datasets * len(ALGORITHMS), _train),
+    "train_model": Template(lambda c: c.max_datasets * len(c.algorithms), _train),
     "get_job": Template(lambda c: c.max_jobs, _get_job),
     "list_runs": _one({"type": "list_runs"}),
     "register_model": Template(lambda c: c.max_jobs, _register),
@@ -228,8 +230,14 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         wait_seconds: Sequence[float] = (5.0,),
         allow_restart: bool = False,
         templates: dict[str, Template] | None = None,
+        algorithms: Sequence[str] | None = None,
     ) -> None:
         super().__init__(env)
+        algos = tuple(ALGORITHMS if algorithms is None else algorithms)
+        if not algos or any(a not in ALGORITHMS for a in algos):
+            raise ValueError(
+                f"algorithms must be a non-empty subset of {list(ALGORITHMS)}, got {list(algos)}"
+            )
         catalog = get_catalog().types
         types = list(catalog if action_types is None else action_types)
         unknown = [t for t in types if t not in catalog]
@@ -242,6 +250,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             max_jobs=max_jobs,
             wait_seconds=tuple(float(s) for s in wait_seconds),
             allow_restart=allow_restart,
+            algorithms=algos,
         )
         table = {**TEMPLATES, **(templates or {})}
         self.templates: list[tuple[str, Template]] = [(t, table.get(t) or _masked_fallback(t)) for t in types]
@@ -369,6 +378,8 @@ def make_rl_env(
     max_jobs: int = 4,
     wait_seconds: Sequence[float] = (5.0,),
     allow_restart: bool = False,
+    algorithms: Sequence[str] | None = None,
+    templates: dict[str, Template] | None = None,
     **env_kwargs: Any,
 ) -> gym.Env[np.ndarray, np.int64]:
     """``MLSandboxEnv`` with :class:`FlatObservation` and :class:`DiscreteActions` (masks via ``action_masks``)."""
@@ -383,6 +394,8 @@ def make_rl_env(
         max_jobs=max_jobs,
         wait_seconds=wait_seconds,
         allow_restart=allow_restart,
+        algorithms=algorithms,
+        templates=templates,
     )
 
 

@@ -619,6 +619,9 @@ def behaviour_for(entry: P.Perturbation, supplied: Supplied | None = None) -> Be
     factory = (supplied or {}).get((entry.fault.type, entry.target_kind))
     if factory is not None:
         return factory(entry)
+    if isinstance(entry.fault, P.PluginFault):  # a plug-in's fault type (entry point mlsandbox.faults)
+        behaviour: Behaviour = entry.fault.behaviour(entry)
+        return behaviour
     if entry.target_kind in P.SUPPLIED_TARGET_KINDS:
         return NotSupplied(entry)
     return BEHAVIOURS[entry.fault.type](entry)

@@ -22,6 +22,7 @@ mechanisms of the layer above the engine: the gateway's sources pack supplies th
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
@@ -58,6 +59,7 @@ SUPPLIED_TARGET_KINDS: frozenset[str] = frozenset({"source"})
 """Target kinds whose fault mechanisms live above the fault engine (the gateway supplies them when it
 makes the engine); a plan using them runs only on an engine given those mechanisms."""
 _HTTP_NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+_log = logging.getLogger(__name__)
 _SOURCE_NAME_RE = r"^[a-z][a-z0-9_]{0,39}$"
 
 
@@ -439,7 +441,7 @@ FAULT_MODELS: tuple[type[_Fault], ...] = (
 )
 FAULT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in FAULT_MODELS)
 
-Fault = Annotated[
+BuiltinFault = Annotated[
     KillServiceFault
     | FreezeServiceFault
     | RestartServiceFault
@@ -466,6 +468,77 @@ Fault = Annotated[
     | PoolShrinkFault,
     Field(discriminator="type"),
 ]
+
+
+def plugin_fault_types() -> dict[str, type]:
+    """Fault types added by installed plug-ins (entry points ``mlsandbox.faults``), by type name; a name
+    that is also a built-in type is left out (logged)."""
+    from mlsandbox.plugins import fault_types
+
+    found = fault_types()
+    clash = sorted(set(found) & set(FAULT_TYPES))
+    if clash:
+        _log.warning("plug-in fault types %s clash with built-in ones and are left out", clash)
+    return {k: v for k, v in found.items() if k not in FAULT_TYPES}
+
+
+class PluginFault(_Fault):
+    """A fault type of a plug-in (:func:`plugin_fault_types`); its parameters sit next to ``type`` and
+    are checked by the plug-in's ``Params`` model (:attr:`params`)."""
+
+    model_config = ConfigDict(extra="allow")
+    category = "plugin"
+    type: str
+
+    @model_validator(mode="after")
+    def _known(self) -> PluginFault:
+        cls = plugin_fault_types().get(self.type)
+        if cls is None:
+            known = ", ".join([*FAULT_TYPES, *plugin_fault_types()])
+            raise ValueError(f"unknown fault type {self.type!r}; the catalog has: {known}")
+        params = getattr(cls, "Params", None)
+        extra = dict(self.model_extra or {})
+        if params is not None:
+            params.model_validate(extra)
+        elif extra:
+            raise ValueError(f"fault {self.type!r} takes no parameters, got {sorted(extra)}")
+        return self
+
+    @property
+    def behaviour(self) -> type:
+        """The plug-in's behaviour class."""
+        return plugin_fault_types()[self.type]
+
+    @property
+    def params(self) -> Any:
+        """The parameters as the plug-in's ``Params`` model (a dict when it has none)."""
+        params = getattr(self.behaviour, "Params", None)
+        extra = dict(self.model_extra or {})
+        return params.model_validate(extra) if params is not None else extra
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self.behaviour.targets)
+
+    @property
+    def default_target(self) -> str | None:
+        return getattr(self.behaviour, "default_target", None)
+
+    @property
+    def instant(self) -> bool:
+        return bool(getattr(self.behaviour, "instant", False))
+
+
+def _fault_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "plugin" if isinstance(value, PluginFault) or kind not in FAULT_TYPES else "builtin"
+
+
+Fault = Annotated[
+    Annotated[BuiltinFault, Tag("builtin")] | Annotated[PluginFault, Tag("plugin")],
+    Discriminator(_fault_tag),
+]
+"""A built-in fault (by its ``type``) or a plug-in's."""
 
 
 # ----------------------------------------------------------------------------------------------- entry
@@ -497,8 +570,9 @@ class Perturbation(_Model):
         if isinstance(data, dict):
             fault = data.get("fault")
             kind = fault.get("type") if isinstance(fault, dict) else None
-            if isinstance(fault, dict) and kind not in FAULT_TYPES:
-                raise ValueError(f"unknown fault type {kind!r}; the catalog has: {', '.join(FAULT_TYPES)}")
+            if isinstance(fault, dict) and kind not in FAULT_TYPES and kind not in plugin_fault_types():
+                known = ", ".join([*FAULT_TYPES, *plugin_fault_types()])
+                raise ValueError(f"unknown fault type {kind!r}; the catalog has: {known}")
         return data
 
     @model_validator(mode="after")

@@ -232,7 +232,16 @@ class LocalBackend:
         started again on its existing data. Each health check waits up to ``timeout`` seconds; a service
         that fails raises :class:`ServiceStartError` (with the tail of its log) after everything this
         call started has been stopped. Ctrl-C or SIGTERM during ``up`` stops everything too.
+
+        Then the plug-in services with ``start: up`` that do not run yet are started
+        (:mod:`~mlsandbox.backends.local.plugin_services`); one that fails is left out with a warning.
         """
+        self._up(ephemeral, timeout)
+        from .plugin_services import start_plugin_services
+
+        start_plugin_services(self)
+
+    def _up(self, ephemeral: bool, timeout: float) -> None:
         with sandbox_lock(self.name):
             previous = _read_state_lenient(self.layout)
             if previous is not None and previous.phase == "running" and self._healthy(previous):

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from mlsandbox import paths
 from mlsandbox.backends.base import Endpoints
 from mlsandbox.errors import MissingToolError
+from mlsandbox.plugins import ServiceSpec
 
 from .supervisor import marker_env
 
@@ -708,5 +709,44 @@ def api_source_launch(layout: Layout, port: int, base: dict[str, str]) -> Launch
 def probe_api_source(port: int, client: httpx.Client) -> bool:
     try:
         return client.get(f"http://{HOST}:{port}/health").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+# ------------------------------------------------------------------------------------ plug-in services
+
+RESERVED_SERVICE_NAMES: frozenset[str] = frozenset({*SERVICE_NAMES, TOXIPROXY, *SOURCE_SERVICES})
+"""Names a plug-in service may not take."""
+
+
+def plugin_service_dir(layout: Layout, name: str) -> Path:
+    return layout.root / "plugin-services" / name
+
+
+def plugin_service_launch(
+    layout: Layout, name: str, spec: ServiceSpec, port: int, ep: Endpoints, sandbox: str, base: dict[str, str]
+) -> tuple[Launch, ServiceSpec]:
+    """How a plug-in service (:class:`~mlsandbox.plugins.ServiceSpec`) is started, and its spec with the
+    placeholders filled in (:class:`~mlsandbox.plugins.PluginError` for an unknown one)."""
+    work = plugin_service_dir(layout, name)
+    values = {
+        "port": str(port),
+        "python": sys.executable,
+        "dir": str(work),
+        "sandbox": sandbox,
+        "s3_url": ep.s3_url,
+        "mlflow_url": ep.mlflow_url,
+        "prefect_api_url": ep.prefect_api_url,
+    }
+    rendered = spec.render(values)
+    return Launch(argv=rendered.argv, env={**base, **rendered.env}, cwd=work), rendered
+
+
+def probe_plugin_service(url: str | None, client: httpx.Client) -> bool:
+    """A plug-in service's health URL answers below 500 (no URL: True; the caller checks the process)."""
+    if url is None:
+        return True
+    try:
+        return client.get(url).status_code < 500
     except httpx.HTTPError:
         return False
