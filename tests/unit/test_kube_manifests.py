@@ -253,6 +253,21 @@ CASES: list[tuple[chaos.ChaosFault, str, dict[str, Any]]] = [
         "HTTPChaos",
         {"delay": "1500ms", "method": "GET", "path": "*"},
     ),
+    (
+        chaos.IoLatency(name="k", target=T, volume_path="/data", delay_ms=100, methods=["read"]),
+        "IOChaos",
+        {"action": "latency", "delay": "100ms", "volumePath": "/data", "percent": 100, "methods": ["read"]},
+    ),
+    (
+        chaos.IoFault(name="k", target=T, volume_path="/data", path="/data/*.db", errno=28, percent=50),
+        "IOChaos",
+        {"action": "fault", "errno": 28, "path": "/data/*.db", "percent": 50},
+    ),
+    (
+        chaos.TimeSkew(name="k", target=T, offset="-10m", containers=["mlflow"]),
+        "TimeChaos",
+        {"timeOffset": "-10m", "clockIds": ["CLOCK_REALTIME"], "containerNames": ["mlflow"]},
+    ),
 ]
 
 

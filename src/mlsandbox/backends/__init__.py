@@ -1,10 +1,11 @@
-"""Backends: where the sandbox's services run. ``local`` (child processes) is the embedded default."""
+"""Backends: where the sandbox's services run. ``local`` (child processes) is the embedded default;
+``kube`` runs them on a Kubernetes cluster (``make sandbox-up``)."""
 
 from __future__ import annotations
 
 from mlsandbox.backends.base import Backend
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "kube")
 
 
 def get_backend(kind: str, name: str) -> Backend:
@@ -14,5 +15,7 @@ def get_backend(kind: str, name: str) -> Backend:
 
         return LocalBackend(name)
     if kind == "kube":
-        raise NotImplementedError("the kube backend is not built yet; use --backend local")
+        from mlsandbox.backends.kube.backend import KubeBackend
+
+        return KubeBackend(name)
     raise ValueError(f"unknown backend {kind!r}; available: {', '.join(BACKENDS)}")

@@ -1,7 +1,10 @@
 """The ``kube`` backend: the sandbox on a Kubernetes cluster (kind locally, any cluster at scale).
 
 - :mod:`.manifests`: pure builders of what the backend creates (training Jobs, their status mapping).
-- :mod:`.chaos`: faults as Chaos Mesh resources (PodChaos, NetworkChaos, StressChaos, HTTPChaos).
+- :mod:`.chaos`: faults as Chaos Mesh resources (PodChaos, NetworkChaos, StressChaos, HTTPChaos, IOChaos,
+  TimeChaos).
+- :mod:`.cluster`: the Kubernetes operations of the runtime (CRUD, pod logs, in-place pod resize).
+- :mod:`.backend`, :mod:`.runtime`, :mod:`.jobs`, :mod:`.faults`: the backend protocol over those.
 - :mod:`.client`: the small cluster API the operator and the backend use, over the ``kubernetes`` client.
 - :mod:`.schemas`: offline strict validation of manifests with kubeconform.
 """

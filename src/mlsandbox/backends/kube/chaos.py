@@ -21,6 +21,9 @@ stress_cpu            StressChaos    cpu stressors (workers, load)
 stress_memory         StressChaos    memory stressors (workers, size)
 http_abort            HTTPChaos      abort requests to a port (and path, method)
 http_delay            HTTPChaos      delay requests to a port (and path, method)
+io_latency            IOChaos        latency on file operations under a volume path
+io_fault              IOChaos        errno returned by file operations under a volume path
+time_skew             TimeChaos      the containers' clocks shifted by an offset
 ====================  =============  ================================================
 
 ``chaos/*.yaml`` at the top of the repository holds one example of each (rendered from
@@ -157,6 +160,41 @@ class HttpDelay(_Http):
     delay_ms: int = Field(gt=0, le=600_000)
 
 
+class _Io(_Fault):
+    target: Target
+    volume_path: str = Field(pattern=r"^/")
+    """Mount point of the volume the faults apply to (Chaos Mesh ``volumePath``)."""
+    path: str | None = None
+    """Only files matching this glob (default: everything under ``volume_path``)."""
+    percent: int = Field(default=100, ge=1, le=100)
+    """Share of the operations affected."""
+    methods: list[str] = Field(default_factory=list)
+    """Only these file operations (``read``, ``write``, ``open``, ...; empty: all)."""
+    containers: list[str] = Field(default_factory=list)
+
+
+class IoLatency(_Io):
+    type: Literal["io_latency"] = "io_latency"
+    delay_ms: int = Field(gt=0, le=600_000)
+
+
+class IoFault(_Io):
+    type: Literal["io_fault"] = "io_fault"
+    errno: int = Field(default=5, ge=1, le=133)
+    """The error returned (5: EIO, 28: ENOSPC, 13: EACCES)."""
+
+
+class TimeSkew(_Fault):
+    type: Literal["time_skew"] = "time_skew"
+    target: Target
+    offset: str = Field(pattern=r"^-?([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")
+    """How far the clocks move (Go duration, e.g. ``-10m``, ``2h30m``)."""
+    clock_ids: list[Literal["CLOCK_REALTIME", "CLOCK_MONOTONIC", "CLOCK_BOOTTIME"]] = Field(
+        default_factory=lambda: ["CLOCK_REALTIME"]
+    )
+    containers: list[str] = Field(default_factory=list)
+
+
 ChaosFault = Annotated[
     KillService
     | PodKill
@@ -169,7 +207,10 @@ ChaosFault = Annotated[
     | StressCpu
     | StressMemory
     | HttpAbort
-    | HttpDelay,
+    | HttpDelay
+    | IoLatency
+    | IoFault
+    | TimeSkew,
     Field(discriminator="type"),
 ]
 
@@ -244,6 +285,32 @@ def _spec(fault: ChaosFault, namespace: str) -> tuple[str, dict[str, Any]]:
             else:
                 spec["delay"] = f"{fault.delay_ms}ms"
             return "HTTPChaos", spec
+        case IoLatency() | IoFault():
+            spec = {
+                **fault.target.fields(namespace),
+                "volumePath": fault.volume_path,
+                "percent": fault.percent,
+            }
+            if fault.path is not None:
+                spec["path"] = fault.path
+            if fault.methods:
+                spec["methods"] = list(fault.methods)
+            if fault.containers:
+                spec["containerNames"] = list(fault.containers)
+            if isinstance(fault, IoLatency):
+                spec.update(action="latency", delay=f"{fault.delay_ms}ms")
+            else:
+                spec.update(action="fault", errno=fault.errno)
+            return "IOChaos", spec
+        case TimeSkew():
+            spec = {
+                **fault.target.fields(namespace),
+                "timeOffset": fault.offset,
+                "clockIds": list(fault.clock_ids),
+            }
+            if fault.containers:
+                spec["containerNames"] = list(fault.containers)
+            return "TimeChaos", spec
     raise TypeError(f"not a chaos fault: {fault!r}")  # pragma: no cover - the union is exhaustive
 
 
@@ -292,6 +359,24 @@ EXAMPLES: dict[str, ChaosFault] = {
     "http-delay": HttpDelay(
         name="mlflow-slow-api", target=_MLFLOW, port=5000, path="/api/*", method="POST", delay_ms=2000
     ),
+    "io-latency": IoLatency(
+        name="slow-minio-disk",
+        target=Target(component="minio"),
+        volume_path="/data",
+        delay_ms=100,
+        duration="2m",
+    ),
+    "io-fault": IoFault(
+        name="minio-disk-errors",
+        target=Target(component="minio"),
+        volume_path="/data",
+        path="/data/**/*",
+        errno=5,
+        percent=50,
+        methods=["write"],
+        duration="1m",
+    ),
+    "time-skew": TimeSkew(name="trainer-clock-behind", target=_TRAINER, offset="-10m", duration="5m"),
 }
 """One example of each fault type, rendered to ``chaos/<key>.yaml``."""
 

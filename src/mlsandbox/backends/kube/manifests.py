@@ -214,3 +214,110 @@ def job_status(
 def oom_killed(pod: Mapping[str, Any] | None) -> bool:
     terminated = _terminated(pod)
     return bool(terminated and terminated.get("reason") == "OOMKilled")
+
+
+# ------------------------------------------------------------------------------ the runtime's additions
+
+SANDBOX_LABEL = "mlsandbox.dev/sandbox"
+SPEC_ANNOTATION = "mlsandbox.dev/job-spec"
+CANCELLED_ANNOTATION = "mlsandbox.dev/cancelled"
+S3_SECRET_NAME = "mlsandbox-s3"
+NOTE_PREFIX = "[mlsandbox]"
+
+
+def sandbox_job(
+    spec: JobSpec,
+    *,
+    namespace: str,
+    sandbox: str,
+    image: str,
+    endpoints: Endpoints,
+    s3_secret: str | None = None,
+    image_pull_policy: str = "IfNotPresent",
+) -> Manifest:
+    """:func:`training_job` labelled with the sandbox (Job and pod) and carrying its spec (annotation), so
+    that any process can read the job back, list it and clean it up from the cluster alone."""
+    manifest = training_job(
+        spec,
+        namespace=namespace,
+        image=image,
+        endpoints=endpoints,
+        s3_secret=s3_secret,
+        image_pull_policy=image_pull_policy,
+    )
+    for meta in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
+        meta["labels"][SANDBOX_LABEL] = _check_labels({SANDBOX_LABEL: sandbox})[SANDBOX_LABEL]
+    manifest["metadata"]["annotations"][SPEC_ANNOTATION] = spec.model_dump_json()
+    return manifest
+
+
+def s3_secret(name: str, *, namespace: str, sandbox: str, endpoints: Endpoints) -> Manifest:
+    """The Secret Jobs read their S3 keys from (:data:`S3_SECRET_KEYS`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "mlsandbox", SANDBOX_LABEL: sandbox},
+        },
+        "type": "Opaque",
+        "stringData": {"access-key": endpoints.s3_access_key, "secret-key": endpoints.s3_secret_key},
+    }
+
+
+def cancel_patch() -> Manifest:
+    """Suspending a Job makes its controller delete the active pods; the Job stays, readable as cancelled."""
+    return {"metadata": {"annotations": {CANCELLED_ANNOTATION: "true"}}, "spec": {"suspend": True}}
+
+
+def resize_containers(container: str, cpus: float, memory_mb: int) -> list[dict[str, Any]]:
+    """The ``pods/resize`` body's containers: requests = limits (the pod keeps its Guaranteed QoS class)."""
+    resources = {"cpu": cpu_quantity(cpus), "memory": memory_quantity(memory_mb)}
+    return [{"name": container, "resources": {"requests": dict(resources), "limits": dict(resources)}}]
+
+
+def spec_of(job: Mapping[str, Any]) -> JobSpec | None:
+    """The :class:`JobSpec` a Job was made from (None for a Job this backend did not make)."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(SPEC_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return JobSpec.model_validate_json(raw)
+    except ValueError:
+        return None
+
+
+def job_notes(job: Mapping[str, Any], pod: Mapping[str, Any] | None, memory_mb: int | None) -> list[str]:
+    """What the cluster says about a job that its own log cannot (lines as the local backend's notes):
+    an OOM kill, the deadline, a cancellation, a pod that cannot start (image, quota, scheduling)."""
+    notes: list[str] = []
+    status = job.get("status") or {}
+    terminated = _terminated(pod)
+    if terminated and terminated.get("reason") == "OOMKilled":
+        limit = f", memory limit {memory_mb} MiB" if memory_mb else ""
+        notes.append(f"killed: out of memory (OOMKilled{limit}, exit code {OOM_EXIT})")
+    elif terminated and terminated.get("exitCode") not in (None, 0):
+        reason = terminated.get("reason") or "Error"
+        notes.append(f"container exited with code {terminated.get('exitCode')} ({reason})")
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True" or cond.get("type") not in ("Failed", "FailureTarget"):
+            continue
+        if cond.get("reason") == "DeadlineExceeded":
+            deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+            notes.append(f"timed out after {deadline} s; the job was killed (DeadlineExceeded)")
+        elif cond.get("message"):
+            notes.append(f"job failed: {cond.get('reason')}: {cond.get('message')}")
+        break
+    if ((job.get("metadata") or {}).get("annotations") or {}).get(CANCELLED_ANNOTATION):
+        notes.append("cancelled")
+    pod_status = (pod or {}).get("status") or {}
+    for cond in pod_status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("message"):
+            notes.append(f"pod not scheduled: {cond.get('reason')}: {cond.get('message')}")
+    for container in pod_status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+            message = f": {waiting['message']}" if waiting.get("message") else ""
+            notes.append(f"container waiting: {waiting['reason']}{message}")
+    return [f"{NOTE_PREFIX} {note}" for note in dict.fromkeys(notes)]

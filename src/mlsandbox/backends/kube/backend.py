@@ -1,0 +1,238 @@
+"""The kube backend: a sandbox on a Kubernetes cluster (kind locally, any cluster at scale).
+
+What is installed once per cluster (``make sandbox-up``: the chart's MinIO, MLflow and Prefect in the
+*control namespace*, the operator, Chaos Mesh) is not this class's business; a sandbox ``<name>`` is a
+``Sandbox`` object in the control namespace that the operator turns into the namespace
+``sbx-<control namespace>-<name>`` (quota, limits, network isolation, the agent's RBAC). This class:
+
+- ``up``: checks that the API server answers and that the sandbox's namespace exists and is Active (and,
+  when the ``Sandbox`` object is there, that it is Ready); it installs nothing and says what to run when
+  something is missing;
+- ``down``: deletes what this backend made for the sandbox: its Jobs (and their pods), its S3 Secret, its
+  Chaos Mesh objects, and puts back every native fault it recorded (scale, image, Service port, quota,
+  cordon). Idempotent; the namespace itself is the operator's (deleting the Sandbox removes it);
+- ``status``: the chart's services as Deployments in the control namespace;
+- ``runtime``: a :class:`~mlsandbox.backends.kube.runtime.KubeRuntime`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from mlsandbox import paths
+from mlsandbox.backends.base import Endpoints, ServiceStatus
+from mlsandbox.errors import BackendError, NotRunningError
+
+from .cluster import ApiRefused, Cluster, TransientApiError
+from .faults import SERVICES, KubeFaultControl
+from .runtime import KubeRuntime, client_endpoints, workload_endpoints
+
+CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
+DEFAULT_CONTROL_NAMESPACE = "mlsandbox"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+SANDBOX_API = ("mlsandbox.dev/v1alpha1", "Sandbox")
+_HINT = "run `make sandbox-up` (kind cluster, chart, operator and a Sandbox)"
+
+
+def sandbox_namespace(control_namespace: str, name: str) -> str:
+    """The namespace the operator gives the Sandbox ``<control_namespace>/<name>`` (the same rule as
+    :func:`mlsandbox.k8s_operator.resources.sandbox_namespace_name`, which sits above this layer)."""
+    full = f"sbx-{control_namespace}-{name}"
+    if len(full) <= 63:
+        return full
+    digest = hashlib.sha256(f"{control_namespace}/{name}".encode()).hexdigest()[:8]
+    return f"{full[:54].rstrip('-')}-{digest}"
+
+
+class KubeBackend:
+    """The sandbox ``name`` on the cluster of ``kubeconfig`` (or ``api_client``, or the default config)."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        control_namespace: str | None = None,
+        namespace: str | None = None,
+        kubeconfig: str | Path | None = None,
+        api_client: Any | None = None,
+        endpoints: Endpoints | None = None,
+        image: str | None = None,
+    ) -> None:
+        self.name: str = paths.validate_sandbox_name(name or paths.default_sandbox_name())
+        self.control_namespace = (
+            control_namespace or os.environ.get(CONTROL_NAMESPACE_ENV) or DEFAULT_CONTROL_NAMESPACE
+        )
+        self.namespace = namespace or sandbox_namespace(self.control_namespace, self.name)
+        self._kubeconfig = str(kubeconfig) if kubeconfig is not None else None
+        self._api_client = api_client
+        self._cluster: Cluster | None = None
+        self._endpoints = endpoints
+        self.image = image
+
+    def __repr__(self) -> str:
+        return f"KubeBackend(name={self.name!r}, namespace={self.namespace!r})"
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            try:
+                self._cluster = Cluster(self._api_client, kubeconfig=self._kubeconfig)
+            except Exception as exc:  # no kubeconfig, unreadable config
+                raise NotRunningError(f"no Kubernetes cluster configured ({exc}): {_HINT}") from exc
+        return self._cluster
+
+    # -------------------------------------------------------------------------------------- lifecycle
+
+    def up(self, ephemeral: bool = False, timeout: float = 0.0) -> None:
+        """Check that the cluster answers and the sandbox is ready (waiting up to ``timeout`` seconds);
+        :class:`NotRunningError` saying what is missing otherwise. Nothing is installed here, and
+        ``ephemeral`` changes nothing: the sandbox lives as long as its ``Sandbox`` object."""
+        deadline = time.monotonic() + timeout
+        while (problem := self._problem()) is not None:
+            if time.monotonic() >= deadline:
+                raise NotRunningError(problem)
+            time.sleep(1.0)
+
+    def down(self) -> None:
+        """Delete this sandbox's Jobs, Secret and Chaos Mesh objects; undo its recorded native faults."""
+        try:
+            self.cluster.version()
+        except (TransientApiError, ApiRefused, NotRunningError):
+            return  # no cluster: nothing of ours can be left on it
+        runtime = self._runtime(check=False)
+        runtime.faults.recover_everything()
+        runtime.jobs.delete_all()
+
+    def is_alive(self) -> bool:
+        """The sandbox is ready and every service's Deployment has its replicas ready."""
+        if self._problem() is not None:
+            return False
+        return all(s.state == "running" for s in self.status())
+
+    def status(self) -> list[ServiceStatus]:
+        """One row per service of the chart: its Deployment's readiness in the control namespace."""
+        try:
+            deployments = self.cluster.list("apps/v1", "Deployment", self.control_namespace)
+        except (TransientApiError, ApiRefused, NotRunningError):
+            return [ServiceStatus(name=name, state="stopped") for name in SERVICES]
+        by_component = {
+            ((d.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL): d for d in deployments
+        }
+        urls = self._urls()
+        rows = []
+        for name in SERVICES:
+            dep = by_component.get(name)
+            rows.append(
+                ServiceStatus(name=name, state=_deployment_state(dep), url=urls.get(name) if dep else None)
+            )
+        return rows
+
+    def runtime(self) -> KubeRuntime:
+        """Operations over the sandbox; :class:`NotRunningError` when it is not ready."""
+        return self._runtime(check=True)
+
+    # -------------------------------------------------------------------------------------- internals
+
+    def _problem(self) -> str | None:
+        try:
+            version = self.cluster.version()
+        except NotRunningError as exc:
+            return str(exc)
+        except (TransientApiError, ApiRefused) as exc:
+            return f"the Kubernetes API server does not answer ({exc}): {_HINT}"
+        ns = self.cluster.get("v1", "Namespace", self.namespace)
+        if ns is None:
+            return (
+                f"sandbox {self.name!r}: namespace {self.namespace} does not exist on the cluster "
+                f"(API server {version}): create the Sandbox {self.control_namespace}/{self.name} or {_HINT}"
+            )
+        phase = (ns.get("status") or {}).get("phase")
+        if phase not in (None, "Active"):
+            return f"sandbox {self.name!r}: namespace {self.namespace} is {phase}"
+        try:
+            sandbox = self.cluster.get(*SANDBOX_API, self.name, self.control_namespace)
+        except ApiRefused:  # the CRD is not installed: the namespace alone is the sandbox
+            sandbox = None
+        if sandbox is not None:
+            conditions = {c.get("type"): c for c in (sandbox.get("status") or {}).get("conditions") or []}
+            ready = conditions.get("Ready")
+            if ready is not None and ready.get("status") != "True":
+                return f"sandbox {self.name!r} is not Ready: {ready.get('reason')}: {ready.get('message')}"
+        return None
+
+    def _runtime(self, *, check: bool) -> KubeRuntime:
+        if check:
+            self.up()
+        credentials = self._credentials()
+        endpoints = self._endpoints or client_endpoints(credentials)
+        services = self._service_names()
+        inside = workload_endpoints(self.control_namespace, services, endpoints)
+        return KubeRuntime(
+            self.cluster,
+            sandbox=self.name,
+            namespace=self.namespace,
+            control_namespace=self.control_namespace,
+            endpoints=endpoints,
+            workload_endpoints=inside,
+            image=self.image,
+        )
+
+    def _credentials(self) -> dict[str, str]:
+        """The S3 keys from the chart's MinIO Secret in the control namespace ({} when there is none)."""
+        import base64
+
+        try:
+            secrets = self.cluster.list(
+                "v1", "Secret", self.control_namespace, selector=f"{COMPONENT_LABEL}=minio"
+            )
+        except (TransientApiError, ApiRefused):
+            return {}
+        for secret in secrets:
+            data = secret.get("data") or {}
+            if "access-key" in data and "secret-key" in data:
+                return {
+                    "s3_access_key": base64.b64decode(data["access-key"]).decode(),
+                    "s3_secret_key": base64.b64decode(data["secret-key"]).decode(),
+                }
+        return {}
+
+    def _service_names(self) -> dict[str, str]:
+        try:
+            services = self.cluster.list("v1", "Service", self.control_namespace)
+        except (TransientApiError, ApiRefused):
+            return {}
+        out: dict[str, str] = {}
+        for svc in services:
+            component = ((svc.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL)
+            if component:
+                out.setdefault(component, svc["metadata"]["name"])
+        return out
+
+    def _urls(self) -> dict[str, str]:
+        e = self._endpoints or client_endpoints()
+        return {"minio": e.s3_url, "mlflow": e.mlflow_url, "prefect-server": e.prefect_api_url}
+
+    def fault_control(self) -> KubeFaultControl:
+        """The sandbox's fault control without the readiness check (for recovery after a crash)."""
+        return self._runtime(check=False).faults
+
+
+def _deployment_state(
+    dep: dict[str, Any] | None,
+) -> Literal["running", "starting", "stopped", "unhealthy"]:
+    if dep is None:
+        return "stopped"
+    want = (dep.get("spec") or {}).get("replicas", 1)
+    ready = (dep.get("status") or {}).get("readyReplicas") or 0
+    if not want:
+        return "stopped"
+    if ready >= want:
+        return "running"
+    return "starting" if (dep.get("status") or {}).get("updatedReplicas") else "unhealthy"
+
+
+__all__ = ["BackendError", "KubeBackend", "sandbox_namespace"]

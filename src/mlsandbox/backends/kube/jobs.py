@@ -1,0 +1,318 @@
+"""Batch jobs as ``batch/v1`` Jobs in the sandbox's namespace (the ``kube`` backend's :class:`Jobs`).
+
+Everything is read back from the cluster (no state in this process): a Job carries its
+:class:`~mlsandbox.backends.base.JobSpec` in an annotation and the sandbox and job-id labels, so any
+process (the gateway, a restarted CLI, ``down``) sees the same jobs.
+
+- **Limits**: requests = limits = ``cpus``/``memory_mb`` (Guaranteed QoS); on a real node the kernel
+  OOM-kills a job over its memory and the pod's container ends ``OOMKilled``: the job is ``failed`` with
+  exit code 137, and :meth:`KubeJobs.logs` ends with ``[mlsandbox] killed: out of memory (OOMKilled, ...)``
+  (as on ``local``). ``timeout_s`` is the Job's ``activeDeadlineSeconds``.
+- **Result**: the trainer prints ``MLSANDBOX_RESULT {json}`` as its last line on every backend; here it is
+  read from the succeeded pod's log (once, then kept for this object's lifetime). A cluster that cannot
+  serve pod logs (kwok's simulated nodes) gives an empty result and says so in :meth:`logs`.
+- **CPU seconds**: there is no per-pod CPU accounting without metrics-server; ``cpu_seconds`` is the time
+  the pod ran x its CPU request (what a cluster bills for reserved CPUs), so credits are charged as on
+  ``local`` in spirit.
+- **Cancel** suspends the Job (its controller deletes the running pod) and marks it cancelled: the Job
+  stays readable as ``cancelled``; :meth:`cleanup` deletes Jobs with background propagation (pods too).
+- **set_resources** changes a running pod's requests and limits in place through the ``pods/resize``
+  subresource (in-place pod resize, on by default since Kubernetes 1.33): a Job's pod template is
+  immutable, so a queued job (no pod yet) or a cluster without the subresource raises
+  :class:`ValueError` saying so; the new values are also written into the Job's spec annotation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
+from mlsandbox.backends.local.jobs import RESULT_PREFIX
+
+from . import manifests as M
+from .cluster import ApiRefused, Cluster, TransientApiError
+
+JOB_API = ("batch/v1", "Job")
+_TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def _ts(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+class KubeJobs:
+    """Jobs of the sandbox ``sandbox`` in ``namespace``; workloads reach the services at ``endpoints``."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        namespace: str,
+        sandbox: str,
+        image: str,
+        endpoints: Endpoints,
+        image_pull_policy: str = "IfNotPresent",
+    ) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.sandbox = sandbox
+        self.image = image
+        self.endpoints = endpoints
+        self.image_pull_policy = image_pull_policy
+        self._lock = threading.Lock()
+        self._secret_ready = False
+        self._results: dict[str, dict[str, Any]] = {}
+        self._log_notes: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"KubeJobs(namespace={self.namespace!r}, sandbox={self.sandbox!r})"
+
+    # ------------------------------------------------------------------------------------------ protocol
+
+    def submit(self, spec: JobSpec) -> JobStatus:
+        """Create the Job; :class:`ValueError` for a spec Kubernetes cannot take or an id already used."""
+        if spec.cpus <= 0 or spec.memory_mb <= 0:
+            raise ValueError("cpus and memory_mb must be positive")
+        if spec.python is not None:
+            raise ValueError("named environments (JobSpec.python) exist only on the local backend")
+        self._ensure_secret()
+        manifest = M.sandbox_job(
+            spec,
+            namespace=self.namespace,
+            sandbox=self.sandbox,
+            image=self.image,
+            endpoints=self.endpoints,
+            s3_secret=M.S3_SECRET_NAME,
+            image_pull_policy=self.image_pull_policy,
+        )
+        try:
+            self.cluster.create(manifest)
+        except ApiRefused as exc:
+            if exc.status == 409:
+                raise ValueError(f"job {spec.job_id!r} already exists") from None
+            raise ValueError(f"job {spec.job_id!r} was refused by the cluster: {exc}") from None
+        return self.get(spec.job_id)
+
+    def get(self, job_id: str) -> JobStatus:
+        """Raise :class:`KeyError` for an unknown job."""
+        job = self._job(job_id)
+        return self._status(job_id, job, self._pod(job_id))
+
+    def logs(self, job_id: str, tail: int = 50) -> str:
+        """The pod's log (its last ``tail`` lines), then what the cluster says about the job (OOM kill,
+        deadline, cancellation, a pod that cannot start) as ``[mlsandbox] ...`` lines."""
+        job = self._job(job_id)
+        pod = self._pod(job_id)
+        spec = M.spec_of(job)
+        text = self._pod_log(pod, tail)
+        notes = M.job_notes(job, pod, spec.memory_mb if spec else None)
+        if pod is None:
+            notes += self._creation_events(M.job_name(job_id))
+        return "\n".join(part for part in (text.rstrip("\n"), *notes) if part)
+
+    def cancel(self, job_id: str) -> JobStatus:
+        """Suspend the Job (its pod is deleted by the Job controller); a finished job is left as is."""
+        status = self.get(job_id)
+        if status.state in _TERMINAL:
+            return status
+        self.cluster.patch(*JOB_API, M.job_name(job_id), self.namespace, M.cancel_patch())
+        return self.get(job_id)
+
+    def list(self, label: tuple[str, str] | None = None) -> list[JobStatus]:
+        """Jobs of this sandbox in creation order, only those carrying ``label`` when given."""
+        selector = f"{M.SANDBOX_LABEL}={self.sandbox}"
+        if label is not None:
+            selector += f",{label[0]}={label[1]}"
+        jobs = self.cluster.list(*JOB_API, namespace=self.namespace, selector=selector)
+        pods = self.cluster.list("v1", "Pod", namespace=self.namespace, selector=selector)
+        by_job: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            by_job.setdefault(
+                ((pod.get("metadata") or {}).get("labels") or {}).get(M.JOB_ID_LABEL, ""), []
+            ).append(pod)
+        out = []
+        for job in sorted(
+            jobs, key=lambda j: (str(j["metadata"].get("creationTimestamp")), j["metadata"]["name"])
+        ):
+            job_id = (job["metadata"].get("annotations") or {}).get(
+                "mlsandbox.dev/job-id", job["metadata"]["name"]
+            )
+            out.append(self._status(job_id, job, _newest(by_job.get(job["metadata"]["name"], []))))
+        return out
+
+    def cleanup(self, label: tuple[str, str]) -> None:
+        """Delete every Job of this sandbox carrying ``label`` (and, by propagation, their pods)."""
+        selector = f"{M.SANDBOX_LABEL}={self.sandbox},{label[0]}={label[1]}"
+        for job in self.cluster.list(*JOB_API, namespace=self.namespace, selector=selector):
+            self.cluster.delete(*JOB_API, job["metadata"]["name"], self.namespace, propagation="Background")
+            job_id = (job["metadata"].get("annotations") or {}).get("mlsandbox.dev/job-id")
+            with self._lock:
+                self._results.pop(job_id or "", None)
+        for pod in self.cluster.list("v1", "Pod", namespace=self.namespace, selector=selector):
+            self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
+
+    def set_resources(
+        self, job_id: str, cpus: float | None = None, memory_mb: int | None = None
+    ) -> JobStatus:
+        """Resize the running pod in place (requests = limits); see the module docstring for what cannot be."""
+        if (cpus is not None and cpus <= 0) or (memory_mb is not None and memory_mb <= 0):
+            raise ValueError("cpus and memory_mb must be positive")
+        job = self._job(job_id)
+        spec = M.spec_of(job)
+        if spec is None:
+            raise ValueError(f"job {job_id!r} was not made by mlsandbox: its resources are unknown")
+        pod = self._pod(job_id)
+        status = self._status(job_id, job, pod)
+        if status.state in _TERMINAL:
+            raise ValueError(f"job {job_id!r} is {status.state}: limits apply to a queued or running job")
+        if pod is None or status.state != "running":
+            raise ValueError(
+                f"job {job_id!r} has no running pod yet, and a Job's pod template is immutable: "
+                "its resources can be changed once it runs (in-place pod resize), or cancel and resubmit it"
+            )
+        new = spec.model_copy(
+            update={"cpus": cpus if cpus is not None else spec.cpus, "memory_mb": memory_mb or spec.memory_mb}
+        )
+        containers = M.resize_containers(spec.workload, new.cpus, new.memory_mb)
+        try:
+            self.cluster.resize_pod(pod["metadata"]["name"], self.namespace, containers)
+        except ApiRefused as exc:
+            raise ValueError(
+                f"the cluster refused to resize job {job_id!r} in place ({exc}); a Job's pod template is "
+                "immutable, so its limits cannot be changed otherwise: cancel and resubmit it"
+            ) from None
+        annotations = {M.SPEC_ANNOTATION: new.model_dump_json()}
+        self.cluster.patch(
+            *JOB_API, M.job_name(job_id), self.namespace, {"metadata": {"annotations": annotations}}
+        )
+        return self.get(job_id)
+
+    # ------------------------------------------------------------------------------------------- extra
+
+    def pod(self, job_id: str) -> dict[str, Any] | None:
+        """The job's (newest) pod, as the API server has it."""
+        return self._pod(job_id)
+
+    def resources(self, job_id: str) -> tuple[float, int]:
+        """(cpus, memory_mb) the job's spec now says (after any :meth:`set_resources`)."""
+        spec = M.spec_of(self._job(job_id))
+        if spec is None:
+            raise KeyError(f"job {job_id!r} carries no spec")
+        return spec.cpus, spec.memory_mb
+
+    def delete_all(self) -> int:
+        """Delete every Job (and pod) of this sandbox: what ``down`` does. Returns how many Jobs."""
+        selector = f"{M.SANDBOX_LABEL}={self.sandbox}"
+        jobs = self.cluster.list(*JOB_API, namespace=self.namespace, selector=selector)
+        for job in jobs:
+            self.cluster.delete(*JOB_API, job["metadata"]["name"], self.namespace)
+        for pod in self.cluster.list("v1", "Pod", namespace=self.namespace, selector=selector):
+            self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
+        self.cluster.delete("v1", "Secret", M.S3_SECRET_NAME, self.namespace)
+        with self._lock:
+            self._results.clear()
+            self._secret_ready = False
+        return len(jobs)
+
+    # --------------------------------------------------------------------------------------- internals
+
+    def _ensure_secret(self) -> None:
+        with self._lock:
+            if self._secret_ready:
+                return
+        self.cluster.apply(
+            M.s3_secret(
+                M.S3_SECRET_NAME, namespace=self.namespace, sandbox=self.sandbox, endpoints=self.endpoints
+            )
+        )
+        with self._lock:
+            self._secret_ready = True
+
+    def _job(self, job_id: str) -> dict[str, Any]:
+        try:
+            name = M.job_name(job_id)
+        except ValueError:
+            raise KeyError(f"unknown job {job_id!r}") from None
+        job = self.cluster.get(*JOB_API, name, self.namespace)
+        labels = ((job or {}).get("metadata") or {}).get("labels") or {}
+        if job is None or labels.get(M.SANDBOX_LABEL) != self.sandbox:
+            raise KeyError(f"unknown job {job_id!r}")
+        return job
+
+    def _pod(self, job_id: str) -> dict[str, Any] | None:
+        selector = f"{M.JOB_ID_LABEL}={M.job_name(job_id)},{M.SANDBOX_LABEL}={self.sandbox}"
+        return _newest(self.cluster.list("v1", "Pod", namespace=self.namespace, selector=selector))
+
+    def _status(self, job_id: str, job: dict[str, Any], pod: dict[str, Any] | None) -> JobStatus:
+        status = M.job_status(job_id, job, pod)
+        spec = M.spec_of(job)
+        cancelled = ((job.get("metadata") or {}).get("annotations") or {}).get(M.CANCELLED_ANNOTATION)
+        if cancelled and status.state != "succeeded":
+            status = status.model_copy(update={"state": "cancelled"})
+        started = status.started_at or _pod_started(pod)
+        finished = status.finished_at if status.state in _TERMINAL else None
+        update: dict[str, Any] = {"started_at": started}
+        if started is not None and spec is not None:
+            end = finished if finished is not None else (None if status.state in _TERMINAL else time.time())
+            if end is not None:
+                update["cpu_seconds"] = round(max(0.0, end - started) * spec.cpus, 3)
+        if status.state == "succeeded":
+            update["result"] = self._result(job_id, pod)
+        return status.model_copy(update=update)
+
+    def _result(self, job_id: str, pod: dict[str, Any] | None) -> dict[str, Any]:
+        with self._lock:
+            if job_id in self._results:
+                return self._results[job_id]
+        result: dict[str, Any] = {}
+        if pod is not None:
+            try:
+                text = self.cluster.pod_log(pod["metadata"]["name"], self.namespace, tail=200)
+            except (ApiRefused, TransientApiError):
+                text = ""
+            result = M.parse_result(text) if RESULT_PREFIX in text else {}
+        with self._lock:
+            self._results[job_id] = result
+        return result
+
+    def _pod_log(self, pod: dict[str, Any] | None, tail: int) -> str:
+        if pod is None:
+            return "(no pod yet: no log)"
+        name = pod["metadata"]["name"]
+        phase = (pod.get("status") or {}).get("phase")
+        try:
+            return self.cluster.pod_log(name, self.namespace, tail=tail)
+        except (ApiRefused, TransientApiError) as exc:
+            return (
+                f"(no log from pod {name}, phase {phase}: the cluster did not serve it, e.g. a simulated "
+                f"node without a kubelet: {exc})"
+            )
+
+    def _creation_events(self, name: str) -> list[str]:
+        """Why the Job has no pod (an exhausted ResourceQuota, ...), from its warning events."""
+        with contextlib.suppress(Exception):
+            events = self.cluster.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.name={name},type=Warning", _request_timeout=5
+            )
+            return [f"{M.NOTE_PREFIX} {e.reason}: {e.message}" for e in events.items[-3:]]
+        return []
+
+
+def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not pods:
+        return None
+    return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+
+
+def _pod_started(pod: dict[str, Any] | None) -> float | None:
+    if not pod:
+        return None
+    return _ts((pod.get("status") or {}).get("startTime"))

@@ -1,0 +1,156 @@
+"""The operations over a sandbox on a cluster (handed out by ``KubeBackend.runtime()``).
+
+Two sets of endpoints:
+
+- ``endpoints`` (the clients of this process: the gateway, the agent's tools): by default the kind
+  NodePorts mapped to localhost by ``kind-config.yaml`` (S3 ``http://127.0.0.1:9000``, MLflow ``:5000``,
+  Prefect ``:4200/api``); each URL and the S3 keys can be overridden with ``MLSANDBOX_KUBE_S3_URL``,
+  ``MLSANDBOX_KUBE_MLFLOW_URL``, ``MLSANDBOX_KUBE_PREFECT_URL``, ``MLSANDBOX_KUBE_S3_ACCESS_KEY`` and
+  ``MLSANDBOX_KUBE_S3_SECRET_KEY`` (or by the constructor), e.g. to point at another sandbox's services;
+- ``workload_endpoints`` (what Jobs get in their environment): the chart's Services by their in-cluster
+  DNS names in the control namespace.
+
+The object store and the tracker are the same S3 and MLflow clients as on ``local``, on ``endpoints``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+
+from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.mlflow_tracking import MLflowTracking
+from mlsandbox.backends.s3 import S3ObjectStore
+
+from .cluster import Cluster
+from .faults import KubeFaultControl
+from .jobs import KubeJobs
+
+KIND_ENDPOINTS = {
+    "s3_url": "http://127.0.0.1:9000",
+    "mlflow_url": "http://127.0.0.1:5000",
+    "prefect_api_url": "http://127.0.0.1:4200/api",
+}
+ENDPOINT_ENV = {
+    "s3_url": "MLSANDBOX_KUBE_S3_URL",
+    "mlflow_url": "MLSANDBOX_KUBE_MLFLOW_URL",
+    "prefect_api_url": "MLSANDBOX_KUBE_PREFECT_URL",
+    "s3_access_key": "MLSANDBOX_KUBE_S3_ACCESS_KEY",
+    "s3_secret_key": "MLSANDBOX_KUBE_S3_SECRET_KEY",
+}
+DEFAULT_IMAGE = "mlsandbox/trainer:0.1.0"
+IMAGE_ENV = "MLSANDBOX_TRAINER_IMAGE"
+SERVICE_PORTS = {"minio": 9000, "mlflow": 5000, "prefect-server": 4200}
+
+
+def client_endpoints(
+    credentials: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> Endpoints:
+    """The endpoints this process uses: the kind NodePorts, overridden by the environment, with the S3
+    keys from the environment or else ``credentials`` (the chart's MinIO Secret)."""
+    env = os.environ if environ is None else environ
+    values = {**KIND_ENDPOINTS, "s3_access_key": "", "s3_secret_key": "", **(credentials or {})}
+    for field, var in ENDPOINT_ENV.items():
+        if env.get(var):
+            values[field] = env[var]
+    return Endpoints(**values)
+
+
+def workload_endpoints(
+    control_namespace: str, services: Mapping[str, str], credentials: Endpoints
+) -> Endpoints:
+    """What Jobs use: ``services`` maps a component (minio, mlflow, prefect-server) to its Service name."""
+
+    def url(component: str) -> str:
+        name = services.get(component, f"mls-mlsandbox-{component}")
+        return f"http://{name}.{control_namespace}.svc:{SERVICE_PORTS[component]}"
+
+    return Endpoints(
+        s3_url=url("minio"),
+        s3_access_key=credentials.s3_access_key,
+        s3_secret_key=credentials.s3_secret_key,
+        mlflow_url=url("mlflow"),
+        prefect_api_url=url("prefect-server") + "/api",
+    )
+
+
+class KubeRuntime:
+    """Object store, tracking, jobs and faults of one sandbox on a cluster; clients made on first use."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        sandbox: str,
+        namespace: str,
+        control_namespace: str,
+        endpoints: Endpoints,
+        workload_endpoints: Endpoints,
+        image: str | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.sandbox_name = sandbox
+        self.namespace = namespace
+        self.control_namespace = control_namespace
+        self._endpoints = endpoints
+        self.workload_endpoints = workload_endpoints
+        self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self._lock = threading.Lock()
+        self._object_store: S3ObjectStore | None = None
+        self._tracking: MLflowTracking | None = None
+        self._jobs: KubeJobs | None = None
+        self._faults: KubeFaultControl | None = None
+
+    def __repr__(self) -> str:
+        return f"KubeRuntime(sandbox={self.sandbox_name!r}, namespace={self.namespace!r})"
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return self._endpoints
+
+    @property
+    def object_store(self) -> S3ObjectStore:
+        with self._lock:
+            if self._object_store is None:
+                e = self._endpoints
+                self._object_store = S3ObjectStore(e.s3_url, e.s3_access_key, e.s3_secret_key)
+            return self._object_store
+
+    @property
+    def tracking(self) -> MLflowTracking:
+        with self._lock:
+            if self._tracking is None:
+                self._tracking = MLflowTracking(self._endpoints.mlflow_url)
+            return self._tracking
+
+    @property
+    def jobs(self) -> KubeJobs:
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = KubeJobs(
+                    self.cluster,
+                    namespace=self.namespace,
+                    sandbox=self.sandbox_name,
+                    image=self.image,
+                    endpoints=self.workload_endpoints,
+                )
+            return self._jobs
+
+    @property
+    def faults(self) -> KubeFaultControl:
+        jobs = self.jobs
+        with self._lock:
+            if self._faults is None:
+                self._faults = KubeFaultControl(
+                    self.cluster,
+                    sandbox=self.sandbox_name,
+                    namespace=self.namespace,
+                    control_namespace=self.control_namespace,
+                    endpoints=self._endpoints,
+                    jobs=jobs,
+                )
+            return self._faults
+
+    def close(self) -> None:
+        """Nothing to stop here: Jobs belong to the cluster (``KubeBackend.down`` deletes them)."""
