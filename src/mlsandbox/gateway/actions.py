@@ -128,15 +128,20 @@ class Wait(_Action):
 # --------------------------------------------------------------- operations (what goes wrong shows here)
 
 ServiceName = Literal["minio", "mlflow", "prefect-server", "prefect-worker"]
+"""The services every episode has."""
+SourceServiceName = Literal["postgres", "api-source"]
+"""The data-source servers, services of an episode only when its scenario has such a source."""
+AnyServiceName = Literal["minio", "mlflow", "prefect-server", "prefect-worker", "postgres", "api-source"]
 
 
 class GetLogs(_Action):
     """The last lines of a log: a job's (target ``job-N``) or a service's (target ``minio``, ``mlflow``,
-    ``prefect-server`` or ``prefect-worker``, also written ``service:NAME``)."""
+    ``prefect-server``, ``prefect-worker``, or ``postgres`` / ``api-source`` when the episode has such a
+    data source; also written ``service:NAME``)."""
 
     type: Literal["get_logs"] = "get_logs"
     target: str = Field(
-        pattern=r"^(job-[0-9]{1,6}|(service:)?(minio|mlflow|prefect-server|prefect-worker))$",
+        pattern=r"^(job-[0-9]{1,6}|(service:)?(minio|mlflow|prefect-server|prefect-worker|postgres|api-source))$",
         description="job-N or a service name",
     )
     tail: int = Field(default=50, ge=1, le=500, description="How many lines, from the end")
@@ -144,18 +149,21 @@ class GetLogs(_Action):
 
 class GetServiceHealth(_Action):
     """Probe a service the way the sandbox's clients reach it: healthy or not, the response time in ms,
-    and the error when it does not answer."""
+    and the error when it does not answer. ``postgres`` and ``api-source`` (the data-source servers) are
+    services of an episode whose scenario has such a source: probed as the episode's client (a SQL
+    ``SELECT 1`` as its role, an authenticated GET)."""
 
     type: Literal["get_service_health"] = "get_service_health"
-    service: ServiceName
+    service: AnyServiceName
 
 
 class RestartService(_Action):
     """Restart a service on its data (stop it if it runs, start it, wait until it answers its health
-    check, at most 90 s). Requests to it fail while it restarts."""
+    check, at most 90 s). Requests to it fail while it restarts. ``postgres`` and ``api-source`` only in
+    an episode whose scenario has such a source."""
 
     type: Literal["restart_service"] = "restart_service"
-    service: ServiceName
+    service: AnyServiceName
 
 
 class JobChanges(BaseModel):

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -429,21 +429,55 @@ class Gateway:
             raise ActionError("unsupported", "this backend does not expose its services")
         return control
 
+    def episode_services(self) -> dict[str, Any]:
+        """Services the packs run for this episode besides the core ones (a pack implementation's
+        optional ``episode_services(gw)``: name -> an object with ``health()`` and ``restart()`` returning
+        a :class:`~mlsandbox.backends.base.ServiceHealth`), e.g. the data-source servers in use."""
+        out: dict[str, Any] = {}
+        for pack in self.catalog.packs:
+            supply = getattr(pack.module(), "episode_services", None)
+            if supply is not None:
+                out.update(supply(self))
+        return out
+
+    def _service(self, name: str) -> Any | None:
+        """The pack's service ``name`` (None for a core service); ``not_found`` for an optional service
+        this episode does not use, naming the services it has."""
+        if name in get_args(A.ServiceName):
+            return None
+        extra = self.episode_services()
+        if name not in extra:
+            known = ", ".join([*get_args(A.ServiceName), *extra])
+            raise ActionError(
+                "not_found",
+                f"service {name!r} is not in use in this episode (it runs only for a scenario with such a "
+                f"data source); services: {known}",
+            )
+        return extra[name]
+
     def _get_logs(self, a: A.GetLogs) -> dict[str, Any]:
         if a.target.startswith("job-"):
             job = self.job(a.target)
             text = self.backend_call(lambda: self.runtime.jobs.logs(job.backend_id, tail=a.tail))
             return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
         service = a.target.removeprefix("service:")
+        self._service(service)
         text = self.backend_call(lambda: self.control().services.logs(service, tail=a.tail))
         return {"target": service, "lines": text.splitlines()[-a.tail :]}
 
     def _get_service_health(self, a: A.GetServiceHealth) -> dict[str, Any]:
+        extra = self._service(a.service)
+        if extra is not None:
+            return self.backend_call(extra.health).model_dump()  # type: ignore[no-any-return]
         health = self.backend_call(lambda: self.control().services.health(a.service))
         return health.model_dump()
 
     def _restart_service(self, a: A.RestartService) -> dict[str, Any]:
-        health = self.backend_call(lambda: self.control().services.restart(a.service, wait=True))
+        extra = self._service(a.service)
+        if extra is not None:
+            health = self.backend_call(extra.restart)
+        else:
+            health = self.backend_call(lambda: self.control().services.restart(a.service, wait=True))
         return {"restarted": a.service, **health.model_dump()}
 
     def _retry_job(self, a: A.RetryJob) -> dict[str, Any]:

@@ -376,12 +376,25 @@ class LocalServiceControl:
         return self.backend._running_state()
 
     def names(self) -> list[str]:
-        return list(self._state().service_names())
+        """The core services, plus the data-source servers (PostgreSQL, the API source) once started."""
+        state = self._state()
+        return [*state.service_names(), *(n for n in svc.SOURCE_SERVICES if n in state.services)]
+
+    def _sources(self) -> Any:
+        from .sources import SourceServices  # imports the backend module, which imports this package
+
+        return SourceServices(self.backend)
 
     def _record(self, service: str) -> ProcessRecord:
         state = self._state()
-        if service not in state.service_names():
-            raise ValueError(f"unknown service {service!r}; services: {', '.join(state.service_names())}")
+        if service in svc.SOURCE_SERVICES and service not in state.services:
+            raise ValueError(
+                f"service {service!r} is not running in this sandbox: it is started on demand by an episode "
+                f"with a {'PostgreSQL' if service == svc.POSTGRES else 'HTTP API'} data source; "
+                f"services: {', '.join(self.names())}"
+            )
+        if service not in self.names():
+            raise ValueError(f"unknown service {service!r}; services: {', '.join(self.names())}")
         record = state.services.get(service)
         if record is None:
             raise BackendError(f"service {service!r} was never started")
@@ -432,6 +445,17 @@ class LocalServiceControl:
     def restart(self, service: str, *, wait: bool = True, timeout: float = 90.0) -> ServiceHealth:
         self._record(service)
         t0 = time.monotonic()
+        if service in svc.SOURCE_SERVICES:  # on its data: the same port, data directory and credentials
+            try:
+                self._sources().restart(service, timeout=timeout)
+            except Exception as e:
+                return ServiceHealth(service=service, healthy=False, error=f"{type(e).__name__}: {e}")
+            finally:
+                self.journal.remove(f"frozen:{service}")
+                self.journal.remove(f"killed:{service}")
+            return ServiceHealth(
+                service=service, healthy=True, latency_ms=round((time.monotonic() - t0) * 1000, 1)
+            )
         self.backend.start_service(service)
         self.journal.remove(f"frozen:{service}")
         self.journal.remove(f"killed:{service}")
@@ -450,6 +474,8 @@ class LocalServiceControl:
         """Probe as a client would: MinIO and MLflow through the proxy, the others directly."""
         state = self._state()
         record = self._record(service)
+        if service in svc.SOURCE_SERVICES:  # as a client: SELECT 1 as the admin role, GET /health
+            return self._sources().probe(service, timeout=timeout)  # type: ignore[no-any-return]
         ep = self.client_endpoints
         t0 = time.perf_counter()
         try:

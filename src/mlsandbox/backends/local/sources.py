@@ -12,10 +12,13 @@ directory owned by that user; see :func:`mlsandbox.backends.local.services.postg
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
+import signal
 import time
 from pathlib import Path
 
+from mlsandbox.backends.base import ServiceHealth
 from mlsandbox.errors import NotRunningError, ServiceStartError
 
 from . import services as svc
@@ -125,8 +128,79 @@ class SourceServices:
                 return False
             alive = supervisor.is_alive(record.process)
             if alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(record.process.pgid, signal.SIGCONT)  # a frozen group cannot act on SIGTERM
                 supervisor.stop([record.process], timeout=STOP_TIMEOUT_S)
             return alive
+
+    def started(self, name: str) -> bool:
+        """Whether source service ``name`` was started in this sandbox (running or not now)."""
+        state = read_state(self.layout)
+        return state is not None and name in state.services
+
+    def restart(self, name: str, timeout: float = START_TIMEOUT_S) -> None:
+        """Stop source service ``name`` if it runs and start it again on its data (the same port, data
+        directory and credentials; PostgreSQL keeps its databases and roles, the API source its published
+        datasets); wait until it answers. A restarted API source comes back without an injected fault (its
+        fault-hook file is cleared), as a restarted sick server would. :class:`ServiceStartError` when it
+        does not come back."""
+        if not self.started(name):
+            raise NotRunningError(f"the {name} source service has not been started in this sandbox")
+        self.stop(name)
+        if name == svc.API_SOURCE:
+            from mlsandbox.workloads.fault_hook import clear_fault
+
+            clear_fault(self.fault_file())
+        self.ensure(name, timeout)
+
+    def probe(
+        self,
+        name: str,
+        *,
+        dbname: str = "postgres",
+        user: str | None = None,
+        password: str | None = None,
+        path: str = "/health",
+        token: str | None = None,
+        timeout: float = 5.0,
+    ) -> ServiceHealth:
+        """One health probe of source service ``name`` as a client: PostgreSQL by a ``SELECT 1`` on
+        ``dbname`` as ``user`` (default: the admin role), the API by a GET of ``path`` (with ``token`` as
+        its bearer token when given; 2xx, or 429 for a rate-limited client, is healthy)."""
+        t0 = time.perf_counter()
+        s = self.settings()
+        if name == svc.POSTGRES:
+            import psycopg
+
+            if s.postgres_port is None:
+                return ServiceHealth(service=name, healthy=False, error="not started")
+            password = s.postgres_password if user is None else password
+            dsn = svc.postgres_dsn(s.postgres_port, password or "", dbname, user or svc.POSTGRES_ADMIN)
+            dsn = dsn.replace("connect_timeout=3", f"connect_timeout={max(2, int(timeout))}")
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("SELECT 1").fetchone()
+            except psycopg.Error as e:
+                text = " ".join(str(e).split())[:300]
+                return ServiceHealth(service=name, healthy=False, error=f"{type(e).__name__}: {text}")
+        else:
+            import httpx
+
+            if s.api_port is None:
+                return ServiceHealth(service=name, healthy=False, error="not started")
+            headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+            try:
+                with httpx.Client(timeout=timeout, trust_env=False) as client:
+                    resp = client.get(f"http://{svc.HOST}:{s.api_port}{path}", headers=headers)
+            except httpx.TimeoutException:
+                return ServiceHealth(service=name, healthy=False, error=f"timed out after {timeout:g} s")
+            except httpx.HTTPError as e:
+                return ServiceHealth(service=name, healthy=False, error=f"{type(e).__name__}: {e}")
+            if not (200 <= resp.status_code < 300 or resp.status_code == 429):
+                detail = " ".join(resp.text.split())[:200]
+                return ServiceHealth(service=name, healthy=False, error=f"HTTP {resp.status_code}: {detail}")
+        latency = round((time.perf_counter() - t0) * 1000, 1)
+        return ServiceHealth(service=name, healthy=True, latency_ms=latency)
 
     def healthy(self, name: str) -> bool:
         s = self.settings()

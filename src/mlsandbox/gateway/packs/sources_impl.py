@@ -152,6 +152,81 @@ def fault_behaviours(gw: Gateway) -> dict[tuple[str, str], Any]:
     return sources_faults.plan_behaviours(gw)
 
 
+SERVICE_FAULTS = {"postgres": "database_down", "api-source": "api_unavailable"}
+"""Source service -> the kind of source fault that takes it down."""
+
+
+class SourceService:
+    """A data-source server in use by the episode, as the agent's service (``get_service_health``,
+    ``restart_service``): probed as the episode's client (``SELECT 1`` on its database as its role, an
+    authenticated GET of one record of its dataset), restarted on its data. An unhealthy probe marks the
+    outage faults of the sources it serves detected; a restart that brings it back recovers them (the
+    agent's repair) and marks them mitigated."""
+
+    def __init__(self, gw: Gateway, name: str, users: list[SourceRuntime]) -> None:
+        self.gw, self.name, self.users = gw, name, users
+
+    def health(self) -> Any:
+        rt, svc = self.users[0], services(self.gw)
+        if self.name == "postgres":
+            found = svc.probe(self.name, dbname=rt.database or "postgres", user=rt.role, password=rt.secret)
+        else:
+            path = f"/v1/datasets/{rt.api_id}/records?page=1&page_size=1"
+            found = svc.probe(self.name, path=path, token=rt.secret)
+        if not found.healthy:
+            for rec in self._outages():
+                if rec.detected_step is None:
+                    rec.detected_step = self.gw.state.step
+                    rec.time_to_detect_s = round(time.time() - rec.injected_at, 3)
+        return found
+
+    def restart(self) -> Any:
+        from mlsandbox.backends.base import ServiceHealth
+        from mlsandbox.gateway.packs import sources_faults
+
+        t0 = time.monotonic()
+        outages = self._outages()
+        try:
+            services(self.gw).restart(self.name)
+        except Exception as e:  # it did not come back: the observation says why
+            return ServiceHealth(service=self.name, healthy=False, error=f"{type(e).__name__}: {e}")
+        found = self.health()
+        if found.healthy:
+            step, now = self.gw.state.step, time.time()
+            for rec in outages:
+                if rec.detected_step is None:  # the restart addressed it
+                    rec.detected_step, rec.time_to_detect_s = step, round(now - rec.injected_at, 3)
+                if rec.mitigated_step is None:
+                    rec.mitigated_step, rec.time_to_mitigate_s = step, round(now - rec.injected_at, 3)
+                if rec.recovery not in ("auto", "manual"):  # the engine's own records end by the plan
+                    sources_faults.recover(self.gw, rec, "agent")
+        return found.model_copy(update={"latency_ms": round((time.monotonic() - t0) * 1000, 1)})
+
+    def _outages(self) -> list[Any]:
+        from mlsandbox.faults.engine import FaultRecord
+
+        targets = {f"source:{rt.spec.name}" for rt in self.users}
+        return [
+            r
+            for r in self.gw.state.ground_truth.faults
+            if isinstance(r, FaultRecord)
+            and r.target in targets
+            and r.fault == SERVICE_FAULTS[self.name]
+            and r.recovered_at is None
+        ]
+
+
+def episode_services(gw: Gateway) -> dict[str, SourceService]:
+    """The data-source servers this episode uses (started for its sources), by service name."""
+    users: dict[str, list[SourceRuntime]] = {}
+    for rt in runtimes(gw).values():
+        if isinstance(rt.spec, PostgresSource) and rt.database is not None:
+            users.setdefault("postgres", []).append(rt)
+        elif isinstance(rt.spec, ApiSource) and rt.api_id is not None:
+            users.setdefault("api-source", []).append(rt)
+    return {name: SourceService(gw, name, rts) for name, rts in users.items()}
+
+
 def on_close(gw: Gateway) -> None:
     from mlsandbox.gateway.packs import sources_faults
 
