@@ -16,12 +16,10 @@ The object store and the tracker are the same S3 and MLflow clients as on ``loca
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 
 from mlsandbox.backends.base import Endpoints
-from mlsandbox.backends.mlflow_tracking import MLflowTracking
-from mlsandbox.backends.s3 import S3ObjectStore
+from mlsandbox.backends.clients import ServiceClients
 
 from .cluster import Cluster
 from .faults import KubeFaultControl
@@ -75,7 +73,7 @@ def workload_endpoints(
     )
 
 
-class KubeRuntime:
+class KubeRuntime(ServiceClients):
     """Object store, tracking, jobs and faults of one sandbox on a cluster; clients made on first use."""
 
     def __init__(
@@ -93,36 +91,14 @@ class KubeRuntime:
         self.sandbox_name = sandbox
         self.namespace = namespace
         self.control_namespace = control_namespace
-        self._endpoints = endpoints
+        super().__init__(endpoints)
         self.workload_endpoints = workload_endpoints
         self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
-        self._lock = threading.Lock()
-        self._object_store: S3ObjectStore | None = None
-        self._tracking: MLflowTracking | None = None
         self._jobs: KubeJobs | None = None
         self._faults: KubeFaultControl | None = None
 
     def __repr__(self) -> str:
         return f"KubeRuntime(sandbox={self.sandbox_name!r}, namespace={self.namespace!r})"
-
-    @property
-    def endpoints(self) -> Endpoints:
-        return self._endpoints
-
-    @property
-    def object_store(self) -> S3ObjectStore:
-        with self._lock:
-            if self._object_store is None:
-                e = self._endpoints
-                self._object_store = S3ObjectStore(e.s3_url, e.s3_access_key, e.s3_secret_key)
-            return self._object_store
-
-    @property
-    def tracking(self) -> MLflowTracking:
-        with self._lock:
-            if self._tracking is None:
-                self._tracking = MLflowTracking(self._endpoints.mlflow_url)
-            return self._tracking
 
     @property
     def jobs(self) -> KubeJobs:

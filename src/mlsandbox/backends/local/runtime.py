@@ -2,54 +2,30 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.clients import ServiceClients
 from mlsandbox.backends.local.jobs import LocalJobs
-from mlsandbox.backends.mlflow_tracking import MLflowTracking
-from mlsandbox.backends.s3 import S3ObjectStore
 from mlsandbox.errors import BackendError
 
 if TYPE_CHECKING:
     from mlsandbox.backends.local.chaos import LocalFaultControl
 
 
-class LocalRuntime:
+class LocalRuntime(ServiceClients):
     """Object store, tracking and jobs of the sandbox ``sandbox_name``; each client is created on first use."""
 
     def __init__(self, endpoints: Endpoints, sandbox_dir: Path, sandbox_name: str) -> None:
-        self._endpoints = endpoints
+        super().__init__(endpoints)
         self.sandbox_dir = Path(sandbox_dir)
         self.sandbox_name = sandbox_name
-        self._lock = threading.Lock()
-        self._object_store: S3ObjectStore | None = None
-        self._tracking: MLflowTracking | None = None
         self._jobs: LocalJobs | None = None
         self._faults: LocalFaultControl | None = None
 
     def __repr__(self) -> str:
         return f"LocalRuntime(sandbox_name={self.sandbox_name!r}, sandbox_dir={str(self.sandbox_dir)!r})"
-
-    @property
-    def endpoints(self) -> Endpoints:
-        return self._endpoints
-
-    @property
-    def object_store(self) -> S3ObjectStore:
-        with self._lock:
-            if self._object_store is None:
-                e = self._endpoints
-                self._object_store = S3ObjectStore(e.s3_url, e.s3_access_key, e.s3_secret_key)
-            return self._object_store
-
-    @property
-    def tracking(self) -> MLflowTracking:
-        with self._lock:
-            if self._tracking is None:
-                self._tracking = MLflowTracking(self._endpoints.mlflow_url)
-            return self._tracking
 
     @property
     def jobs(self) -> LocalJobs:
