@@ -317,7 +317,8 @@ def test_flows_in_an_environment_and_flow_runs_are_charged(runtime: Any, sandbox
         # ... and the budget the agent sees includes them.
         assert g.budget()["credits_used"] - used0 >= total - 0.01
         obs = g.step({"type": "list_flows"}).observation
-        assert obs["budget"]["credits_used"] >= total
+        # The observation rounds credits to 3 decimals; the runs' sum is not rounded.
+        assert obs["budget"]["credits_used"] >= total - 1e-3
     finally:
         g.close()
 
