@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from mlsandbox import httpclients
 from mlsandbox.backends.base import Endpoints
 from mlsandbox.backends.local import supervisor
 from mlsandbox.backends.local.jobs import (
@@ -222,7 +223,7 @@ class ProcessHost:
         log tail) when one exits or the time runs out."""
         deadline = time.monotonic() + timeout_s
         pending = list(procs)
-        with httpx.Client(timeout=2.0) as client:
+        with httpclients.client(2.0) as client:
             while pending:
                 for p in list(pending):
                     if p.port is None and p.port_file.exists():

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from mlsandbox import httpclients
 from mlsandbox.backends.base import Endpoints, ServiceHealth
 
 from . import chaos as C
@@ -418,7 +419,7 @@ class KubeServiceControl:
         url = self.control.probe_url(service)
         if url is not None:
             try:
-                with httpx.Client(timeout=timeout, trust_env=False) as client:
+                with httpclients.client(timeout) as client:
                     code = client.get(url).status_code
             except httpx.HTTPError as exc:
                 return ServiceHealth(service=service, healthy=False, error=f"{type(exc).__name__}: {exc}")

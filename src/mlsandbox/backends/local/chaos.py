@@ -38,6 +38,7 @@ import httpx
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from mlsandbox import httpclients
 from mlsandbox.backends.base import Endpoints, ServiceHealth
 from mlsandbox.errors import BackendError
 
@@ -196,7 +197,7 @@ def minio_admin(
     SigV4Auth(Credentials(endpoints.s3_access_key, endpoints.s3_secret_key), "s3", "us-east-1").add_auth(
         request
     )
-    with httpx.Client(timeout=10.0, trust_env=False) as client:
+    with httpclients.client(10.0) as client:
         return client.request(method, url, content=body, headers=dict(request.headers.items()))
 
 
@@ -220,7 +221,7 @@ class ToxiproxyControl:
         return list(svc.PROXIED)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        with httpx.Client(timeout=10.0, trust_env=False) as client:
+        with httpclients.client(10.0) as client:
             return client.request(method, f"{self.api_url}{path}", json=body)
 
     def add_toxic(
@@ -285,7 +286,7 @@ class PrefectConfigStore:
         self.journal = journal
         # One client (and its connection pool) for every call: a new client per call loaded the CA
         # bundle each time (about 30 ms), which made up most of an episode's start and end.
-        self._client = httpx.Client(timeout=10.0, trust_env=False)
+        self._client = httpclients.client(10.0)
 
     RETRIES = (0.2, 0.5, 1.0)
     """Pauses before retrying a call the server refused as busy (503) or that could not connect."""
@@ -482,7 +483,7 @@ class LocalServiceControl:
         ep = self.client_endpoints
         t0 = time.perf_counter()
         try:
-            with httpx.Client(timeout=timeout, trust_env=False) as client:
+            with httpclients.client(timeout) as client:
                 if service == svc.MINIO:
                     resp = client.get(f"{ep.s3_url}/minio/health/live")
                     ok, detail = resp.status_code == 200, f"HTTP {resp.status_code}"
@@ -746,7 +747,7 @@ def _undo(entry: Any, state: Any) -> None:
         url = svc.toxiproxy_url(state.ports)
         if url is None:
             return
-        with httpx.Client(timeout=5.0, trust_env=False) as client:
+        with httpclients.client(5.0) as client:
             if isinstance(entry, UndoToxic):
                 client.delete(f"{url}/proxies/{entry.endpoint}/toxics/{entry.name}")
             else:

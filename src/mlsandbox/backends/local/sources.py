@@ -18,6 +18,7 @@ import signal
 import time
 from pathlib import Path
 
+from mlsandbox import httpclients
 from mlsandbox.backends.base import ServiceHealth
 from mlsandbox.errors import NotRunningError, ServiceStartError
 
@@ -190,7 +191,7 @@ class SourceServices:
                 return ServiceHealth(service=name, healthy=False, error="not started")
             headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
             try:
-                with httpx.Client(timeout=timeout, trust_env=False) as client:
+                with httpclients.client(timeout) as client:
                     resp = client.get(f"http://{svc.HOST}:{s.api_port}{path}", headers=headers)
             except httpx.TimeoutException:
                 return ServiceHealth(service=name, healthy=False, error=f"timed out after {timeout:g} s")

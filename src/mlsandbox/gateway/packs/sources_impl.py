@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mlsandbox import httpclients
 from mlsandbox.data.drift_stats import column_drift, ks_statistic
 from mlsandbox.data.faults import change_schema
 from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
@@ -417,9 +418,7 @@ def _error_text(resp: Any) -> str:
 
 
 def _api_client() -> Any:
-    import httpx
-
-    return httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False)
+    return httpclients.client(HTTP_TIMEOUT_S)
 
 
 def _api_preview(gw: Gateway, rt: SourceRuntime, rows: int) -> tuple[pd.DataFrame, int]:
