@@ -61,6 +61,10 @@ def iqr_fences(values: pd.Series | np.ndarray) -> tuple[float, float] | None:
     if x.size == 0:
         return None
     q1, q3 = np.quantile(x, [0.25, 0.75])
+    return _fences(q1, q3)
+
+
+def _fences(q1: float, q3: float) -> tuple[float, float]:
     iqr = q3 - q1
     return float(q1 - IQR_FACTOR * iqr), float(q3 + IQR_FACTOR * iqr)
 
@@ -86,8 +90,8 @@ def _numeric_stats(series: pd.Series) -> dict[str, Any]:
     present = x[~np.isnan(x)]
     if present.size == 0:
         return dict.fromkeys(("min", "max", "mean", "std", "median", "outliers", "outlier_rate"), None)
-    fences = iqr_fences(present)
-    assert fences is not None
+    q1, q3 = np.quantile(present, [0.25, 0.75])  # one selection for the quartiles and the fences
+    fences = _fences(q1, q3)
     outliers = int(np.count_nonzero((present < fences[0]) | (present > fences[1])))
     return {
         "min": number(present.min()),
@@ -95,8 +99,8 @@ def _numeric_stats(series: pd.Series) -> dict[str, Any]:
         "mean": number(present.mean()),
         "std": number(present.std(ddof=1)) if present.size > 1 else None,
         "median": number(np.median(present)),
-        "q1": number(np.quantile(present, 0.25)),
-        "q3": number(np.quantile(present, 0.75)),
+        "q1": number(q1),
+        "q3": number(q3),
         "iqr_fences": [number(fences[0]), number(fences[1])],
         "outliers": outliers,
         "outlier_rate": number(outliers / present.size),
@@ -168,9 +172,11 @@ def _datetime_stats(series: pd.Series) -> dict[str, Any]:
     }
 
 
-def profile_column(series: pd.Series) -> dict[str, Any]:
+def profile_column(series: pd.Series, missing: int | None = None) -> dict[str, Any]:
+    """One column's statistics (``missing``: its count of missing values, when the caller has it)."""
     rows = len(series)
-    missing = int(series.isna().sum())
+    if missing is None:
+        missing = int(series.isna().sum())
     profile: dict[str, Any] = {
         "dtype": simple_dtype(series),
         "missing": missing,
@@ -203,13 +209,16 @@ def profile_frame(df: pd.DataFrame, target: str | None = None) -> dict[str, Any]
         raise ValueError(f"target column {target!r} is not in the frame; columns: {list(df.columns)}")
     check_unique_columns(df)
     rows = len(df)
-    missing_cells = int(df.isna().to_numpy().sum()) if df.size else 0
+    na = df.isna().to_numpy()  # once for the frame's and the columns' counts
+    per_column = na.sum(axis=0) if df.size else np.zeros(len(df.columns), dtype=np.int64)
     return {
         "rows": rows,
         "columns": len(df.columns),
         "duplicate_rows": int(df.duplicated().sum()) if rows else 0,
-        "missing_cells": missing_cells,
-        "rows_with_missing": int(df.isna().any(axis=1).sum()) if rows else 0,
-        "column_profiles": {str(name): profile_column(df[name]) for name in df.columns},
+        "missing_cells": int(per_column.sum()),
+        "rows_with_missing": int(na.any(axis=1).sum()) if rows else 0,
+        "column_profiles": {
+            str(name): profile_column(df.iloc[:, i], int(per_column[i])) for i, name in enumerate(df.columns)
+        },
         "target": profile_target(df[target]) if target is not None else None,
     }
