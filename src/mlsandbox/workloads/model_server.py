@@ -61,6 +61,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from mlsandbox.workloads.fault_hook import FaultHookMiddleware
 from mlsandbox.workloads.http_metrics import HttpMetrics, MetricsMiddleware, metrics_response
+from mlsandbox.workloads.trainer import block_torch
 
 log = logging.getLogger("mlsandbox.model_server")
 
@@ -537,6 +538,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    block_torch()  # loading a skops model would otherwise import PyTorch (see the trainer's block_torch)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import prometheus_client
     import uvicorn

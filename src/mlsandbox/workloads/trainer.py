@@ -49,6 +49,38 @@ class ConfigStoreError(RuntimeError):
 VALIDATION_FRACTION = 0.2
 
 
+# ------------------------------------------------------------------------------------ no PyTorch here
+# The trainer and the model server train and serve scikit-learn models. When PyTorch is installed in the
+# same environment (the ``rl`` extra brings it), saving or loading a model with skops imports it anyway:
+# skops lists its trusted types through scikit-learn's ``all_estimators()``, which imports every
+# scikit-learn module, the array-API shim that imports ``torch`` included. That costs about 500 MiB per
+# process, more than a small machine type has. ``block_torch()`` (called first in each workload's ``main``)
+# makes ``import torch`` fail in that process as if it were not installed; scikit-learn and SciPy treat
+# that as "no PyTorch".
+
+BLOCKED_IMPORTS = ("torch",)
+
+
+class _ImportBlocker:
+    """A meta-path finder that refuses :data:`BLOCKED_IMPORTS` (and leaves ``sys.modules`` untouched)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname.split(".", 1)[0] in BLOCKED_IMPORTS:
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (not used by this workload)", name=fullname
+            )
+        return None
+
+
+def block_torch() -> bool:
+    """Make ``import torch`` fail in this process; False (and nothing done) when it is already imported."""
+    if any(name in sys.modules for name in BLOCKED_IMPORTS):
+        return False
+    if not any(isinstance(f, _ImportBlocker) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ImportBlocker())
+    return True
+
+
 def log(message: str) -> None:
     print(message, flush=True)
 
@@ -297,6 +329,7 @@ def _pip_requirements() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    block_torch()  # saving a skops model would otherwise import PyTorch (see block_torch)
     try:
         if args.config_prefix:
             config = read_config(args.config_prefix)
