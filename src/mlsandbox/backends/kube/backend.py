@@ -8,7 +8,8 @@ What is installed once per cluster (``make sandbox-up``: the chart's MinIO, MLfl
 - ``up``: checks that the API server answers and that the sandbox's namespace exists and is Active (and,
   when the ``Sandbox`` object is there, that it is Ready); it installs nothing and says what to run when
   something is missing;
-- ``down``: deletes what this backend made for the sandbox: its Jobs (and their pods), its S3 Secret, its
+- ``down``: deletes what this backend made for the sandbox: its Jobs (and their pods), its model
+  deployments (Deployments, Services, pods), its S3 Secret, its
   Chaos Mesh objects, and puts back every native fault it recorded (scale, image, Service port, quota,
   cordon). Idempotent; the namespace itself is the operator's (deleting the Sandbox removes it);
 - ``status``: the chart's services as Deployments in the control namespace;
@@ -61,6 +62,7 @@ class KubeBackend:
         api_client: Any | None = None,
         endpoints: Endpoints | None = None,
         image: str | None = None,
+        server_image: str | None = None,
     ) -> None:
         self.name: str = paths.validate_sandbox_name(name or paths.default_sandbox_name())
         self.control_namespace = (
@@ -72,6 +74,7 @@ class KubeBackend:
         self._cluster: Cluster | None = None
         self._endpoints = endpoints
         self.image = image
+        self.server_image = server_image
 
     def __repr__(self) -> str:
         return f"KubeBackend(name={self.name!r}, namespace={self.namespace!r})"
@@ -98,13 +101,15 @@ class KubeBackend:
             time.sleep(1.0)
 
     def down(self) -> None:
-        """Delete this sandbox's Jobs, Secret and Chaos Mesh objects; undo its recorded native faults."""
+        """Delete this sandbox's Jobs, model deployments, Secret and Chaos Mesh objects; undo its recorded
+        native faults."""
         try:
             self.cluster.version()
         except (TransientApiError, ApiRefused, NotRunningError):
             return  # no cluster: nothing of ours can be left on it
         runtime = self._runtime(check=False)
         runtime.faults.recover_everything()
+        runtime.model_serving.cleanup()
         runtime.jobs.delete_all()
 
     def is_alive(self) -> bool:
@@ -179,6 +184,7 @@ class KubeBackend:
             endpoints=endpoints,
             workload_endpoints=inside,
             image=self.image,
+            server_image=self.server_image,
         )
 
     def _credentials(self) -> dict[str, str]:

@@ -24,6 +24,7 @@ from mlsandbox.backends.clients import ServiceClients
 from .cluster import Cluster
 from .faults import KubeFaultControl
 from .jobs import KubeJobs
+from .serving import KubeServing
 
 KIND_ENDPOINTS = {
     "s3_url": "http://127.0.0.1:9000",
@@ -39,6 +40,8 @@ ENDPOINT_ENV = {
 }
 DEFAULT_IMAGE = "mlsandbox/trainer:0.1.0"
 IMAGE_ENV = "MLSANDBOX_TRAINER_IMAGE"
+DEFAULT_SERVER_IMAGE = "mlsandbox/model-server:0.1.0"
+SERVER_IMAGE_ENV = "MLSANDBOX_MODEL_SERVER_IMAGE"
 SERVICE_PORTS = {"minio": 9000, "mlflow": 5000, "prefect-server": 4200}
 
 
@@ -74,7 +77,8 @@ def workload_endpoints(
 
 
 class KubeRuntime(ServiceClients):
-    """Object store, tracking, jobs and faults of one sandbox on a cluster; clients made on first use."""
+    """Object store, tracking, jobs, model deployments and faults of one sandbox on a cluster; clients
+    made on first use."""
 
     def __init__(
         self,
@@ -86,6 +90,7 @@ class KubeRuntime(ServiceClients):
         endpoints: Endpoints,
         workload_endpoints: Endpoints,
         image: str | None = None,
+        server_image: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.sandbox_name = sandbox
@@ -94,7 +99,9 @@ class KubeRuntime(ServiceClients):
         super().__init__(endpoints)
         self.workload_endpoints = workload_endpoints
         self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self.server_image = server_image or os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_SERVER_IMAGE
         self._jobs: KubeJobs | None = None
+        self._serving: KubeServing | None = None
         self._faults: KubeFaultControl | None = None
 
     def __repr__(self) -> str:
@@ -112,6 +119,20 @@ class KubeRuntime(ServiceClients):
                     endpoints=self.workload_endpoints,
                 )
             return self._jobs
+
+    @property
+    def model_serving(self) -> KubeServing:
+        """Model deployments as Deployments and Services (the serving pack uses it when present)."""
+        with self._lock:
+            if self._serving is None:
+                self._serving = KubeServing(
+                    self.cluster,
+                    namespace=self.namespace,
+                    sandbox=self.sandbox_name,
+                    image=self.server_image,
+                    endpoints=self.workload_endpoints,
+                )
+            return self._serving
 
     @property
     def faults(self) -> KubeFaultControl:

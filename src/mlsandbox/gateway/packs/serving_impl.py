@@ -9,6 +9,12 @@ on) as their labels arrive. Replicas cost their machine's price per second (``st
 version whose run has no ``val_auc`` at or above the threshold is a risky deployment
 (``counters["risky_deployments"]``). Everything stops in ``on_close``; ``mlsandbox gc`` stops the
 processes of an episode whose process died.
+
+On a runtime with ``model_serving`` (the kube backend: Deployments and Services on the cluster, see
+:mod:`mlsandbox.backends.kube.serving`), deploy_model, scale, rollback, undeploy and get_deployment act on
+those objects, replicas are charged at their machine's price, and the episode's deployments are deleted
+when it closes; what needs requests to reach the replicas from here (predictions, production traffic,
+metrics, alerts) is refused with the reason (:data:`CLUSTER_UNREACHABLE`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,13 @@ NAME = "serving"
 FEATURES_KEY = "online/features.parquet"
 LABELLED_KEY = "prod/labelled.parquet"
 PUBLISH_EVERY_S = 5.0
+CLUSTER_CHARGED = "cluster_charged_at"
+CLUSTER_UNREACHABLE = (
+    "on this backend the replicas run in the cluster and their Service is reachable in-cluster only "
+    "(under a simulated node such as kwok the pods run no process at all), so predictions, production "
+    "traffic, metrics and alerts, which send requests to the replicas from the gateway, are not available; "
+    "deploy_model, scale, rollback, undeploy and get_deployment are"
+)
 
 
 @dataclass
@@ -62,6 +75,8 @@ def _world(gw: Gateway) -> World:
     world = ext.get("world")
     if world is not None:
         return world
+    if _cluster(gw) is not None:
+        raise ActionError("unsupported", CLUSTER_UNREACHABLE)
     rt = gw.runtime
     sandbox_dir, sandbox_name = getattr(rt, "sandbox_dir", None), getattr(rt, "sandbox_name", None)
     if sandbox_dir is None or sandbox_name is None:
@@ -141,6 +156,10 @@ def _publish_labelled(gw: Gateway, world: World) -> None:
 
 
 def on_step(gw: Gateway) -> None:
+    if (cs := _cluster(gw)) is not None:
+        if CLUSTER_CHARGED in gw.ext.get(NAME, {}):
+            _cluster_charge(gw, cs)
+        return
     world = gw.ext.get(NAME, {}).get("world")
     if world is None or world.closed:
         return
@@ -153,6 +172,11 @@ def on_step(gw: Gateway) -> None:
 
 
 def on_close(gw: Gateway) -> None:
+    if (cs := _cluster(gw)) is not None:
+        if CLUSTER_CHARGED in gw.ext.get(NAME, {}):
+            _cluster_charge(gw, cs)
+            cs.cleanup(gw.state.job_label)
+        return
     world = gw.ext.get(NAME, {}).get("world")
     if world is None or world.closed:
         return
@@ -184,9 +208,9 @@ def _registered(gw: Gateway, name: str, version: str) -> None:
         )
 
 
-def _risky(gw: Gateway, world: World, name: str, version: str) -> bool:
+def _risky(gw: Gateway, spec: Serving, name: str, version: str) -> bool:
     """Whether the version's run lacks a passing validation metric (``val_auc`` >= the threshold)."""
-    threshold = world.spec.min_eval_auc or gw.scenario.goal.min_auc
+    threshold = spec.min_eval_auc or gw.scenario.goal.min_auc
     try:
         versions = gw.runtime.tracking.list_model_versions(gw.state.registry_name(name))
         mv = next(v for v in versions if v.name == gw.state.registry_name(name) and v.version == version)
@@ -254,7 +278,7 @@ def _deploy(gw: Gateway, a: S.DeployModel) -> dict[str, Any]:
         )
     _charge(gw, world)
     _ensure_running(gw, world)
-    risky = _risky(gw, world, a.name, a.version)
+    risky = _risky(gw, world.spec, a.name, a.version)
     dep, created = _call(
         lambda: world.deployments.deploy(
             name,
@@ -393,12 +417,132 @@ def _ack_alert(gw: Gateway, a: S.AckAlert) -> dict[str, Any]:
         raise ActionError("not_found", f"alert {a.alert_id!r} does not exist") from None
 
 
+# ------------------------------------------------------------------------- deployments on a cluster
+
+
+def _cluster(gw: Gateway) -> Any | None:
+    """The runtime's deployments on a cluster (``KubeServing``), None on a runtime without them."""
+    return getattr(gw.runtime, "model_serving", None)
+
+
+def _cluster_call(fn: Any) -> Any:
+    from mlsandbox.backends.kube.serving import ServingRefused
+
+    try:
+        return fn()
+    except ServingRefused as e:
+        raise ActionError(e.code, e.message) from None
+
+
+def _cluster_charge(gw: Gateway, cs: Any) -> None:
+    """Charge the episode's replicas since the last charge (desired replicas x machine price)."""
+    ext = gw.ext.setdefault(NAME, {})
+    now = time.time()
+    last = ext.get(CLUSTER_CHARGED)
+    if last is not None:
+        gw.state.extra_credits += cs.credits_per_second(gw.state.job_label) * (now - last)
+    ext[CLUSTER_CHARGED] = now
+
+
+def _cluster_served_version(gw: Gateway, cs: Any) -> None:
+    goal = gw.scenario.goal
+    try:
+        view = cs.get(goal.model_name)
+    except Exception:
+        view = None
+    up = view is not None and view["model"] == goal.model_name and view["replicas_up"] > 0
+    gw.state.counters["serving_version"] = float(view["version"]) if up and view is not None else 0.0
+
+
+def _cluster_replicas_check(gw: Gateway, cs: Any, name: str, replicas: int) -> None:
+    limit = _spec(gw).max_replicas
+    deps = _cluster_call(lambda: cs.list(gw.state.job_label))
+    total = sum(d["replicas"] for d in deps if d["deployment"] != name) + replicas
+    if total > limit:
+        raise ActionError(
+            "invalid_parameters", f"{total} replicas in all would exceed this episode's limit of {limit}"
+        )
+
+
+def _cluster_deploy(gw: Gateway, cs: Any, a: S.DeployModel) -> dict[str, Any]:
+    from mlsandbox.backends.kube.serving import ModelServerSpec
+
+    _registered(gw, a.name, a.version)
+    machine = _machine(gw, a.machine)
+    if a.environment is not None:
+        raise ActionError(
+            "unsupported",
+            "named environments serve on the local backend only: on this backend replicas run the "
+            "model-server image",
+        )
+    name = a.deployment or a.name
+    _cluster_replicas_check(gw, cs, name, a.replicas)
+    spec = ModelServerSpec(
+        deployment=name,
+        model=a.name,
+        registry_name=gw.state.registry_name(a.name),
+        version=a.version,
+        replicas=a.replicas,
+        machine=machine.name,
+        cpus=machine.cpus,
+        memory_mb=machine.memory_mb,
+        credits_per_second=machine.credits_per_second,
+        labels=dict([gw.state.job_label]),
+    )
+    risky = _risky(gw, _spec(gw), a.name, a.version)
+    _cluster_charge(gw, cs)
+    view, created = _cluster_call(lambda: cs.deploy(spec))
+    if risky:
+        gw.state.counters["risky_deployments"] = gw.state.counters.get("risky_deployments", 0.0) + 1
+    _cluster_served_version(gw, cs)
+    return {**view, "created": created, "evaluated": not risky}
+
+
+def _cluster_rollback(gw: Gateway, cs: Any, a: S.Rollback) -> dict[str, Any]:
+    _cluster_charge(gw, cs)
+    view = _cluster_call(lambda: cs.rollback(a.deployment, a.version))
+    _cluster_served_version(gw, cs)
+    return dict(view)
+
+
+def _cluster_scale(gw: Gateway, cs: Any, a: S.Scale) -> dict[str, Any]:
+    before = _cluster_call(lambda: cs.get(a.deployment))["replicas"]
+    _cluster_replicas_check(gw, cs, a.deployment, a.replicas)
+    _cluster_charge(gw, cs)
+    view = _cluster_call(lambda: cs.scale(a.deployment, a.replicas))
+    _cluster_served_version(gw, cs)
+    return {**view, "replicas_before": before}
+
+
+def _cluster_undeploy(gw: Gateway, cs: Any, a: S.Undeploy) -> dict[str, Any]:
+    _cluster_charge(gw, cs)
+    view = _cluster_call(lambda: cs.undeploy(a.deployment))
+    _cluster_served_version(gw, cs)
+    return {"undeployed": view["deployment"], "model": view["model"], "version": view["version"]}
+
+
+def _cluster_get_deployment(gw: Gateway, cs: Any, a: S.GetDeployment) -> dict[str, Any]:
+    if a.deployment is not None:
+        return dict(_cluster_call(lambda: cs.get(a.deployment)))
+    return {"deployments": _cluster_call(lambda: cs.list(gw.state.job_label))}
+
+
+def _or_cluster(local: Any, on_cluster: Any) -> Any:
+    """The local handler, or ``on_cluster`` on a runtime whose deployments are cluster objects."""
+
+    def handler(gw: Gateway, a: Any) -> dict[str, Any]:
+        cs = _cluster(gw)
+        return local(gw, a) if cs is None else on_cluster(gw, cs, a)
+
+    return handler
+
+
 HANDLERS = {
-    "deploy_model": _deploy,
-    "rollback": _rollback,
-    "scale": _scale,
-    "undeploy": _undeploy,
-    "get_deployment": _get_deployment,
+    "deploy_model": _or_cluster(_deploy, _cluster_deploy),
+    "rollback": _or_cluster(_rollback, _cluster_rollback),
+    "scale": _or_cluster(_scale, _cluster_scale),
+    "undeploy": _or_cluster(_undeploy, _cluster_undeploy),
+    "get_deployment": _or_cluster(_get_deployment, _cluster_get_deployment),
     "predict": _predict,
     "get_metrics": _get_metrics,
     "get_alerts": _get_alerts,

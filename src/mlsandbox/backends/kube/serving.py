@@ -1,0 +1,630 @@
+"""Model deployments on the kube backend: an ``apps/v1`` Deployment of model servers and a Service each.
+
+A deployment ``<name>`` of the agent is the Deployment :func:`server_name` (``<name>`` as a DNS label) in
+the sandbox's namespace, with a ClusterIP Service of the same name selecting its pods:
+
+- the pods run ``python -m mlsandbox.workloads.model_server --model-uri models:/<registry name>/<version>``
+  in the model-server image on port 8080, with the service endpoints in their environment (the S3 keys
+  from the sandbox's Secret, as Jobs) and the model's name and version; requests = limits from the
+  scenario's machine (Guaranteed QoS: a replica over its memory is OOM-killed by the kernel); a readiness
+  probe on ``/health``, so a replica takes traffic once its model is loaded;
+- a new version of an existing deployment changes the pod template: Kubernetes' rolling update with
+  ``maxUnavailable: 0`` (the new replicas must be ready before old ones stop, as on ``local``); the
+  versions served are kept in an annotation (:data:`HISTORY_ANNOTATION`) for rollback;
+- Deployment, Service and pods carry the sandbox label and the episode label (``mlsandbox.episode``):
+  the gateway removes them when the episode closes and the operator's warm reset deletes them by label.
+
+Everything is read back from the cluster (the spec is an annotation), so any process sees the same
+deployments. Nothing inside the pods is reached from here: requests to the replicas (predictions,
+traffic, metrics) go through the Service, which is reachable in-cluster only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.local.jobs import endpoint_env, thread_env
+from mlsandbox.errors import BackendError
+
+from . import manifests as M
+from .cluster import ApiRefused, Cluster
+
+DEPLOYMENT_API = ("apps/v1", "Deployment")
+SERVICE_API = ("v1", "Service")
+COMPONENT = "model-server"
+SERVER_PORT = 8080
+DEPLOYMENT_LABEL = "mlsandbox.dev/deployment"
+VERSION_LABEL = "mlsandbox.dev/model-version"
+SPEC_ANNOTATION = "mlsandbox.dev/deployment-spec"
+HISTORY_ANNOTATION = "mlsandbox.dev/version-history"
+MODEL_SERVER_MODULE = "mlsandbox.workloads.model_server"
+ROLLOUT_TIMEOUT_S = 120.0
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class ServingRefused(BackendError):
+    """A deployment operation that cannot be done; ``code`` is an action error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ModelServerSpec(BaseModel):
+    """What a deployment serves and where (kept on the Deployment as :data:`SPEC_ANNOTATION`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployment: str = Field(min_length=1, max_length=64)
+    model: str = Field(min_length=1)
+    """The agent-visible registered model name."""
+    registry_name: str = Field(min_length=1)
+    version: str = Field(pattern=r"^[1-9][0-9]*$")
+    replicas: int = Field(ge=0, le=64)
+    machine: str
+    cpus: float = Field(gt=0)
+    memory_mb: int = Field(gt=0)
+    credits_per_second: float = Field(default=0.0, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels of every object (the episode label)."""
+
+
+# ------------------------------------------------------------------------------------------ builders
+
+
+def server_name(deployment: str) -> str:
+    """The Deployment's and Service's name: ``deployment`` lowercased, ``_`` as ``-``; shortened with a
+    hash when that is not a valid Service name (at most 63 characters, a letter first, no trailing ``-``)."""
+    base = deployment.lower().replace("_", "-")
+    if _DNS_1035.match(base):
+        return base
+    digest = hashlib.sha256(deployment.encode()).hexdigest()[:8]
+    head = base[:54].rstrip("-") or "d"
+    return f"{head}-{digest}" if head[0].isalpha() else f"d{head[:53]}-{digest}"
+
+
+def _labels(spec: ModelServerSpec, sandbox: str) -> dict[str, str]:
+    return {
+        **M._check_labels(spec.labels),
+        "app.kubernetes.io/part-of": "mlsandbox",
+        M.COMPONENT_LABEL: COMPONENT,
+        M.SANDBOX_LABEL: M._check_labels({M.SANDBOX_LABEL: sandbox})[M.SANDBOX_LABEL],
+        DEPLOYMENT_LABEL: server_name(spec.deployment),
+    }
+
+
+def selector(spec: ModelServerSpec, sandbox: str) -> dict[str, str]:
+    """What the Deployment and the Service select (never the version: it changes on a rollout)."""
+    return {M.SANDBOX_LABEL: sandbox, DEPLOYMENT_LABEL: server_name(spec.deployment)}
+
+
+def server_env(spec: ModelServerSpec, endpoints: Endpoints, s3_secret: str | None) -> list[dict[str, Any]]:
+    """The model server's environment: the service endpoints (S3 keys from ``s3_secret`` when given),
+    thread counts from the machine's CPUs, and the model served."""
+    values = {
+        **endpoint_env(endpoints),
+        **thread_env(spec.cpus),
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp",
+        "MLSANDBOX_DEPLOYMENT": spec.deployment,
+        "MLSANDBOX_MODEL_NAME": spec.model,
+        "MLSANDBOX_REGISTRY_NAME": spec.registry_name,
+        "MLSANDBOX_MODEL_VERSION": spec.version,
+    }
+    env: list[dict[str, Any]] = []
+    for name, value in values.items():
+        if s3_secret and name in M.S3_SECRET_KEYS:
+            env.append(
+                {
+                    "name": name,
+                    "valueFrom": {"secretKeyRef": {"name": s3_secret, "key": M.S3_SECRET_KEYS[name]}},
+                }
+            )
+        else:
+            env.append({"name": name, "value": value})
+    return env
+
+
+def pod_template(
+    spec: ModelServerSpec,
+    *,
+    sandbox: str,
+    image: str,
+    endpoints: Endpoints,
+    s3_secret: str | None = None,
+    image_pull_policy: str = "IfNotPresent",
+) -> M.Manifest:
+    """The pods of a deployment (what changes when it serves another version)."""
+    resources = {"cpu": M.cpu_quantity(spec.cpus), "memory": M.memory_quantity(spec.memory_mb)}
+    container = {
+        "name": COMPONENT,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": [
+            "python",
+            "-m",
+            MODEL_SERVER_MODULE,
+            "--model-uri",
+            f"models:/{spec.registry_name}/{spec.version}",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(SERVER_PORT),
+        ],
+        "env": server_env(spec, endpoints, s3_secret),
+        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 2,
+            "failureThreshold": 2,
+        },
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    return {
+        "metadata": {"labels": {**_labels(spec, sandbox), VERSION_LABEL: spec.version}},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 10001,
+                "runAsGroup": 10001,
+                "fsGroup": 10001,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [container],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+        },
+    }
+
+
+def model_server_deployment(
+    spec: ModelServerSpec,
+    *,
+    namespace: str,
+    sandbox: str,
+    image: str,
+    endpoints: Endpoints,
+    s3_secret: str | None = None,
+    history: list[str] | None = None,
+    image_pull_policy: str = "IfNotPresent",
+) -> M.Manifest:
+    """The ``apps/v1`` Deployment of ``spec``: rolling updates that keep every old replica until a new
+    one is ready; the spec and the versions served (``history``, oldest first) as annotations."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": server_name(spec.deployment),
+            "namespace": namespace,
+            "labels": _labels(spec, sandbox),
+            "annotations": {
+                SPEC_ANNOTATION: spec.model_dump_json(),
+                HISTORY_ANNOTATION: json.dumps(history if history is not None else [spec.version]),
+            },
+        },
+        "spec": {
+            "replicas": spec.replicas,
+            "revisionHistoryLimit": 10,
+            "selector": {"matchLabels": selector(spec, sandbox)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": pod_template(
+                spec,
+                sandbox=sandbox,
+                image=image,
+                endpoints=endpoints,
+                s3_secret=s3_secret,
+                image_pull_policy=image_pull_policy,
+            ),
+        },
+    }
+
+
+def model_server_service(spec: ModelServerSpec, *, namespace: str, sandbox: str) -> M.Manifest:
+    """The ClusterIP Service in front of the deployment's ready replicas (port 8080, in-cluster only)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": server_name(spec.deployment),
+            "namespace": namespace,
+            "labels": _labels(spec, sandbox),
+            "annotations": {SPEC_ANNOTATION: spec.model_dump_json()},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(spec, sandbox),
+            "ports": [{"name": "http", "port": SERVER_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------------ read back
+
+
+def spec_of(obj: Mapping[str, Any]) -> ModelServerSpec | None:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return ModelServerSpec.model_validate_json(raw)
+    except ValueError:
+        return None
+
+
+def history_of(obj: Mapping[str, Any]) -> list[str]:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(HISTORY_ANNOTATION)
+    try:
+        value = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def pod_state(pod: Mapping[str, Any], memory_mb: int | None = None) -> dict[str, Any]:
+    """One replica as the agent sees it: running (ready or not), starting, or exited with its exit code
+    and reason (``OOMKilled`` with exit code 137, as on ``local``)."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    row: dict[str, Any] = {
+        "pod": meta.get("name"),
+        "version": (meta.get("labels") or {}).get(VERSION_LABEL),
+    }
+    terminated = M._terminated(pod)
+    containers = status.get("containerStatuses") or []
+    if terminated is not None and not any("running" in (c.get("state") or {}) for c in containers):
+        row["state"] = "exited"
+        code = terminated.get("exitCode")
+        if terminated.get("reason") == "OOMKilled":
+            row.update(exit_code=M.OOM_EXIT, reason="OOMKilled")
+            limit = f" (memory limit {memory_mb} MiB)" if memory_mb else ""
+            row["message"] = f"killed by the kernel: out of memory{limit}"
+        else:
+            row.update(exit_code=code, reason=terminated.get("reason") or "Error")
+        return row
+    if meta.get("deletionTimestamp"):
+        row["state"] = "stopping"
+    elif status.get("phase") == "Running":
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        row["state"] = "running" if ready else "starting"
+    else:
+        row["state"] = "starting"
+    for c in containers:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+            row["reason"] = waiting["reason"]
+            if waiting.get("message"):
+                row["message"] = waiting["message"]
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            row["reason"] = cond.get("reason")
+            row["message"] = cond.get("message")
+    return row
+
+
+def describe(
+    deployment: Mapping[str, Any], pods: list[dict[str, Any]], service: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The agent's view of a deployment (the same keys as on ``local``, plus the rollout and Service)."""
+    spec = spec_of(deployment)
+    if spec is None:
+        raise ServingRefused("not_found", "the Deployment was not made by mlsandbox")
+    status = deployment.get("status") or {}
+    want = (deployment.get("spec") or {}).get("replicas", 0) or 0
+    ordered = sorted(
+        pods, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp")), p["metadata"]["name"])
+    )
+    states = [{"replica": i, **pod_state(p, spec.memory_mb)} for i, p in enumerate(ordered)]
+    generation = (deployment.get("metadata") or {}).get("generation") or 0
+    updated = status.get("updatedReplicas") or 0
+    ready = status.get("readyReplicas") or 0
+    complete = (
+        (status.get("observedGeneration") or 0) >= generation
+        and updated == want
+        and ready == want
+        and (status.get("replicas") or 0) == want
+    )
+    out: dict[str, Any] = {
+        "deployment": spec.deployment,
+        "model": spec.model,
+        "version": spec.version,
+        "machine": spec.machine,
+        "limits": {"cpus": spec.cpus, "memory_mb": spec.memory_mb},
+        "environment": "default",
+        "replicas": want,
+        "replicas_up": ready,
+        "replicas_updated": updated,
+        "rollout": "complete" if complete else "progressing",
+        "replica_states": states,
+        "version_history": history_of(deployment),
+    }
+    if service is not None:
+        ports = (service.get("spec") or {}).get("ports") or [{}]
+        out["service"] = (
+            f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{ports[0].get('port')}"
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------- runtime
+
+
+class KubeServing:
+    """The model deployments of the sandbox ``sandbox`` in ``namespace`` (the kube runtime's ``serving``).
+
+    Methods raise :class:`ServingRefused` (``not_found``, ``conflict``, ``invalid_parameters``) for what
+    cannot be done; they validate everything before creating anything, and a failed creation removes
+    what it made.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        namespace: str,
+        sandbox: str,
+        image: str,
+        endpoints: Endpoints,
+        image_pull_policy: str = "IfNotPresent",
+        rollout_timeout_s: float = ROLLOUT_TIMEOUT_S,
+    ) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.sandbox = sandbox
+        self.image = image
+        self.endpoints = endpoints
+        self.image_pull_policy = image_pull_policy
+        self.rollout_timeout_s = rollout_timeout_s
+        self._lock = threading.Lock()
+        self._secret_ready = False
+
+    def __repr__(self) -> str:
+        return f"KubeServing(namespace={self.namespace!r}, sandbox={self.sandbox!r})"
+
+    # ----------------------------------------------------------------------------------- operations
+
+    def deploy(self, spec: ModelServerSpec, *, wait: bool = True) -> tuple[dict[str, Any], bool]:
+        """Create the deployment and its Service, or roll the existing one to ``spec`` (its version,
+        replicas and machine); (view, created). Waits for the rollout unless ``wait`` is False."""
+        name = server_name(spec.deployment)
+        existing = self._deployment(spec.deployment, missing_ok=True)
+        if existing is not None:
+            old = spec_of(existing)
+            assert old is not None  # _deployment checks it
+            if old.model != spec.model:
+                raise ServingRefused(
+                    "conflict",
+                    f"deployment {spec.deployment!r} serves model {old.model!r}, not {spec.model!r}",
+                )
+            history = history_of(existing)
+            if not history or history[-1] != spec.version:
+                history.append(spec.version)
+            self._apply(spec, history)
+            return self._settled(spec.deployment, wait), False
+        manifest = self._manifest(spec, [spec.version])
+        service = model_server_service(spec, namespace=self.namespace, sandbox=self.sandbox)
+        self._ensure_secret()
+        try:
+            self.cluster.create(manifest)
+        except ApiRefused as exc:
+            if exc.status == 409:
+                raise ServingRefused(
+                    "conflict", f"a Deployment named {name} already exists in {self.namespace}"
+                ) from None
+            raise ServingRefused(
+                "invalid_parameters", f"the cluster refused deployment {spec.deployment!r}: {exc}"
+            ) from None
+        try:
+            self.cluster.apply(service)
+        except Exception as exc:
+            self.cluster.delete(*DEPLOYMENT_API, name, self.namespace)
+            raise ServingRefused(
+                "unavailable", f"the Service of deployment {spec.deployment!r} could not be created: {exc}"
+            ) from None
+        return self._settled(spec.deployment, wait), True
+
+    def scale(self, deployment: str, replicas: int, *, wait: bool = True) -> dict[str, Any]:
+        """Set ``spec.replicas`` (the ReplicaSet replaces replicas that died)."""
+        if replicas < 0:
+            raise ServingRefused("invalid_parameters", f"replicas must be 0 or more, not {replicas}")
+        dep = self._deployment(deployment)
+        spec = spec_of(dep)
+        assert spec is not None
+        new = spec.model_copy(update={"replicas": replicas})
+        body = {
+            "metadata": {"annotations": {SPEC_ANNOTATION: new.model_dump_json()}},
+            "spec": {"replicas": replicas},
+        }
+        self.cluster.patch(*DEPLOYMENT_API, dep["metadata"]["name"], self.namespace, body)
+        return self._settled(deployment, wait)
+
+    def rollback(self, deployment: str, version: str, *, wait: bool = True) -> dict[str, Any]:
+        """Serve ``version`` again (a version the deployment served before; rolling update)."""
+        dep = self._deployment(deployment)
+        spec = spec_of(dep)
+        assert spec is not None
+        history = history_of(dep)
+        if version not in history:
+            raise ServingRefused(
+                "conflict",
+                f"deployment {deployment!r} never served version {version} "
+                f"(served: {', '.join(history)}); use deploy_model for a new version",
+            )
+        if version == spec.version:
+            raise ServingRefused("conflict", f"deployment {deployment!r} already serves version {version}")
+        history.append(version)
+        new = spec.model_copy(
+            update={"version": version, "replicas": (dep.get("spec") or {}).get("replicas", spec.replicas)}
+        )
+        self._apply(new, history)
+        return self._settled(deployment, wait)
+
+    def undeploy(self, deployment: str) -> dict[str, Any]:
+        """Delete the Deployment (its ReplicaSets and pods go with it) and its Service; the last view."""
+        dep = self._deployment(deployment)
+        view = describe(dep, self._pods(dep))
+        name = dep["metadata"]["name"]
+        self.cluster.delete(*DEPLOYMENT_API, name, self.namespace, propagation="Background")
+        self.cluster.delete(*SERVICE_API, name, self.namespace)
+        return view
+
+    def get(self, deployment: str) -> dict[str, Any]:
+        dep = self._deployment(deployment)
+        service = self.cluster.get(*SERVICE_API, dep["metadata"]["name"], self.namespace)
+        return describe(dep, self._pods(dep), service)
+
+    def list(self, label: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+        """Every deployment of this sandbox (with ``label`` when given), by name."""
+        deps = self._deployments(label)
+        pods = self.cluster.list("v1", "Pod", self.namespace, self._selector(label))
+        out = []
+        for dep in sorted(deps, key=lambda d: d["metadata"]["name"]):
+            mine = [
+                p
+                for p in pods
+                if _labels_of(p).get(DEPLOYMENT_LABEL) == _labels_of(dep).get(DEPLOYMENT_LABEL)
+            ]
+            out.append(describe(dep, mine))
+        return out
+
+    def credits_per_second(self, label: tuple[str, str] | None = None) -> float:
+        """What the deployments' replicas cost per second (desired replicas x their machine's price)."""
+        total = 0.0
+        for dep in self._deployments(label):
+            spec = spec_of(dep)
+            if spec is not None:
+                total += ((dep.get("spec") or {}).get("replicas") or 0) * spec.credits_per_second
+        return total
+
+    def cleanup(self, label: tuple[str, str] | None = None) -> int:
+        """Delete the deployments (with ``label`` when given), their Services and pods; how many."""
+        selector = self._selector(label)
+        deps = self.cluster.list(*DEPLOYMENT_API, self.namespace, selector)
+        for dep in deps:
+            self.cluster.delete(
+                *DEPLOYMENT_API, dep["metadata"]["name"], self.namespace, propagation="Background"
+            )
+        for svc in self.cluster.list(*SERVICE_API, self.namespace, selector):
+            self.cluster.delete(*SERVICE_API, svc["metadata"]["name"], self.namespace)
+        for pod in self.cluster.list("v1", "Pod", self.namespace, selector):
+            self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
+        return len(deps)
+
+    # ------------------------------------------------------------------------------------ internals
+
+    def _selector(self, label: tuple[str, str] | None) -> str:
+        selector = f"{M.SANDBOX_LABEL}={self.sandbox},{M.COMPONENT_LABEL}={COMPONENT}"
+        return selector + (f",{label[0]}={label[1]}" if label is not None else "")
+
+    def _deployments(self, label: tuple[str, str] | None) -> list[dict[str, Any]]:
+        deps = self.cluster.list(*DEPLOYMENT_API, self.namespace, self._selector(label))
+        return [d for d in deps if spec_of(d) is not None]
+
+    def _deployment(self, deployment: str, *, missing_ok: bool = False) -> Any:
+        name = server_name(deployment)
+        dep = self.cluster.get(*DEPLOYMENT_API, name, self.namespace)
+        if dep is None:
+            if missing_ok:
+                return None
+            known = ", ".join(sorted(d["deployment"] for d in self.list())) or "none"
+            raise ServingRefused(
+                "not_found", f"deployment {deployment!r} does not exist (deployments: {known})"
+            )
+        spec = spec_of(dep)
+        if spec is None or _labels_of(dep).get(M.SANDBOX_LABEL) != self.sandbox:
+            raise ServingRefused(
+                "conflict",
+                f"a Deployment named {name} exists in {self.namespace} that this sandbox did not make",
+            )
+        if spec.deployment != deployment:
+            raise ServingRefused(
+                "conflict", f"deployment {deployment!r} would share its cluster name with {spec.deployment!r}"
+            )
+        return dep
+
+    def _pods(self, dep: Mapping[str, Any]) -> list[dict[str, Any]]:
+        sel = f"{M.SANDBOX_LABEL}={self.sandbox},{DEPLOYMENT_LABEL}={_labels_of(dep).get(DEPLOYMENT_LABEL)}"
+        return self.cluster.list("v1", "Pod", self.namespace, sel)
+
+    def _manifest(self, spec: ModelServerSpec, history: list[str]) -> M.Manifest:
+        return model_server_deployment(
+            spec,
+            namespace=self.namespace,
+            sandbox=self.sandbox,
+            image=self.image,
+            endpoints=self.endpoints,
+            s3_secret=M.S3_SECRET_NAME,
+            history=history,
+            image_pull_policy=self.image_pull_policy,
+        )
+
+    def _apply(self, spec: ModelServerSpec, history: list[str]) -> None:
+        """Bring the Deployment to ``spec``: a new pod template starts a rolling update."""
+        manifest = self._manifest(spec, history)
+        self._ensure_secret()
+        try:
+            self.cluster.patch(
+                *DEPLOYMENT_API,
+                manifest["metadata"]["name"],
+                self.namespace,
+                {"metadata": manifest["metadata"], "spec": manifest["spec"]},
+            )
+        except ApiRefused as exc:
+            raise ServingRefused("invalid_parameters", f"the cluster refused the rollout: {exc}") from None
+
+    def _settled(self, deployment: str, wait: bool) -> dict[str, Any]:
+        """The view once the rollout is complete (or after the timeout: ``rollout: progressing``)."""
+        deadline = time.monotonic() + (self.rollout_timeout_s if wait else 0.0)
+        while True:
+            view = self.get(deployment)
+            if view["rollout"] == "complete" or time.monotonic() >= deadline:
+                return view
+            time.sleep(0.25)
+
+    def _ensure_secret(self) -> None:
+        with self._lock:
+            if self._secret_ready:
+                return
+        self.cluster.apply(
+            M.s3_secret(
+                M.S3_SECRET_NAME, namespace=self.namespace, sandbox=self.sandbox, endpoints=self.endpoints
+            )
+        )
+        with self._lock:
+            self._secret_ready = True
+
+
+def _labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+__all__ = [
+    "KubeServing",
+    "ModelServerSpec",
+    "ServingRefused",
+    "describe",
+    "model_server_deployment",
+    "model_server_service",
+    "server_name",
+]

@@ -1,0 +1,313 @@
+"""Model deployments of the kube backend against a real API server with its Deployment and ReplicaSet
+controllers, with kwok as the node (``control_plane`` in tests/kube/conftest.py).
+
+kwok marks a scheduled pod Running and Ready (it runs no process, so the readiness probe is not what
+makes it ready here); everything else - the Deployment's rollout and status, the ReplicaSets, the
+Service, the operator's warm reset and the agent's observations through the gateway - is the real code.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.kube import serving as KS
+from mlsandbox.backends.kube.backend import KubeBackend, sandbox_namespace
+from mlsandbox.backends.kube.manifests import SANDBOX_LABEL
+from mlsandbox.backends.kube.runtime import KubeRuntime
+
+T = TypeVar("T")
+EPISODE = ("mlsandbox.episode", "ep-srv")
+WORKLOAD_ENDPOINTS = Endpoints(
+    s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
+    s3_access_key="access",
+    s3_secret_key="secret",
+    mlflow_url="http://mls-mlsandbox-mlflow.mlsandbox.svc:5000",
+    prefect_api_url="http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api",
+)
+
+
+def wait_for(fn: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def spec(**overrides: Any) -> KS.ModelServerSpec:
+    values: dict[str, Any] = {
+        "deployment": "churn",
+        "model": "churn",
+        "registry_name": "ep-srv.churn",
+        "version": "1",
+        "replicas": 2,
+        "machine": "cpu-tiny",
+        "cpus": 0.25,
+        "memory_mb": 256,
+        "credits_per_second": 0.01,
+        "labels": dict([EPISODE]),
+    }
+    return KS.ModelServerSpec(**{**values, **overrides})
+
+
+def _runtime(backend: KubeBackend, endpoints: Endpoints = WORKLOAD_ENDPOINTS) -> KubeRuntime:
+    return KubeRuntime(
+        backend.cluster,
+        sandbox=backend.name,
+        namespace=backend.namespace,
+        control_namespace=backend.control_namespace,
+        endpoints=endpoints,
+        workload_endpoints=WORKLOAD_ENDPOINTS,
+        image="mlsandbox/trainer:0.1.0",
+        server_image="mlsandbox/model-server:0.1.0",
+    )
+
+
+@pytest.fixture()
+def backend(control_plane: Any) -> Iterator[KubeBackend]:
+    """A sandbox: its namespace made here (as the operator would), a control namespace of its own."""
+    name = f"s{secrets.token_hex(3)}"
+    control = f"ctl-{name}"
+    control_plane.namespace(control)
+    control_plane.namespace(sandbox_namespace(control, name))
+    b = KubeBackend(name, control_namespace=control, api_client=control_plane.api_client)
+    yield b
+    b.down()
+
+
+def _objects(rt: KubeRuntime, name: str = "churn") -> tuple[Any, Any]:
+    return (
+        rt.cluster.get("apps/v1", "Deployment", name, rt.namespace),
+        rt.cluster.get("v1", "Service", name, rt.namespace),
+    )
+
+
+def _template_versions(rt: KubeRuntime) -> set[str]:
+    pods = rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn")
+    return {
+        p["metadata"]["labels"][KS.VERSION_LABEL] for p in pods if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+# --------------------------------------------------------------------------------------------- backend
+
+
+def test_deploy_makes_a_ready_deployment_and_service_and_scale_changes_ready_replicas(
+    backend: KubeBackend,
+) -> None:
+    rt = _runtime(backend)
+    view, created = rt.model_serving.deploy(spec())
+    assert created is True
+    assert view["rollout"] == "complete" and view["replicas"] == 2 and view["replicas_up"] == 2
+    assert [s["state"] for s in view["replica_states"]] == ["running", "running"]
+    assert view["service"] == f"churn.{rt.namespace}.svc:8080"
+
+    dep, svc = _objects(rt)
+    assert dep is not None and svc is not None
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "mlsandbox/model-server:0.1.0"
+    assert (
+        container["resources"]["requests"]
+        == container["resources"]["limits"]
+        == {
+            "cpu": "250m",
+            "memory": "256Mi",
+        }
+    )
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    for labels in (dep["metadata"]["labels"], svc["metadata"]["labels"]):
+        assert labels[EPISODE[0]] == EPISODE[1] and labels[SANDBOX_LABEL] == backend.name
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    pods = rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn")
+    assert len(pods) == 2 and all(p["metadata"]["labels"][EPISODE[0]] == EPISODE[1] for p in pods)
+    assert rt.cluster.get("v1", "Secret", "mlsandbox-s3", rt.namespace) is not None
+
+    up = rt.model_serving.scale("churn", 3)
+    assert up["replicas"] == 3 and up["replicas_up"] == 3
+    assert (rt.cluster.get("apps/v1", "Deployment", "churn", rt.namespace) or {})["status"][
+        "readyReplicas"
+    ] == 3
+    down = rt.model_serving.scale("churn", 1)
+    assert down["replicas"] == 1 and down["replicas_up"] == 1
+    assert rt.model_serving.credits_per_second(EPISODE) == pytest.approx(0.01)
+    assert [d["deployment"] for d in rt.model_serving.list(EPISODE)] == ["churn"]
+    assert rt.model_serving.list(("mlsandbox.episode", "another")) == []
+
+    with pytest.raises(KS.ServingRefused, match="0 or more") as refused:
+        rt.model_serving.scale("churn", -1)
+    assert refused.value.code == "invalid_parameters"
+    with pytest.raises(KS.ServingRefused, match=r"deployment 'nope' does not exist \(deployments: churn\)"):
+        rt.model_serving.scale("nope", 1)
+    with pytest.raises(KS.ServingRefused, match="serves model 'churn', not 'other'"):
+        rt.model_serving.deploy(spec(model="other", registry_name="ep-srv.other"))
+
+
+def test_a_new_version_rolls_out_and_rollback_restores_the_previous_one(backend: KubeBackend) -> None:
+    rt = _runtime(backend)
+    serving = rt.model_serving
+    serving.deploy(spec())
+    view, created = serving.deploy(spec(version="2"))
+    assert created is False
+    assert view["version"] == "2" and view["version_history"] == ["1", "2"]
+    dep, _ = _objects(rt)
+    assert "models:/ep-srv.churn/2" in dep["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert dep["metadata"]["generation"] == 2  # the pod template changed: a rolling update
+    wait_for(lambda: _template_versions(rt) == {"2"} or None, "the version-2 pods to replace the others")
+    assert serving.get("churn")["replicas_up"] == 2
+
+    with pytest.raises(KS.ServingRefused, match="never served version 7"):
+        serving.rollback("churn", "7")
+    with pytest.raises(KS.ServingRefused, match="already serves version 2"):
+        serving.rollback("churn", "2")
+    back = serving.rollback("churn", "1")
+    assert back["version"] == "1" and back["version_history"] == ["1", "2", "1"]
+    dep, _ = _objects(rt)
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "models:/ep-srv.churn/1" in container["command"]
+    assert {e["name"]: e.get("value") for e in container["env"]}["MLSANDBOX_MODEL_VERSION"] == "1"
+    wait_for(lambda: _template_versions(rt) == {"1"} or None, "the version-1 pods to come back")
+
+
+def test_an_oom_killed_replica_shows_in_get_deployment_and_is_replaced(backend: KubeBackend) -> None:
+    rt = _runtime(backend)
+    rt.model_serving.deploy(spec(replicas=1))
+    (pod,) = rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn")
+    rt.cluster.patch(
+        "v1",
+        "Pod",
+        pod["metadata"]["name"],
+        rt.namespace,
+        {"metadata": {"annotations": {"mlsandbox.dev/kwok-outcome": "OOMKilled"}}},
+    )
+
+    def oom_row() -> dict[str, Any] | None:
+        rows = rt.model_serving.get("churn")["replica_states"]
+        return next((r for r in rows if r["pod"] == pod["metadata"]["name"] and r["state"] == "exited"), None)
+
+    row = wait_for(oom_row, "the OOM kill in the view")
+    assert row["exit_code"] == 137 and row["reason"] == "OOMKilled"
+    assert "memory limit 256 MiB" in row["message"]
+    view = wait_for(
+        lambda: ((v := rt.model_serving.get("churn"))["replicas_up"] == 1 and v) or None,
+        "the ReplicaSet to replace the killed replica",
+    )
+    assert [r["state"] for r in view["replica_states"]].count("running") == 1
+
+
+def test_undeploy_removes_both_objects_and_down_removes_the_rest(backend: KubeBackend) -> None:
+    rt = _runtime(backend)
+    rt.model_serving.deploy(spec())
+    rt.model_serving.deploy(spec(deployment="churn_b"), wait=False)
+    last = rt.model_serving.undeploy("churn")
+    assert last["deployment"] == "churn"
+    assert _objects(rt) == (None, None)
+    wait_for(
+        lambda: not rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn") or None,
+        "the undeployed replicas to go",
+    )
+    with pytest.raises(KS.ServingRefused, match="does not exist"):
+        rt.model_serving.undeploy("churn")
+    assert _objects(rt, "churn-b")[0] is not None
+    backend.down()
+    assert _objects(rt, "churn-b") == (None, None)
+
+
+# ------------------------------------------------------------------------------------ operator reset
+
+
+def test_the_operators_warm_reset_removes_the_episodes_deployments(control_plane: Any) -> None:
+    bed = control_plane
+    spec_ = {
+        "scenario": "tabular-quality-basic",
+        "seed": 3,
+        "budget": {"cpu": "2", "memory": "4Gi", "maxPods": 5},
+    }
+    bed.namespace("team-srv")
+    bed.create_sandbox("team-srv", "reset", spec_)
+    bed.wait_phase("team-srv", "reset", "Ready")
+    backend = KubeBackend("reset", control_namespace="team-srv", api_client=bed.api_client)
+    backend.up()
+    rt = _runtime(backend)
+    view, _ = rt.model_serving.deploy(spec())
+    assert view["replicas_up"] == 2  # admitted under the sandbox's quota and limit range
+    bed.patch_spec("team-srv", "reset", {"episode": 1})
+    bed.wait_phase("team-srv", "reset", "Ready", episode=1)
+    bed.wait("the episode's Deployment and Service are gone", lambda: _objects(rt) == (None, None))
+    bed.wait(
+        "the episode's pods are gone",
+        lambda: not rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn"),
+    )
+    assert rt.model_serving.list() == []
+    names = {s["metadata"]["name"] for s in rt.cluster.list("v1", "Service", rt.namespace)}
+    assert {"minio", "mlflow", "prefect"} <= names  # the sandbox's own services stay
+
+
+# --------------------------------------------------------------------------------- through the gateway
+
+
+def test_serving_actions_through_the_gateway_on_the_cluster(backend: KubeBackend, sandbox: Any) -> None:
+    """The agent's actions: object store and tracker from a local sandbox, deployments on the API server."""
+    from mlsandbox.gateway.dispatcher import Gateway
+    from mlsandbox.scenario import load_builtin
+
+    rt = _runtime(backend, endpoints=sandbox.endpoints())
+    gw = Gateway(rt, load_builtin("tabular-quality-basic"), seed=3, sandbox=sandbox.name)
+    gw.start()
+    model = gw.scenario.goal.model_name
+    deployments = lambda: rt.cluster.list("apps/v1", "Deployment", rt.namespace)  # noqa: E731
+    try:
+        # kwok runs no trainer, so no run can be registered here: the episode records version 1 as
+        # registered (what register_model does after a real training run).
+        gw.state.registered.append((model, "1"))
+
+        obs = gw.step({"type": "deploy_model", "name": model, "version": "4"}).observation
+        assert not obs["ok"] and obs["error"]["code"] == "not_found"
+        assert "has no version 4 (versions: 1)" in obs["error"]["message"]
+        obs = gw.step(
+            {"type": "deploy_model", "name": model, "version": "1", "machine": "gpu-huge"}
+        ).observation
+        assert not obs["ok"] and obs["error"]["code"] == "invalid_parameters"
+        assert "unknown machine 'gpu-huge'" in obs["error"]["message"]
+        obs = gw.step({"type": "deploy_model", "name": model, "version": "1", "replicas": 9}).observation
+        assert not obs["ok"] and "limit of" in obs["error"]["message"]
+        assert deployments() == []
+        assert rt.cluster.list("v1", "Service", rt.namespace) == []
+
+        obs = gw.step({"type": "deploy_model", "name": model, "version": "1", "replicas": 1}).observation
+        assert obs["ok"], obs["error"]
+        result = obs["result"]
+        assert result["created"] is True and result["replicas_up"] == 1 and result["version"] == "1"
+        assert result["limits"] == {"cpus": 1.0, "memory_mb": 2048}  # cpu-small of the scenario
+        assert result["evaluated"] is False  # no run behind the version: a risky deployment
+        assert gw.state.counters["serving_version"] == 1.0
+        (dep,) = deployments()
+        assert dep["metadata"]["labels"][EPISODE[0]] == gw.state.episode_id
+
+        obs = gw.step({"type": "scale", "deployment": model, "replicas": -1}).observation
+        assert not obs["ok"]
+        assert deployments()[0]["spec"]["replicas"] == 1
+        obs = gw.step({"type": "scale", "deployment": model, "replicas": 2}).observation
+        assert obs["ok"], obs["error"]
+        assert obs["result"]["replicas_before"] == 1 and obs["result"]["replicas_up"] == 2
+
+        obs = gw.step({"type": "get_deployment"}).observation
+        assert obs["ok"] and [d["deployment"] for d in obs["result"]["deployments"]] == [model]
+        obs = gw.step({"type": "predict", "deployment": model, "instances": [{"x": 1}]}).observation
+        assert not obs["ok"] and obs["error"]["code"] == "unsupported"
+        assert "reachable in-cluster only" in obs["error"]["message"]
+        obs = gw.step({"type": "rollback", "deployment": model, "version": "1"}).observation
+        assert not obs["ok"] and obs["error"]["code"] == "conflict"
+        assert gw.state.extra_credits > 0
+    finally:
+        gw.close()
+    assert deployments() == []  # the episode's deployments go with it
+    assert rt.cluster.list("v1", "Service", rt.namespace) == []
