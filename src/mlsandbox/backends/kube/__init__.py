@@ -5,6 +5,7 @@
   TimeChaos).
 - :mod:`.cluster`: the Kubernetes operations of the runtime (CRUD, pod logs, in-place pod resize).
 - :mod:`.backend`, :mod:`.runtime`, :mod:`.jobs`, :mod:`.faults`: the backend protocol over those.
+- :mod:`.serving`: model deployments as Deployments and Services (builders, the agent's view, operations).
 - :mod:`.client`: the small cluster API the operator and the backend use, over the ``kubernetes`` client.
 - :mod:`.schemas`: offline strict validation of manifests with kubeconform.
 """

@@ -50,7 +50,7 @@ def memory_quantity(memory_mb: int) -> str:
     return f"{memory_mb}Mi"
 
 
-def _check_labels(labels: Mapping[str, str]) -> dict[str, str]:
+def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
     for key, value in labels.items():
         if not _LABEL_KEY_RE.match(key) or not _LABEL_VALUE_RE.match(value):
             raise ValueError(f"{key}={value!r} is not a valid Kubernetes label")
@@ -89,7 +89,7 @@ def training_job(
     """A ``batch/v1`` Job running ``spec`` once (no retries), killed after ``timeout_s`` if set."""
     name = job_name(spec.job_id)
     labels = {
-        **_check_labels(spec.labels),
+        **check_labels(spec.labels),
         "app.kubernetes.io/part-of": "mlsandbox",
         COMPONENT_LABEL: spec.workload,
         WORKLOAD_LABEL: spec.workload,
@@ -162,7 +162,7 @@ def _timestamp(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+def terminated_state(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     if not pod:
         return None
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -185,7 +185,7 @@ def job_status(
     """
     status = job.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
-    terminated = _terminated(pod)
+    terminated = terminated_state(pod)
     exit_code = terminated.get("exitCode") if terminated else None
     if terminated and terminated.get("reason") == "OOMKilled":
         exit_code = OOM_EXIT
@@ -212,7 +212,7 @@ def job_status(
 
 
 def oom_killed(pod: Mapping[str, Any] | None) -> bool:
-    terminated = _terminated(pod)
+    terminated = terminated_state(pod)
     return bool(terminated and terminated.get("reason") == "OOMKilled")
 
 
@@ -246,7 +246,7 @@ def sandbox_job(
         image_pull_policy=image_pull_policy,
     )
     for meta in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
-        meta["labels"][SANDBOX_LABEL] = _check_labels({SANDBOX_LABEL: sandbox})[SANDBOX_LABEL]
+        meta["labels"][SANDBOX_LABEL] = check_labels({SANDBOX_LABEL: sandbox})[SANDBOX_LABEL]
     manifest["metadata"]["annotations"][SPEC_ANNOTATION] = spec.model_dump_json()
     return manifest
 
@@ -293,7 +293,7 @@ def job_notes(job: Mapping[str, Any], pod: Mapping[str, Any] | None, memory_mb: 
     an OOM kill, the deadline, a cancellation, a pod that cannot start (image, quota, scheduling)."""
     notes: list[str] = []
     status = job.get("status") or {}
-    terminated = _terminated(pod)
+    terminated = terminated_state(pod)
     if terminated and terminated.get("reason") == "OOMKilled":
         limit = f", memory limit {memory_mb} MiB" if memory_mb else ""
         notes.append(f"killed: out of memory (OOMKilled{limit}, exit code {OOM_EXIT})")

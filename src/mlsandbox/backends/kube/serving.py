@@ -96,10 +96,10 @@ def server_name(deployment: str) -> str:
 
 def _labels(spec: ModelServerSpec, sandbox: str) -> dict[str, str]:
     return {
-        **M._check_labels(spec.labels),
+        **M.check_labels(spec.labels),
         "app.kubernetes.io/part-of": "mlsandbox",
         M.COMPONENT_LABEL: COMPONENT,
-        M.SANDBOX_LABEL: M._check_labels({M.SANDBOX_LABEL: sandbox})[M.SANDBOX_LABEL],
+        M.SANDBOX_LABEL: M.check_labels({M.SANDBOX_LABEL: sandbox})[M.SANDBOX_LABEL],
         DEPLOYMENT_LABEL: server_name(spec.deployment),
     }
 
@@ -289,7 +289,7 @@ def pod_state(pod: Mapping[str, Any], memory_mb: int | None = None) -> dict[str,
         "pod": meta.get("name"),
         "version": (meta.get("labels") or {}).get(VERSION_LABEL),
     }
-    terminated = M._terminated(pod)
+    terminated = M.terminated_state(pod)
     containers = status.get("containerStatuses") or []
     if terminated is not None and not any("running" in (c.get("state") or {}) for c in containers):
         row["state"] = "exited"
