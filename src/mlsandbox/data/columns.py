@@ -57,7 +57,10 @@ def decimals_for(column: NumericColumn) -> int:
 
 def finish_numeric(column: NumericColumn, z: np.ndarray) -> np.ndarray:
     """Latent standard scores to the column's values: scaled, rounded, clipped to its bounds."""
-    values = np.round(z * column.std + column.mean, decimals_for(column)) + 0.0  # + 0.0: no -0.0
+    values = z * column.std  # in place from here: the same operations as round(z * std + mean) + 0.0
+    values += column.mean
+    np.round(values, decimals_for(column), out=values)
+    values += 0.0  # no -0.0
     if column.min is not None or column.max is not None:
         np.clip(values, column.min, column.max, out=values)
     return values

@@ -9,6 +9,7 @@ order, each on cells that are present and untouched; the duplicated rows are cop
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,14 +41,24 @@ def count_for(rate: float, rows: int) -> int:
 
 
 def record(column: str | None, kind: str, rate: float, rows: np.ndarray, **extra: Any) -> dict[str, Any]:
+    """A defect's record; its row indices stay an array until :func:`rows_to_lists` (JSON wants lists)."""
     return {
         "column": column,
         "kind": kind,
         "rate": rate,
         "count": int(rows.size),
-        "rows": rows.tolist(),
+        "rows": rows,
         **extra,
     }
+
+
+def rows_to_lists(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with their row arrays as lists, in place (done late: it is the slow part for big data)."""
+    for rec in records:
+        for key in ("rows", "sources"):
+            if isinstance(rec.get(key), np.ndarray):
+                rec[key] = rec[key].tolist()
+    return records
 
 
 def is_missing(values: np.ndarray) -> np.ndarray:
@@ -66,13 +77,23 @@ def _weighted_rows(rng: np.random.Generator, pool: np.ndarray, score: np.ndarray
 class Injector:
     """Applies a spec's defects to the training split and the labels, recording each one."""
 
-    def __init__(self, spec: TabularDataset, seed: int, split: Split, labels: np.ndarray) -> None:
-        self.spec, self.seed, self.split, self.labels = spec, seed, split, labels
+    def __init__(
+        self, spec: TabularDataset, seed: int, split: Split, labels: np.ndarray | Callable[[], np.ndarray]
+    ) -> None:
+        """``labels``: the array, or a function giving it (called when a defect first needs the labels, so
+        they can be computed on another thread meanwhile); changed in place."""
+        self.spec, self.seed, self.split, self._labels = spec, seed, split, labels
         self.n = split.n
         self.blocked = np.zeros(self.n, dtype=bool)  # rows taking part in duplication
         self.touched: dict[str, np.ndarray] = {}
         self.records: list[dict[str, Any]] = []
         self.numeric = {c.name: c for c in spec.columns if isinstance(c, NumericColumn)}
+
+    @property
+    def labels(self) -> np.ndarray:
+        if not isinstance(self._labels, np.ndarray):
+            self._labels = self._labels()
+        return self._labels
 
     def rng(self, *purpose: str) -> np.random.Generator:
         return rng_for(self.seed, self.spec.name, "train", *purpose)
@@ -94,6 +115,7 @@ class Injector:
     # -------------------------------------------------------------------------------------------- run
 
     def run(self) -> list[dict[str, Any]]:
+        """The defects' records, row indices as arrays (see :func:`rows_to_lists`)."""
         dupes = [i for i in self.spec.defects.injections if isinstance(i, Duplicates)]
         pairs = self._choose_duplicates(dupes[0]) if dupes else None
         self._missing_mcar()
@@ -162,7 +184,7 @@ class Injector:
         for values in self.split.values.values():
             values[targets] = values[sources]
         self.labels[targets] = self.labels[sources]
-        self.records.append(record(None, "duplicate", inj.rate, targets, sources=sources.tolist()))
+        self.records.append(record(None, "duplicate", inj.rate, targets, sources=sources))
 
     def _missing_weighted(self, inj: MissingMAR | MissingMNAR) -> None:
         name = inj.column

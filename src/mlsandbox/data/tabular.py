@@ -23,6 +23,7 @@ so adding or removing a column leaves the other columns' values (and their defec
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -37,7 +38,7 @@ from mlsandbox.data.columns import (
     decimals_for,
     draw_split,
 )
-from mlsandbox.data.defects import OUTLIER_STD_RANGE, Injector
+from mlsandbox.data.defects import OUTLIER_STD_RANGE, Injector, rows_to_lists
 from mlsandbox.data.frames import build_table, to_frame
 from mlsandbox.data.randomness import check_seed, parallel_map, rng_for
 from mlsandbox.data.spec import (
@@ -250,24 +251,35 @@ def _signal(spec: TabularDataset, intercept: float, quality: dict[str, Any]) -> 
 # ------------------------------------------------------------------------------------------ entry point
 
 
-def _labels(spec: TabularDataset, seed: int, train: Split, holdout: Split) -> tuple[Any, ...]:
-    eta_train, eta_holdout = _linear_predictor(spec, train), _linear_predictor(spec, holdout)
+def _train_labels(spec: TabularDataset, seed: int, eta_train: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(intercept or target mean, clean training labels)`` from the training rows' linear predictor."""
     if spec.task == "classification":
         intercept = solve_intercept(eta_train, spec.positive_rate)
-        p_train, p_holdout = _sigmoid(intercept + eta_train), _sigmoid(intercept + eta_holdout)
-        y_train = rng_for(seed, spec.name, "train", "label").random(spec.rows) < p_train
+        p_train = _sigmoid(intercept + eta_train)
+        return intercept, rng_for(seed, spec.name, "train", "label").random(spec.rows) < p_train
+    return spec.target_mean, _regression_labels(spec, seed, "train", eta_train)
+
+
+def _regression_labels(spec: TabularDataset, seed: int, split: str, eta: np.ndarray) -> np.ndarray:
+    noise = rng_for(seed, spec.name, split, "label").standard_normal(eta.size) * spec.noise_std
+    return np.round(spec.target_mean + eta + noise, _regression_decimals(spec)) + 0.0
+
+
+def _holdout_labels(
+    spec: TabularDataset, seed: int, intercept: float, holdout: Split
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The holdout labels and the quality figures of the true model on them."""
+    eta_holdout = _linear_predictor(spec, holdout)
+    if spec.task == "classification":
+        p_holdout = _sigmoid(intercept + eta_holdout)
         y_holdout = rng_for(seed, spec.name, "holdout", "label").random(spec.holdout_rows) < p_holdout
-        return intercept, y_train, y_holdout, {"bayes_auc_holdout": roc_auc(y_holdout, p_holdout)}
-    decimals = _regression_decimals(spec)
-    ys = []
-    for split, eta in (("train", eta_train), ("holdout", eta_holdout)):
-        noise = rng_for(seed, spec.name, split, "label").standard_normal(eta.size) * spec.noise_std
-        ys.append(np.round(spec.target_mean + eta + noise, decimals) + 0.0)
+        return y_holdout, {"bayes_auc_holdout": roc_auc(y_holdout, p_holdout)}
+    y_holdout = _regression_labels(spec, seed, "holdout", eta_holdout)
     mean_holdout = spec.target_mean + eta_holdout
-    residual = float(np.mean((ys[1] - mean_holdout) ** 2))
-    total = float(np.var(ys[1]))
+    residual = float(np.mean((y_holdout - mean_holdout) ** 2))
+    total = float(np.var(y_holdout))
     r2 = 1.0 - residual / total if total > 0 else None
-    return spec.target_mean, ys[0], ys[1], {"bayes_r2_holdout": r2, "bayes_rmse_holdout": math.sqrt(residual)}
+    return y_holdout, {"bayes_r2_holdout": r2, "bayes_rmse_holdout": math.sqrt(residual)}
 
 
 def _target_summary(spec: TabularDataset, y_train: np.ndarray, y_holdout: np.ndarray) -> dict[str, Any]:
@@ -291,16 +303,29 @@ def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
     """Generate the training data (with defects), the clean holdout and the ground-truth manifest.
 
     Deterministic: the same spec and seed give identical tables, frames and manifest.
+
+    Order (the values do not depend on it: every draw has its own generator): the clean training rows;
+    their labels on a second thread while the defects are chosen (the labels come from the clean
+    features, and the defects need them only for label noise and duplicates); the training table; then
+    the holdout, which needs only the intercept.
     """
     check_seed(seed)
     train = draw_split(spec, seed, "train", spec.rows)
-    holdout = draw_split(spec, seed, "holdout", spec.holdout_rows, offset=spec.rows)
-    intercept, y_train, y_holdout, quality = _labels(spec, seed, train, holdout)
-    target_summary = _target_summary(spec, y_train, y_holdout)  # before label noise: the true rates
-
-    defects = Injector(spec, seed, train, y_train).run()
+    eta_train = _linear_predictor(spec, train)  # from the clean values, before the defects change them
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="labels") as pool:
+        labelled = pool.submit(_train_labels, spec, seed, eta_train)
+        injector = Injector(spec, seed, train, lambda: labelled.result()[1].copy())
+        defects = injector.run()
+        intercept, y_train_clean = labelled.result()
+        y_train = injector.labels
+    del eta_train
     train.latent.clear()  # only the values are needed from here on (the frames are built from them)
+    train_table = build_table(spec, train, y_train)
+    rows_to_lists(defects)
+    holdout = draw_split(spec, seed, "holdout", spec.holdout_rows, offset=spec.rows)
+    y_holdout, quality = _holdout_labels(spec, seed, intercept, holdout)
     holdout.latent.clear()
+    holdout_table = build_table(spec, holdout, y_holdout)
     manifest = {
         "generator": "tabular",
         "generator_version": GENERATOR_VERSION,
@@ -310,13 +335,13 @@ def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
         "holdout_rows": spec.holdout_rows,
         "columns": [c.name for c in spec.columns] + [spec.target],
         "schema": _schema(spec),
-        "target": target_summary,
+        "target": _target_summary(spec, y_train_clean, y_holdout),  # before label noise: the true rates
         "signal": _signal(spec, intercept, quality),
         "defects": defects,
     }
     return GeneratedTabular(
-        train_table=build_table(spec, train, y_train),
-        holdout_table=build_table(spec, holdout, y_holdout),
+        train_table=train_table,
+        holdout_table=holdout_table,
         manifest=manifest,
         _spec=spec,
         _splits=(train, holdout),
