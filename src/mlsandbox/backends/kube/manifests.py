@@ -57,24 +57,38 @@ def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return dict(labels)
 
 
-def job_env(spec: JobSpec, endpoints: Endpoints, s3_secret: str | None) -> list[dict[str, Any]]:
-    """The job's environment, as on ``local``; with ``s3_secret`` the S3 keys come from that Secret."""
+def container_env(
+    endpoints: Endpoints,
+    cpus: float,
+    s3_secret: str | None,
+    extra: Mapping[str, str],
+    overrides: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """A workload container's environment: the service endpoints, thread counts for ``cpus``, then
+    ``extra`` and ``overrides``. With ``s3_secret`` the S3 keys come from that Secret, unless
+    ``overrides`` sets them."""
+    overrides = overrides or {}
     values = {
         **endpoint_env(endpoints),
-        **thread_env(spec.cpus),
+        **thread_env(cpus),
         "PYTHONUNBUFFERED": "1",
         "HOME": "/tmp",
-        "MLSANDBOX_JOB_ID": spec.job_id,
-        **spec.env,
+        **extra,
+        **overrides,
     }
     env: list[dict[str, Any]] = []
     for name, value in values.items():
-        if s3_secret and name in S3_SECRET_KEYS and name not in spec.env:
+        if s3_secret and name in S3_SECRET_KEYS and name not in overrides:
             ref = {"secretKeyRef": {"name": s3_secret, "key": S3_SECRET_KEYS[name]}}
             env.append({"name": name, "valueFrom": ref})
         else:
             env.append({"name": name, "value": value})
     return env
+
+
+def job_env(spec: JobSpec, endpoints: Endpoints, s3_secret: str | None) -> list[dict[str, Any]]:
+    """The job's environment, as on ``local``; with ``s3_secret`` the S3 keys come from that Secret."""
+    return container_env(endpoints, spec.cpus, s3_secret, {"MLSANDBOX_JOB_ID": spec.job_id}, spec.env)
 
 
 def training_job(

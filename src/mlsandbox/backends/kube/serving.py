@@ -32,7 +32,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlsandbox.backends.base import Endpoints
-from mlsandbox.backends.local.jobs import endpoint_env, thread_env
 from mlsandbox.errors import BackendError
 
 from . import manifests as M
@@ -112,28 +111,13 @@ def selector(spec: ModelServerSpec, sandbox: str) -> dict[str, str]:
 def server_env(spec: ModelServerSpec, endpoints: Endpoints, s3_secret: str | None) -> list[dict[str, Any]]:
     """The model server's environment: the service endpoints (S3 keys from ``s3_secret`` when given),
     thread counts from the machine's CPUs, and the model served."""
-    values = {
-        **endpoint_env(endpoints),
-        **thread_env(spec.cpus),
-        "PYTHONUNBUFFERED": "1",
-        "HOME": "/tmp",
+    served = {
         "MLSANDBOX_DEPLOYMENT": spec.deployment,
         "MLSANDBOX_MODEL_NAME": spec.model,
         "MLSANDBOX_REGISTRY_NAME": spec.registry_name,
         "MLSANDBOX_MODEL_VERSION": spec.version,
     }
-    env: list[dict[str, Any]] = []
-    for name, value in values.items():
-        if s3_secret and name in M.S3_SECRET_KEYS:
-            env.append(
-                {
-                    "name": name,
-                    "valueFrom": {"secretKeyRef": {"name": s3_secret, "key": M.S3_SECRET_KEYS[name]}},
-                }
-            )
-        else:
-            env.append({"name": name, "value": value})
-    return env
+    return M.container_env(endpoints, spec.cpus, s3_secret, served)
 
 
 def pod_template(
