@@ -6,7 +6,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
-from mlsandbox.gateway.packs.flows_impl import USAGE_PREFIX, logged_usage
+from mlsandbox.gateway.packs.flows_impl import NO_TORCH_ENV, USAGE_PREFIX, logged_usage
 from mlsandbox.serving.deployments import Deployment, Placement
 from mlsandbox.serving.processes import SERVER_PACKAGES, server_requirements
 from mlsandbox.workloads import flows
@@ -14,6 +14,7 @@ from mlsandbox.workloads import flows
 
 def test_the_flow_and_the_pack_agree_on_the_usage_line() -> None:
     assert flows.USAGE_PREFIX == USAGE_PREFIX
+    assert flows.NO_TORCH_ENV == NO_TORCH_ENV
 
 
 def test_logged_usage_sums_every_execution_and_skips_garbage() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,23 @@ def test_block_torch_does_nothing_once_torch_is_imported() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_flow_runs_keep_torch_out_only_when_the_sandbox_says_so() -> None:
+    """The sandbox sets MLSANDBOX_NO_TORCH=1 for its flow runs; importing the flows elsewhere blocks nothing."""
+    code = (
+        "import importlib.util, sys, mlsandbox.workloads.flows as f\n"
+        "from mlsandbox.workloads.trainer import _ImportBlocker\n"
+        "print(any(isinstance(x, _ImportBlocker) for x in sys.meta_path))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MLSANDBOX_NO_TORCH"}
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert plain.returncode == 0 and plain.stdout.strip() == "False", plain.stderr[-2000:]
+    flagged = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "MLSANDBOX_NO_TORCH": "1"},
+    )
+    assert flagged.returncode == 0 and flagged.stdout.strip() == "True", flagged.stderr[-2000:]

@@ -38,6 +38,16 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 
+NO_TORCH_ENV = "MLSANDBOX_NO_TORCH"
+"""Set (to 1) in the environment of the sandbox's flow runs: their process keeps PyTorch out, as the
+trainer's does (:func:`mlsandbox.workloads.trainer.block_torch`); importing this module elsewhere changes
+nothing."""
+
+if os.environ.get(NO_TORCH_ENV) == "1":
+    from mlsandbox.workloads.trainer import block_torch
+
+    block_torch()
+
 _NUMERIC_KINDS = "biuf"
 USAGE_PREFIX = "resource usage: cpu_seconds="
 RESULT_PREFIX = "MLSANDBOX_RESULT "

@@ -42,6 +42,8 @@ TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 START_RUNS_TIMEOUT_S = 300.0
 USAGE_PREFIX = "resource usage: cpu_seconds="
 """What a flow logs at its end (:data:`mlsandbox.workloads.flows.USAGE_PREFIX`)."""
+NO_TORCH_ENV = "MLSANDBOX_NO_TORCH"
+"""Set in the flow runs' environment (:data:`mlsandbox.workloads.flows.NO_TORCH_ENV`)."""
 USAGE_LOG_WAIT_S = 30.0
 """How long after a run's final state its usage line may still arrive (logs are shipped in batches)."""
 ENV_FLOWS = frozenset({"training", "batch-scoring"})
@@ -62,7 +64,11 @@ def _api(gw: Gateway) -> PrefectPipelines:
         from mlsandbox.pipelines import FLOW_ENTRYPOINTS, PrefectPipelines
 
         api = PrefectPipelines(gw.runtime.endpoints.prefect_api_url)
-        env = {**endpoint_env(gw.runtime.endpoints), "MLSANDBOX_EPISODE": gw.state.episode_id}
+        env = {
+            **endpoint_env(gw.runtime.endpoints),
+            "MLSANDBOX_EPISODE": gw.state.episode_id,
+            NO_TORCH_ENV: "1",  # the flow runs train and score scikit-learn models only
+        }
         deployments = {}
         try:
             for flow in FLOW_ENTRYPOINTS:
