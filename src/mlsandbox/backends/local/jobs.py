@@ -27,7 +27,8 @@ rlimits) | ``cgroup`` | ``rlimit`` | ``none``.
 
 Accounting. A waiter thread per job reaps it with :func:`os.wait4`: real CPU seconds (user + system,
 including reaped children) and peak RSS. While a job runs, CPU seconds and RSS come from psutil over its
-process tree. A job killed by a signal reports ``128 + signal`` (SIGKILL: 137). When a job ends, any
+process tree, sampled at most every :data:`USAGE_SAMPLE_S` (walking the process table costs several ms,
+and the gateway asks after every step). A job killed by a signal reports ``128 + signal`` (SIGKILL: 137). When a job ends, any
 process left in its group or cgroup is killed and the cgroup removed.
 
 All methods are thread safe.
@@ -78,6 +79,8 @@ _THREAD_VARS = (
 LIMITS_ENV = "MLSANDBOX_JOB_LIMITS"
 LIMIT_MODES = ("cgroup", "rlimit", "none")
 AS_ALLOWANCE_MB = 768
+USAGE_SAMPLE_S = 0.5
+"""A running job's CPU seconds and RSS are sampled at most this often (its final figures are exact)."""
 """Address space allowed above ``memory_mb`` under rlimits (code and shared libraries mapped, not used)."""
 # Joins the cgroups given as $1 and $2, then becomes the workload (exit 125: could not join).
 _CGROUP_SHIM = 'echo $$ > "$1" && echo $$ > "$2" || exit 125; shift 2; exec "$@"'
@@ -402,6 +405,7 @@ class _Job:
     exit_code: int | None = None
     cpu_seconds: float = 0.0
     peak_rss_bytes: int | None = None
+    usage_sampled_at: float = float("-inf")
     result: dict[str, Any] = field(default_factory=dict)
     cancel_requested: bool = False
     timed_out: bool = False
@@ -533,6 +537,15 @@ class LocalJobs:
         with self._lock:
             job = self._job(job_id)
             running_pid = job.popen.pid if job.state == "running" and job.popen else None
+            now = time.monotonic()
+            if (
+                running_pid is not None
+                and job.cpu_seconds > 0
+                and now - job.usage_sampled_at < USAGE_SAMPLE_S
+            ):
+                running_pid = None  # sampled a moment ago (and it had started): that figure stands
+            elif running_pid is not None:
+                job.usage_sampled_at = now
         if running_pid is not None:
             cpu, rss = _tree_usage(running_pid)
             with self._lock:
