@@ -5,6 +5,9 @@ model that its deployment serves with at least one replica up; 0 when none), ``s
 ``serving_observed_s`` (seconds of production traffic with the SLO violated, and in all). The served
 version is scored on the hidden holdout (the dataset's, or the latest production drift phase's when the
 goal says ``holdout: production``); the task score is the AUC score times the share of time the SLO held.
+The SLO is judged only over enough traffic (:meth:`~mlsandbox.scenario.serving.Serving.required_observation_s`:
+one SLO window, and through the scenario's last spike): an episode that ends sooner does not succeed, and its
+score is scaled by the share of that time it watched.
 """
 
 from __future__ import annotations
@@ -64,12 +67,18 @@ def grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
     if not np.isfinite(auc):
         return Grade(goal.model_name, version, None, 0.0, False, "holdout AUC is not finite", details)
     auc_score = float(np.clip((auc - 0.5) / (goal.min_auc - 0.5), 0.0, 1.0))
-    score = auc_score * (1.0 - min(1.0, fraction))
+    serving = state.scenario.serving
+    required = serving.required_observation_s() if serving is not None else 0.0
+    watched = min(1.0, observed / required) if required > 0 else 1.0
+    details["serving_required_s"] = round(required, 3)
+    score = auc_score * (1.0 - min(1.0, fraction)) * watched
     slo_ok = fraction <= goal.max_violation_fraction
-    success = auc >= goal.min_auc and slo_ok
+    success = auc >= goal.min_auc and slo_ok and watched >= 1.0
     reason = (
         f"served version {version}: holdout AUC {auc:.4f} {'>=' if auc >= goal.min_auc else '<'} "
         f"{goal.min_auc}; SLO violated {fraction:.1%} of {observed:.0f} s "
         f"({'<=' if slo_ok else '>'} {goal.max_violation_fraction:.0%})"
     )
+    if watched < 1.0:
+        reason += f"; only {observed:.0f} s of production traffic watched, the SLO needs {required:.0f} s"
     return Grade(goal.model_name, version, auc, score, success, reason, details)

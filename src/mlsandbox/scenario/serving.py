@@ -107,6 +107,15 @@ class Serving(_Model):
     """A version whose run logged ``val_auc`` below this (or none) is a risky deployment; default: the
     goal's ``min_auc``."""
 
+    def required_observation_s(self) -> float:
+        """Seconds of production traffic the SLO must have been watched for before it can be judged: one
+        SLO window, and through the end of the last spike (a burst the agent submits before proves nothing).
+        0 without traffic."""
+        if self.traffic is None:
+            return 0.0
+        ends = [spike.at_s + spike.duration_s for spike in self.traffic.spikes]
+        return max([self.slo.window_s, *ends])
+
     @model_validator(mode="after")
     def _check(self) -> Serving:
         names = [a.name for a in self.alerts]
