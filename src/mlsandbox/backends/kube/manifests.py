@@ -57,6 +57,27 @@ def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return dict(labels)
 
 
+def container_security() -> dict[str, Any]:
+    """The restricted container security context of every workload container (a fresh copy)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def pod_security() -> dict[str, Any]:
+    """The restricted pod security context of every workload pod (a fresh copy)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def container_env(
     endpoints: Endpoints,
     cpus: float,
@@ -119,12 +140,7 @@ def training_job(
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "workingDir": "/work",
         "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "tmp", "mountPath": "/tmp"}],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security(),
     }
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
@@ -135,13 +151,7 @@ def training_job(
                 "restartPolicy": "Never",
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": 10001,
-                    "runAsGroup": 10001,
-                    "fsGroup": 10001,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
+                "securityContext": pod_security(),
                 "containers": [container],
                 "volumes": [
                     {"name": "work", "emptyDir": {}},

@@ -156,25 +156,14 @@ def pod_template(
         },
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": M.container_security(),
     }
     return {
         "metadata": {"labels": {**_labels(spec, sandbox), VERSION_LABEL: spec.version}},
         "spec": {
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 10001,
-                "runAsGroup": 10001,
-                "fsGroup": 10001,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
+            "securityContext": M.pod_security(),
             "containers": [container],
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
         },
