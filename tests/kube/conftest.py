@@ -11,10 +11,12 @@ is missing the fixture fails with that instruction.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 
 import pytest
 
+from mlsandbox.backends.kube.backend import KubeBackend, sandbox_namespace
 from mlsandbox.k8s_operator.testbed import Testbed, testbed
 
 
@@ -22,3 +24,16 @@ from mlsandbox.k8s_operator.testbed import Testbed, testbed
 def control_plane() -> Iterator[Testbed]:
     with testbed() as bed:
         yield bed
+
+
+@pytest.fixture()
+def backend(control_plane: Testbed) -> Iterator[KubeBackend]:
+    """A sandbox: its namespace made here (as the operator would), a control namespace of its own;
+    brought down after the test."""
+    name = f"t{secrets.token_hex(3)}"
+    control = f"ctl-{name}"
+    control_plane.namespace(control)
+    control_plane.namespace(sandbox_namespace(control, name))
+    b = KubeBackend(name, control_namespace=control, api_client=control_plane.api_client)
+    yield b
+    b.down()

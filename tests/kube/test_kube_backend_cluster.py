@@ -8,9 +8,8 @@ agent's observation through the gateway - is the real code path.
 
 from __future__ import annotations
 
-import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -19,7 +18,7 @@ from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
 from mlsandbox.backends.kube import chaos as C
 from mlsandbox.backends.kube import faults as F
 from mlsandbox.backends.kube import manifests as M
-from mlsandbox.backends.kube.backend import KubeBackend, sandbox_namespace
+from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.backends.kube.runtime import KubeRuntime
 
 T = TypeVar("T")
@@ -42,18 +41,6 @@ def wait_for(fn: Callable[[], T | None], what: str, timeout: float = 60.0, every
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
-
-
-@pytest.fixture()
-def backend(control_plane: Any) -> Iterator[KubeBackend]:
-    """A sandbox: its namespace made here (as the operator would), a control namespace of its own."""
-    name = f"t{secrets.token_hex(3)}"
-    control = f"ctl-{name}"
-    control_plane.namespace(control)
-    control_plane.namespace(sandbox_namespace(control, name))
-    b = KubeBackend(name, control_namespace=control, api_client=control_plane.api_client)
-    yield b
-    b.down()
 
 
 def _runtime(backend: KubeBackend, endpoints: Endpoints = WORKLOAD_ENDPOINTS) -> KubeRuntime:

@@ -216,3 +216,46 @@ def test_the_view_reads_replicas_rollout_and_an_oom_killed_replica() -> None:
     assert KS.describe(dep, [running])["rollout"] == "complete"
     with pytest.raises(KS.ServingRefused, match="not made by mlsandbox"):
         KS.describe({"metadata": {"name": "other"}}, [])
+
+
+def test_the_feature_service_and_the_replicas_feature_url() -> None:
+    url = "http://feature-service.sbx-mlsandbox-s1.svc:8081"
+    dep = build(spec(feature_url=url))
+    command = dep["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--feature-url") + 1] == url
+    assert "--feature-url" not in build(spec())["spec"]["template"]["spec"]["containers"][0]["command"]
+
+    fdep, fsvc = KS.feature_service_manifests(
+        namespace="sbx-mlsandbox-s1",
+        sandbox="s1",
+        image="mlsandbox/model-server:0.1.0",
+        endpoints=ENDPOINTS,
+        bucket="ep-7",
+        key="online/features.parquet",
+        id_column="entity_id",
+        labels=dict([EPISODE]),
+        s3_secret=S3_SECRET_NAME,
+        port=9123,
+    )
+    assert fdep["metadata"]["name"] == fsvc["metadata"]["name"] == KS.FEATURE_SERVICE_NAME
+    for obj in (fdep, fsvc):
+        labels = obj["metadata"]["labels"]
+        assert labels[EPISODE[0]] == EPISODE[1] and labels[SANDBOX_LABEL] == "s1"
+        assert labels["app.kubernetes.io/component"] == "feature-service"
+    (container,) = fdep["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:3] == ["python", "-m", "mlsandbox.workloads.feature_service"]
+    args = container["command"]
+    assert args[args.index("--bucket") + 1] == "ep-7" and args[args.index("--port") + 1] == "9123"
+    assert container["ports"][0]["containerPort"] == 9123
+    assert fsvc["spec"]["ports"][0]["port"] == 9123
+    assert fsvc["spec"]["selector"] == fdep["spec"]["selector"]["matchLabels"]
+    assert "secret-secret" not in str(fdep)
+    validate([fdep, fsvc])
+    # Another port for the model server moves the container port, the probe's named port and the Service.
+    moved = KS.model_server_service(spec(), namespace="sbx-mlsandbox-s1", sandbox="s1", port=9000)
+    assert moved["spec"]["ports"][0] == {
+        "name": "http",
+        "port": 9000,
+        "targetPort": "http",
+        "protocol": "TCP",
+    }

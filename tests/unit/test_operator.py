@@ -261,6 +261,12 @@ def test_sandbox_resources_follow_the_budget_and_the_access_mode() -> None:
         {"protocol": "UDP", "port": 53},
         {"protocol": "TCP", "port": 53},
     ]
+    serving = policies["allow-serving-proxy"]
+    assert serving["policyTypes"] == ["Ingress"] and "egress" not in serving
+    assert serving["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": "http"}]}
+    ]
+    assert serving["podSelector"]["matchExpressions"][0]["values"] == ["model-server", "feature-service"]
     own = policies["allow-same-namespace"]["egress"][0]["to"][0]
     assert own["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "sbx-team-a-demo"
     (binding,) = by_kind["RoleBinding"]

@@ -51,6 +51,8 @@ SHARED_SERVICES: dict[str, tuple[str, int]] = {
     "mlflow": ("mlflow", 5000),
     "prefect": ("prefect-server", 4200),
 }
+SERVING_COMPONENTS = ("model-server", "feature-service")
+"""Component labels of the pods the gateway sends requests to (through the API server's proxy)."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "mlsandbox-operator", "app.kubernetes.io/part-of": "mlsandbox"}
 
 Manifest = dict[str, Any]
@@ -149,7 +151,8 @@ def limit_range(target: str, sandbox: tuple[str, str], spec: SandboxSpec) -> Man
 
 
 def network_policies(target: str, sandbox: tuple[str, str], control_namespace: str) -> list[Manifest]:
-    """Deny all, then allow: within the namespace, DNS to kube-system, to and from the control namespace."""
+    """Deny all, then allow: within the namespace, DNS to kube-system, to and from the control namespace,
+    and the serving pods' ``http`` port from the API server's proxy."""
 
     def policy(name: str, spec: dict[str, Any]) -> Manifest:
         return {
@@ -170,6 +173,20 @@ def network_policies(target: str, sandbox: tuple[str, str], control_namespace: s
         ],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }
+    serving = policy(
+        "allow-serving-proxy",
+        {
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": "http"}]}
+            ],
+        },
+    )
+    serving["spec"]["podSelector"] = {
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/component", "operator": "In", "values": list(SERVING_COMPONENTS)}
+        ]
+    }
     return [
         policy("default-deny", {"policyTypes": ["Ingress", "Egress"]}),
         policy(
@@ -177,6 +194,10 @@ def network_policies(target: str, sandbox: tuple[str, str], control_namespace: s
             {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [own]}], "egress": [{"to": [own]}]},
         ),
         policy("allow-dns", {"policyTypes": ["Egress"], "egress": [dns]}),
+        # The gateway reaches the model servers and the feature service through the API server's proxy,
+        # whose requests come from the control-plane node's address, which no selector names: their
+        # "http" port (and only it) accepts connections from any address.
+        serving,
         policy(
             "allow-control-plane",
             {

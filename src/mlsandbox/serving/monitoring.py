@@ -172,7 +172,7 @@ class Monitor:
         self.alerts: list[Alert] = []
         self._rules: dict[tuple[str, str], dict[str, Any]] = {}
         self.lock = threading.RLock()
-        self._client = httpx.Client(timeout=1.0)
+        self._client = deployments.client  # the deployments' own: it reaches their replicas
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_tick: float | None = None
@@ -190,7 +190,6 @@ class Monitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._client.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self.spec.scrape_interval_s):
@@ -243,7 +242,7 @@ class Monitor:
                 up += 1
                 t_s = time.perf_counter()
                 try:
-                    resp = self._client.get(proc.url + "/metrics")
+                    resp = self._client.get(proc.url + "/metrics", timeout=1.0)
                     if resp.status_code == 200:
                         acc.add(proc.name, parse_scrape(resp.text, path))
                 except httpx.HTTPError:

@@ -9,7 +9,10 @@ ServiceAccount), RBAC, the Job, namespace and garbage-collector controllers, the
 What kwok does to pods here (:data:`STAGES`): a scheduled pod becomes Running with ready containers and
 stays so; a pod annotated ``mlsandbox.dev/kwok-outcome`` ends the way it names: ``Succeeded`` (exit 0),
 ``Failed`` (exit 1) or ``OOMKilled`` (exit 137, the reason a real kubelet reports); a deleted pod goes.
-Nothing runs inside the pods: there are no logs and no network behind their ports.
+Nothing runs inside the pods: there are no logs. Every pod has the node's address, and the node's
+address is this machine's (:func:`host_address`), as if every pod ran on the host network: the API
+server's proxy (``.../pods/<pod>:<port>/proxy``, ``.../services/<svc>:<port>/proxy``) reaches whatever
+listens on this machine at the pod's port. A test stands a real server behind a simulated pod that way.
 
 Every process carries ``MLSANDBOX_CONTROL_PLANE=<dir>`` in its environment and the directory holds the
 owner's pid: :func:`collect_garbage` (called by ``mlsandbox gc``) stops the control planes whose owner
@@ -105,6 +108,9 @@ STAGES: list[dict[str, Any]] = [
                     "phase: Running\n"
                     "startTime: {{ $now | Quote }}\n"
                     "hostIP: {{ NodeIPWith .spec.nodeName | Quote }}\n"
+                    "podIP: {{ NodeIPWith .spec.nodeName | Quote }}\n"
+                    "podIPs:\n"
+                    "- ip: {{ NodeIPWith .spec.nodeName | Quote }}\n"
                     "conditions:\n"
                     "- lastTransitionTime: {{ $now | Quote }}\n"
                     '  status: "True"\n'
@@ -202,6 +208,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def host_address() -> str:
+    """An IPv4 address of this machine that the API server accepts as a pod's (not loopback, not
+    link-local); ``10.0.0.1`` (reaching nothing) when it has none."""
+    import ipaddress
+
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family != socket.AF_INET:
+                continue
+            ip = ipaddress.ip_address(a.address)
+            if not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified):
+                return a.address
+    return "10.0.0.1"
+
+
 def binary(name: str) -> Path:
     path = paths.bin_dir() / name
     if not path.is_file():
@@ -235,6 +256,8 @@ class ControlPlane:
     token: str
     kubeconfig: Path
     audit_log: Path
+    node_ip: str = "10.0.0.1"
+    """The node's address, which every pod has too."""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     # ---------------------------------------------------------------------------------------- clients
@@ -336,11 +359,13 @@ def _kubeconfig(server: str, token: str) -> dict[str, Any]:
 def start(
     *,
     extra_tokens: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+    node_ip: str | None = None,
     timeout: float = 120.0,
 ) -> ControlPlane:
     """Start etcd, the API server, the controllers, the scheduler and kwok with one Ready node.
 
     ``extra_tokens`` maps bearer tokens to (user, groups) besides the admin's (``system:masters``).
+    ``node_ip`` is the node's (and so every pod's) address, by default :func:`host_address`.
     Raises :class:`MissingToolError` when a binary is missing, :class:`BackendError` with the component's
     log tail when one does not come up (everything started is stopped again).
     """
@@ -366,7 +391,12 @@ def start(
     kubeconfig = root / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, token)))
     cp = ControlPlane(
-        root=root, server=server, token=token, kubeconfig=kubeconfig, audit_log=root / "audit.log"
+        root=root,
+        server=server,
+        token=token,
+        kubeconfig=kubeconfig,
+        audit_log=root / "audit.log",
+        node_ip=node_ip or host_address(),
     )
     try:
         _start_processes(cp, ports, timeout)
@@ -451,7 +481,7 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
             f"--config={root / 'kwok.yaml'}",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{ports['kwok']}",
-            "--node-ip=10.0.0.1",
+            f"--node-ip={cp.node_ip}",
             "--cidr=10.244.0.0/16",
         ],
     )

@@ -24,7 +24,7 @@ from mlsandbox.backends.clients import ServiceClients
 from .cluster import Cluster
 from .faults import KubeFaultControl
 from .jobs import KubeJobs
-from .serving import KubeServing
+from .serving import FEATURE_PORT, SERVER_PORT, KubeServing
 
 KIND_ENDPOINTS = {
     "s3_url": "http://127.0.0.1:9000",
@@ -91,6 +91,8 @@ class KubeRuntime(ServiceClients):
         workload_endpoints: Endpoints,
         image: str | None = None,
         server_image: str | None = None,
+        server_port: int = SERVER_PORT,
+        feature_port: int = FEATURE_PORT,
     ) -> None:
         self.cluster = cluster
         self.sandbox_name = sandbox
@@ -100,6 +102,8 @@ class KubeRuntime(ServiceClients):
         self.workload_endpoints = workload_endpoints
         self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
         self.server_image = server_image or os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_SERVER_IMAGE
+        self.server_port = server_port
+        self.feature_port = feature_port
         self._jobs: KubeJobs | None = None
         self._serving: KubeServing | None = None
         self._faults: KubeFaultControl | None = None
@@ -131,6 +135,8 @@ class KubeRuntime(ServiceClients):
                     sandbox=self.sandbox_name,
                     image=self.server_image,
                     endpoints=self.workload_endpoints,
+                    port=self.server_port,
+                    feature_port=self.feature_port,
                 )
             return self._serving
 

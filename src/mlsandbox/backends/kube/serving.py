@@ -15,8 +15,8 @@ the sandbox's namespace, with a ClusterIP Service of the same name selecting its
   the gateway removes them when the episode closes and the operator's warm reset deletes them by label.
 
 Everything is read back from the cluster (the spec is an annotation), so any process sees the same
-deployments. Nothing inside the pods is reached from here: requests to the replicas (predictions,
-traffic, metrics) go through the Service, which is reachable in-cluster only.
+deployments. Requests to the replicas from outside the cluster (predictions, production traffic, metric
+scrapes) go through the API server's proxy (:class:`ServingRequests`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ import re
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlsandbox.backends.base import Endpoints
@@ -41,6 +43,11 @@ DEPLOYMENT_API = ("apps/v1", "Deployment")
 SERVICE_API = ("v1", "Service")
 COMPONENT = "model-server"
 SERVER_PORT = 8080
+FEATURE_COMPONENT = "feature-service"
+FEATURE_SERVICE_NAME = "feature-service"
+FEATURE_PORT = 8081
+FEATURE_MODULE = "mlsandbox.workloads.feature_service"
+FEATURE_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
 DEPLOYMENT_LABEL = "mlsandbox.dev/deployment"
 VERSION_LABEL = "mlsandbox.dev/model-version"
 SPEC_ANNOTATION = "mlsandbox.dev/deployment-spec"
@@ -77,6 +84,8 @@ class ModelServerSpec(BaseModel):
     credits_per_second: float = Field(default=0.0, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels of every object (the episode label)."""
+    feature_url: str | None = None
+    """The feature service the replicas fetch features from, for requests by entity id."""
 
 
 # ------------------------------------------------------------------------------------------ builders
@@ -128,6 +137,7 @@ def pod_template(
     endpoints: Endpoints,
     s3_secret: str | None = None,
     image_pull_policy: str = "IfNotPresent",
+    port: int = SERVER_PORT,
 ) -> M.Manifest:
     """The pods of a deployment (what changes when it serves another version)."""
     resources = {"cpu": M.cpu_quantity(spec.cpus), "memory": M.memory_quantity(spec.memory_mb)}
@@ -144,10 +154,11 @@ def pod_template(
             "--host",
             "0.0.0.0",
             "--port",
-            str(SERVER_PORT),
+            str(port),
+            *(["--feature-url", spec.feature_url] if spec.feature_url else []),
         ],
         "env": server_env(spec, endpoints, s3_secret),
-        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {"path": "/health", "port": "http"},
             "periodSeconds": 5,
@@ -180,6 +191,7 @@ def model_server_deployment(
     s3_secret: str | None = None,
     history: list[str] | None = None,
     image_pull_policy: str = "IfNotPresent",
+    port: int = SERVER_PORT,
 ) -> M.Manifest:
     """The ``apps/v1`` Deployment of ``spec``: rolling updates that keep every old replica until a new
     one is ready; the spec and the versions served (``history``, oldest first) as annotations."""
@@ -207,13 +219,16 @@ def model_server_deployment(
                 endpoints=endpoints,
                 s3_secret=s3_secret,
                 image_pull_policy=image_pull_policy,
+                port=port,
             ),
         },
     }
 
 
-def model_server_service(spec: ModelServerSpec, *, namespace: str, sandbox: str) -> M.Manifest:
-    """The ClusterIP Service in front of the deployment's ready replicas (port 8080, in-cluster only)."""
+def model_server_service(
+    spec: ModelServerSpec, *, namespace: str, sandbox: str, port: int = SERVER_PORT
+) -> M.Manifest:
+    """The ClusterIP Service in front of the deployment's ready replicas (port 8080 by default)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -226,9 +241,95 @@ def model_server_service(spec: ModelServerSpec, *, namespace: str, sandbox: str)
         "spec": {
             "type": "ClusterIP",
             "selector": selector(spec, sandbox),
-            "ports": [{"name": "http", "port": SERVER_PORT, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
+
+
+def feature_service_manifests(
+    *,
+    namespace: str,
+    sandbox: str,
+    image: str,
+    endpoints: Endpoints,
+    bucket: str,
+    key: str,
+    id_column: str,
+    labels: Mapping[str, str],
+    s3_secret: str | None = None,
+    image_pull_policy: str = "IfNotPresent",
+    port: int = FEATURE_PORT,
+) -> tuple[M.Manifest, M.Manifest]:
+    """The episode's online feature service: a one-replica Deployment (the model-server image running
+    the feature service over ``s3://bucket/key``) and its ClusterIP Service :data:`FEATURE_SERVICE_NAME`."""
+    meta_labels = {
+        **M.check_labels(dict(labels)),
+        "app.kubernetes.io/part-of": "mlsandbox",
+        M.COMPONENT_LABEL: FEATURE_COMPONENT,
+        M.SANDBOX_LABEL: M.check_labels({M.SANDBOX_LABEL: sandbox})[M.SANDBOX_LABEL],
+    }
+    match = {M.SANDBOX_LABEL: meta_labels[M.SANDBOX_LABEL], M.COMPONENT_LABEL: FEATURE_COMPONENT}
+    container = {
+        "name": FEATURE_COMPONENT,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": [
+            "python",
+            "-m",
+            FEATURE_MODULE,
+            "--bucket",
+            bucket,
+            "--key",
+            key,
+            "--id-column",
+            id_column,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+        ],
+        "env": M.container_env(endpoints, 0.5, s3_secret, {}),
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 2,
+            "failureThreshold": 2,
+        },
+        "resources": {"requests": dict(FEATURE_RESOURCES), "limits": dict(FEATURE_RESOURCES)},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": M.container_security(),
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": FEATURE_SERVICE_NAME, "namespace": namespace, "labels": meta_labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": match},
+            "template": {
+                "metadata": {"labels": meta_labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": M.pod_security(),
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": FEATURE_SERVICE_NAME, "namespace": namespace, "labels": meta_labels},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": match,
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    return deployment, service
 
 
 # ------------------------------------------------------------------------------------------ read back
@@ -361,8 +462,12 @@ class KubeServing:
         endpoints: Endpoints,
         image_pull_policy: str = "IfNotPresent",
         rollout_timeout_s: float = ROLLOUT_TIMEOUT_S,
+        port: int = SERVER_PORT,
+        feature_port: int = FEATURE_PORT,
     ) -> None:
         self.cluster = cluster
+        self.port = port
+        self.feature_port = feature_port
         self.namespace = namespace
         self.sandbox = sandbox
         self.image = image
@@ -396,7 +501,7 @@ class KubeServing:
             self._apply(spec, history)
             return self._settled(spec.deployment, wait), False
         manifest = self._manifest(spec, [spec.version])
-        service = model_server_service(spec, namespace=self.namespace, sandbox=self.sandbox)
+        service = model_server_service(spec, namespace=self.namespace, sandbox=self.sandbox, port=self.port)
         self._ensure_secret()
         try:
             self.cluster.create(manifest)
@@ -491,23 +596,77 @@ class KubeServing:
         return total
 
     def cleanup(self, label: tuple[str, str] | None = None) -> int:
-        """Delete the deployments (with ``label`` when given), their Services and pods; how many."""
-        selector = self._selector(label)
-        deps = self.cluster.list(*DEPLOYMENT_API, self.namespace, selector)
-        for dep in deps:
-            self.cluster.delete(
-                *DEPLOYMENT_API, dep["metadata"]["name"], self.namespace, propagation="Background"
-            )
-        for svc in self.cluster.list(*SERVICE_API, self.namespace, selector):
-            self.cluster.delete(*SERVICE_API, svc["metadata"]["name"], self.namespace)
-        for pod in self.cluster.list("v1", "Pod", self.namespace, selector):
-            self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
-        return len(deps)
+        """Delete the deployments (with ``label`` when given), their Services and pods, and the feature
+        service; how many deployments."""
+        count = 0
+        for component in (COMPONENT, FEATURE_COMPONENT):
+            selector = self._selector(label, component)
+            deps = self.cluster.list(*DEPLOYMENT_API, self.namespace, selector)
+            for dep in deps:
+                self.cluster.delete(
+                    *DEPLOYMENT_API, dep["metadata"]["name"], self.namespace, propagation="Background"
+                )
+            for svc in self.cluster.list(*SERVICE_API, self.namespace, selector):
+                self.cluster.delete(*SERVICE_API, svc["metadata"]["name"], self.namespace)
+            for pod in self.cluster.list("v1", "Pod", self.namespace, selector):
+                self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
+            count += len(deps) if component == COMPONENT else 0
+        return count
+
+    # ------------------------------------------------------------------------------ feature service
+
+    @property
+    def feature_url(self) -> str:
+        """The feature service's in-cluster address (what the replicas get as ``--feature-url``)."""
+        return f"http://{FEATURE_SERVICE_NAME}.{self.namespace}.svc:{self.feature_port}"
+
+    def start_feature_service(
+        self, bucket: str, key: str, id_column: str, labels: Mapping[str, str], *, wait: bool = True
+    ) -> str:
+        """Run the episode's feature service over ``s3://bucket/key`` (idempotent) and wait until its pod
+        is ready; its in-cluster URL. ``unavailable`` when it is not ready within the rollout timeout."""
+        deployment, service = feature_service_manifests(
+            namespace=self.namespace,
+            sandbox=self.sandbox,
+            image=self.image,
+            endpoints=self.endpoints,
+            bucket=bucket,
+            key=key,
+            id_column=id_column,
+            labels=labels,
+            s3_secret=M.S3_SECRET_NAME,
+            image_pull_policy=self.image_pull_policy,
+            port=self.feature_port,
+        )
+        self._ensure_secret()
+        try:
+            self.cluster.apply(deployment)
+            self.cluster.apply(service)
+        except ApiRefused as exc:
+            raise ServingRefused("unavailable", f"the cluster refused the feature service: {exc}") from None
+        deadline = time.monotonic() + (self.rollout_timeout_s if wait else 0.0)
+        while wait:
+            if self.feature_pods(ready_only=True):
+                break
+            if time.monotonic() >= deadline:
+                raise ServingRefused(
+                    "unavailable", f"the feature service was not ready after {self.rollout_timeout_s:.0f} s"
+                )
+            time.sleep(0.25)
+        return self.feature_url
+
+    def feature_pods(
+        self, label: tuple[str, str] | None = None, *, ready_only: bool = False
+    ) -> list[dict[str, Any]]:
+        pods = self.cluster.list("v1", "Pod", self.namespace, self._selector(label, FEATURE_COMPONENT))
+        if ready_only:
+            pods = [p for p in pods if pod_state(p)["state"] == "running"]
+        return sorted(pods, key=lambda p: p["metadata"]["name"])
 
     # ------------------------------------------------------------------------------------ internals
 
-    def _selector(self, label: tuple[str, str] | None) -> str:
-        selector = f"{M.SANDBOX_LABEL}={self.sandbox},{M.COMPONENT_LABEL}={COMPONENT}"
+    def _selector(self, label: tuple[str, str] | None, component: str = COMPONENT) -> str:
+        selector = f"{M.SANDBOX_LABEL}={self.sandbox},{M.COMPONENT_LABEL}={component}"
         return selector + (f",{label[0]}={label[1]}" if label is not None else "")
 
     def _deployments(self, label: tuple[str, str] | None) -> list[dict[str, Any]]:
@@ -550,6 +709,7 @@ class KubeServing:
             s3_secret=M.S3_SECRET_NAME,
             history=history,
             image_pull_policy=self.image_pull_policy,
+            port=self.port,
         )
 
     def _apply(self, spec: ModelServerSpec, history: list[str]) -> None:
@@ -588,6 +748,180 @@ class KubeServing:
             self._secret_ready = True
 
 
+# -------------------------------------------------------------------------------- the request path
+
+
+def proxy_client(api_client: Any, timeout_s: float = 5.0) -> httpx.Client:
+    """An HTTP client for the API server of ``api_client`` (its address, credentials and CA), for its
+    proxy subresources."""
+    import ssl
+
+    cfg = api_client.configuration
+    if getattr(cfg, "refresh_api_key_hook", None) is not None:
+        cfg.refresh_api_key_hook(cfg)
+    headers = {}
+    auth = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix("BearerToken")
+    if auth:
+        headers["authorization"] = auth
+    verify: ssl.SSLContext | bool = False
+    if cfg.verify_ssl:
+        verify = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
+    if cert is not None and isinstance(verify, ssl.SSLContext):
+        verify.load_cert_chain(*cert)
+    return httpx.Client(
+        headers=headers, verify=verify, timeout=timeout_s, limits=httpx.Limits(max_connections=64)
+    )
+
+
+@dataclass
+class ProxiedReplica:
+    """A pod of a deployment, reached through the API server's pod proxy (``url``); what the serving
+    monitor reads of a replica."""
+
+    name: str
+    url: str
+    ready: bool
+    port: int | None = SERVER_PORT
+
+    def alive(self) -> bool:
+        return self.ready
+
+    def process(self) -> None:
+        """No process here to read CPU and memory from (they are in the cluster's metrics, not read)."""
+        return None
+
+
+@dataclass
+class ProxiedDeployment:
+    name: str
+    replicas: list[ProxiedReplica]
+
+
+class ServingRequests:
+    """Requests from this process to the replicas of the deployments with ``label``, through the API
+    server's proxy: predictions go to the deployment's Service
+    (``/api/v1/namespaces/<ns>/services/<name>:http/proxy/predict``, which picks one of its ready pods, as
+    any client of the Service gets), metrics are scraped from each pod
+    (``.../pods/<pod>:<port>/proxy/metrics``). It reads the deployments back from the cluster at most
+    every ``refresh_s``.
+
+    It offers what the serving monitor and the production traffic use of local deployments (``lock``,
+    ``items``, ``feature_service``, ``client``, ``post``, ``close``); the agent's credentials to the API
+    server must allow the ``services/proxy`` and ``pods/proxy`` subresources in the namespace.
+    """
+
+    def __init__(
+        self, serving: KubeServing, label: tuple[str, str] | None = None, refresh_s: float = 1.0
+    ) -> None:
+        self.serving = serving
+        self.label = label
+        self.refresh_s = refresh_s
+        self.lock = threading.RLock()
+        self._feature_service: ProxiedReplica | None = None
+        self.client = proxy_client(serving.cluster.api_client)
+        self._base = serving.cluster.api_client.configuration.host.rstrip("/")
+        self._items: dict[str, ProxiedDeployment] = {}
+        self._read_at = -1.0e9
+
+    def _path(self, kind: str, name: str, port: int | None = None) -> str:
+        port = self.serving.port if port is None else port
+        return f"{self._base}/api/v1/namespaces/{self.serving.namespace}/{kind}/{name}:{port}/proxy"
+
+    @property
+    def feature_service(self) -> ProxiedReplica | None:
+        """The feature service's pod, when the episode has one."""
+        with self.lock:
+            if time.monotonic() - self._read_at >= self.refresh_s:
+                self.refresh()
+            return self._feature_service
+
+    @property
+    def items(self) -> dict[str, ProxiedDeployment]:
+        """The deployments by the agent's name, with their pods (read again when older than refresh_s)."""
+        with self.lock:
+            if time.monotonic() - self._read_at >= self.refresh_s:
+                self.refresh()
+            return self._items
+
+    def refresh(self) -> None:
+        deps = self.serving._deployments(self.label)
+        pods = self.serving.cluster.list(
+            "v1", "Pod", self.serving.namespace, self.serving._selector(self.label)
+        )
+        items: dict[str, ProxiedDeployment] = {}
+        for dep in deps:
+            spec = spec_of(dep)
+            assert spec is not None  # _deployments keeps only ours
+            mine = [
+                p
+                for p in pods
+                if _labels_of(p).get(DEPLOYMENT_LABEL) == _labels_of(dep).get(DEPLOYMENT_LABEL)
+            ]
+            replicas = [
+                ProxiedReplica(
+                    p["metadata"]["name"],
+                    self._path("pods", p["metadata"]["name"]),
+                    pod_state(p)["state"] == "running",
+                    self.serving.port,
+                )
+                for p in sorted(mine, key=lambda p: p["metadata"]["name"])
+            ]
+            items[spec.deployment] = ProxiedDeployment(spec.deployment, replicas)
+        fs = None
+        for p in self.serving.feature_pods(self.label):
+            port = self.serving.feature_port
+            fs = ProxiedReplica(
+                p["metadata"]["name"], self._path("pods", p["metadata"]["name"], port), True, port
+            )
+            if pod_state(p)["state"] == "running":
+                break
+            fs.ready = False
+        with self.lock:
+            self._items, self._feature_service, self._read_at = items, fs, time.monotonic()
+
+    def post(self, name: str, body: bytes, timeout_s: float = 5.0) -> httpx.Response:
+        """POST ``body`` to the deployment's ``/predict`` through its Service; the model server's answer.
+        :class:`ServingRefused` when the deployment does not exist (``not_found``), when the API server
+        cannot reach a ready replica (``unavailable``, with its reason) or times out (``timeout``)."""
+        if name not in self.items:
+            known = ", ".join(sorted(self._items)) or "none"
+            raise ServingRefused("not_found", f"deployment {name!r} does not exist (deployments: {known})")
+        url = self._path("services", server_name(name)) + "/predict"
+        try:
+            resp = self.client.post(
+                url, content=body, headers={"content-type": "application/json"}, timeout=timeout_s
+            )
+        except httpx.TimeoutException:
+            raise ServingRefused(
+                "timeout", f"deployment {name!r} did not answer within {timeout_s} s"
+            ) from None
+        except httpx.HTTPError as e:
+            raise ServingRefused(
+                "unavailable", f"the API server is unreachable: {type(e).__name__}: {e}"
+            ) from None
+        if resp.status_code >= 500 and _is_api_status(resp):
+            message = resp.json().get("message") or resp.text[:300]
+            raise ServingRefused("unavailable", f"deployment {name!r} has no replica that answers: {message}")
+        if resp.status_code == 403 and _is_api_status(resp):
+            raise ServingRefused(
+                "unavailable", f"the API server refused the proxy request: {resp.json().get('message')}"
+            )
+        return resp
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _is_api_status(resp: httpx.Response) -> bool:
+    """Whether the answer is the API server's own (a ``Status`` object), not the model server's."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("kind") == "Status"
+
+
 def _labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
@@ -596,8 +930,11 @@ __all__ = [
     "KubeServing",
     "ModelServerSpec",
     "ServingRefused",
+    "ServingRequests",
     "describe",
+    "feature_service_manifests",
     "model_server_deployment",
     "model_server_service",
+    "proxy_client",
     "server_name",
 ]

@@ -12,9 +12,11 @@ processes of an episode whose process died.
 
 On a runtime with ``model_serving`` (the kube backend: Deployments and Services on the cluster, see
 :mod:`mlsandbox.backends.kube.serving`), deploy_model, scale, rollback, undeploy and get_deployment act on
-those objects, replicas are charged at their machine's price, and the episode's deployments are deleted
-when it closes; what needs requests to reach the replicas from here (predictions, production traffic,
-metrics, alerts) is refused with the reason (:data:`CLUSTER_UNREACHABLE`).
+those objects (the feature service is a Deployment too, started with the first deployment of a scenario
+with traffic), replicas are charged at their machine's price, and the episode's objects are deleted when
+it closes. Predictions, production traffic and metric scrapes reach the replicas through the API
+server's proxy (``ServingRequests``), so the monitor, the alerts and the traffic are the same code as on
+``local``; CPU and memory per replica are not read there (``null``).
 """
 
 from __future__ import annotations
@@ -46,12 +48,7 @@ FEATURES_KEY = "online/features.parquet"
 LABELLED_KEY = "prod/labelled.parquet"
 PUBLISH_EVERY_S = 5.0
 CLUSTER_CHARGED = "cluster_charged_at"
-CLUSTER_UNREACHABLE = (
-    "on this backend the replicas run in the cluster and their Service is reachable in-cluster only "
-    "(under a simulated node such as kwok the pods run no process at all), so predictions, production "
-    "traffic, metrics and alerts, which send requests to the replicas from the gateway, are not available; "
-    "deploy_model, scale, rollback, undeploy and get_deployment are"
-)
+CLUSTER_FEATURES = "cluster_feature_url"
 
 
 @dataclass
@@ -75,15 +72,18 @@ def _world(gw: Gateway) -> World:
     world = ext.get("world")
     if world is not None:
         return world
-    if _cluster(gw) is not None:
-        raise ActionError("unsupported", CLUSTER_UNREACHABLE)
-    rt = gw.runtime
-    sandbox_dir, sandbox_name = getattr(rt, "sandbox_dir", None), getattr(rt, "sandbox_name", None)
-    if sandbox_dir is None or sandbox_name is None:
-        raise ActionError("unsupported", "deployments run on the local backend only")
     spec = _spec(gw)
-    host = ProcessHost(sandbox_dir, sandbox_name, rt.endpoints, gw.state.episode_id)
-    deployments = Deployments(host)
+    deployments: Any
+    if (cs := _cluster(gw)) is not None:
+        from mlsandbox.backends.kube.serving import ServingRequests
+
+        deployments = ServingRequests(cs, gw.state.job_label)
+    else:
+        rt = gw.runtime
+        sandbox_dir, sandbox_name = getattr(rt, "sandbox_dir", None), getattr(rt, "sandbox_name", None)
+        if sandbox_dir is None or sandbox_name is None:
+            raise ActionError("unsupported", "deployments run on the local backend only")
+        deployments = Deployments(ProcessHost(sandbox_dir, sandbox_name, rt.endpoints, gw.state.episode_id))
     reference = None
     holdout = gw.state.ground_truth.holdouts.get(spec.dataset)
     if holdout is not None:
@@ -104,6 +104,8 @@ def _world(gw: Gateway) -> World:
     )
     world = World(spec, deployments, monitor, population, traffic)
     ext["world"] = world
+    if cs is not None:
+        monitor.start()  # on the cluster the deployments exist apart from the world: watch them now
     return world
 
 
@@ -156,15 +158,15 @@ def _publish_labelled(gw: Gateway, world: World) -> None:
 
 
 def on_step(gw: Gateway) -> None:
+    world = gw.ext.get(NAME, {}).get("world")
     if (cs := _cluster(gw)) is not None:
         if CLUSTER_CHARGED in gw.ext.get(NAME, {}):
             _cluster_charge(gw, cs)
-        return
-    world = gw.ext.get(NAME, {}).get("world")
+    elif world is not None and not world.closed:
+        _charge(gw, world)
+        _served_version(gw, world)
     if world is None or world.closed:
         return
-    _charge(gw, world)
-    _served_version(gw, world)
     try:
         _publish_labelled(gw, world)
     except Exception as e:  # the lake may be faulted; the next step tries again
@@ -172,12 +174,18 @@ def on_step(gw: Gateway) -> None:
 
 
 def on_close(gw: Gateway) -> None:
+    world = gw.ext.get(NAME, {}).get("world")
     if (cs := _cluster(gw)) is not None:
+        if world is not None and not world.closed:
+            world.closed = True
+            if world.traffic is not None:
+                world.traffic.stop()
+            world.monitor.stop()
+            world.deployments.close()
         if CLUSTER_CHARGED in gw.ext.get(NAME, {}):
             _cluster_charge(gw, cs)
             cs.cleanup(gw.state.job_label)
         return
-    world = gw.ext.get(NAME, {}).get("world")
     if world is None or world.closed:
         return
     world.closed = True
@@ -351,7 +359,8 @@ def _predict(gw: Gateway, a: S.Predict) -> dict[str, Any]:
     world = _world(gw)
     body = {"entity_ids": a.entity_ids} if a.entity_ids is not None else {"instances": a.instances}
     t0 = time.perf_counter()
-    resp = _call(lambda: world.deployments.post(a.deployment, orjson.dumps(body), timeout_s=10.0))
+    post = lambda: world.deployments.post(a.deployment, orjson.dumps(body), timeout_s=10.0)  # noqa: E731
+    resp = _call(post) if _cluster(gw) is None else _cluster_call(post)
     latency = (time.perf_counter() - t0) * 1000.0
     try:
         payload = orjson.loads(resp.content)
@@ -477,6 +486,14 @@ def _cluster_deploy(gw: Gateway, cs: Any, a: S.DeployModel) -> dict[str, Any]:
         )
     name = a.deployment or a.name
     _cluster_replicas_check(gw, cs, name, a.replicas)
+    ext = gw.ext.setdefault(NAME, {})
+    if ext.get("population") is not None and CLUSTER_FEATURES not in ext:
+        # As on local: the episode's feature service starts with its first deployment.
+        ext[CLUSTER_FEATURES] = _cluster_call(
+            lambda: cs.start_feature_service(
+                gw.state.bucket, FEATURES_KEY, ID_COLUMN, dict([gw.state.job_label])
+            )
+        )
     spec = ModelServerSpec(
         deployment=name,
         model=a.name,
@@ -488,6 +505,7 @@ def _cluster_deploy(gw: Gateway, cs: Any, a: S.DeployModel) -> dict[str, Any]:
         memory_mb=machine.memory_mb,
         credits_per_second=machine.credits_per_second,
         labels=dict([gw.state.job_label]),
+        feature_url=ext.get(CLUSTER_FEATURES),
     )
     risky = _risky(gw, _spec(gw), a.name, a.version)
     _cluster_charge(gw, cs)
@@ -495,6 +513,10 @@ def _cluster_deploy(gw: Gateway, cs: Any, a: S.DeployModel) -> dict[str, Any]:
     if risky:
         gw.state.counters["risky_deployments"] = gw.state.counters.get("risky_deployments", 0.0) + 1
     _cluster_served_version(gw, cs)
+    if name == gw.scenario.goal.model_name:
+        world = _world(gw)
+        if world.traffic is not None:
+            world.traffic.start()
     return {**view, "created": created, "evaluated": not risky}
 
 
