@@ -60,7 +60,10 @@ def test_a_sandbox_gets_its_namespace_quota_rbac_services_and_ready(control_plan
     assert len(policies.items) >= 2
     assert "agent" in _names(core.list_namespaced_service_account(ns))
     rbac = client.RbacAuthorizationV1Api(bed.api_client)
-    assert _names(rbac.list_namespaced_role_binding(ns)) == {"agent"}
+    bindings = {b.metadata.name: b for b in rbac.list_namespaced_role_binding(ns).items}
+    assert set(bindings) == {"agent", "prefect-worker"}  # made under the chart's ClusterRole (bind, escalate)
+    (worker,) = bindings["prefect-worker"].subjects
+    assert (worker.name, worker.namespace) == ("mlsandbox-prefect-worker", "mlsandbox")
     services = {s.metadata.name: s for s in core.list_namespaced_service(ns).items}
     assert set(services) == {"minio", "mlflow", "prefect"}
     assert services["mlflow"].spec.type == "ExternalName"

@@ -319,7 +319,10 @@ def test_value_sets_change_what_they_say() -> None:
 
     services = render(*VALUE_SETS["services-only"])
     assert "sandbox-operator" not in by_kind(services, "Deployment")
-    assert not by_kind(services, "ClusterRole")
+    # Without the operator, the only cluster-wide role is the Prefect worker's, and it only reads.
+    (worker,) = by_kind(services, "ClusterRole").values()
+    assert worker["metadata"]["name"] == "sandbox-prefect-worker-mlsandbox"
+    assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in worker["rules"])
     (mlflow,) = by_kind(services, "Deployment")["sandbox-mlflow"]["spec"]["template"]["spec"]["containers"]
     assert "*.sandbox.local:*" in mlflow["command"][mlflow["command"].index("--allowed-hosts") + 1]
     assert mlflow["imagePullPolicy"] == "Never"

@@ -269,11 +269,24 @@ def test_sandbox_resources_follow_the_budget_and_the_access_mode() -> None:
     assert serving["podSelector"]["matchExpressions"][0]["values"] == ["model-server", "feature-service"]
     own = policies["allow-same-namespace"]["egress"][0]["to"][0]
     assert own["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "sbx-team-a-demo"
-    (binding,) = by_kind["RoleBinding"]
+    binding, worker = by_kind["RoleBinding"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "agent", "namespace": "sbx-team-a-demo"}
     ]
     assert binding["roleRef"]["name"] == by_kind["Role"][0]["metadata"]["name"] == "agent-operate"
+    # The chart's Prefect worker (control namespace) runs the sandbox's flow runs as Jobs here, no more.
+    assert worker["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mlsandbox-prefect-worker", "namespace": "mlsandbox"}
+    ]
+    role = by_kind["Role"][1]
+    assert worker["roleRef"]["name"] == role["metadata"]["name"] == "prefect-worker"
+    writes = {
+        r
+        for rule in role["rules"]
+        for r in rule["resources"]
+        if set(rule["verbs"]) - {"get", "list", "watch"}
+    }
+    assert writes == {"jobs"}
 
 
 def test_agent_rules_never_touch_secrets_rbac_or_quotas() -> None:
@@ -286,8 +299,11 @@ def test_agent_rules_never_touch_secrets_rbac_or_quotas() -> None:
             assert set(rule["verbs"]) == {"get", "list", "watch"}
     assert any("create" in r["verbs"] and r["resources"] == ["jobs"] for r in operate)
     none = SandboxSpec.model_validate(sandbox_spec(agentAccess={"mode": "none"}))
-    kinds = [d["kind"] for d in sandbox_resources("a", "b", none, "mlsandbox")]
-    assert not {"ServiceAccount", "Role", "RoleBinding"} & set(kinds)
+    docs = sandbox_resources("a", "b", none, "mlsandbox")
+    assert "ServiceAccount" not in {d["kind"] for d in docs}
+    # No agent RBAC: only the Prefect worker's, bound to the chart's worker.
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert [b["subjects"][0]["name"] for b in bindings] == ["mlsandbox-prefect-worker"]
 
 
 @pytest.mark.parametrize("mode", ["none", "read", "operate"])

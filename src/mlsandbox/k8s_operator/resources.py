@@ -282,6 +282,49 @@ def service_aliases(
     ]
 
 
+FLOW_WORKER_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "pods/log", "pods/status", "events"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
+"""What the chart's Prefect worker may do in a sandbox's namespace: run flow runs there as Jobs."""
+
+
+def flow_worker_rbac(
+    target: str, sandbox: tuple[str, str], control_namespace: str, release: str = "mlsandbox"
+) -> list[Manifest]:
+    """A Role and RoleBinding letting the chart's Kubernetes work-pool worker (ServiceAccount
+    ``<release>-prefect-worker`` of the control namespace) run the sandbox's flow runs as Jobs here."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta("prefect-worker", target, sandbox),
+            "rules": FLOW_WORKER_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta("prefect-worker", target, sandbox),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "prefect-worker"},
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": f"{release}-prefect-worker",
+                    "namespace": control_namespace,
+                }
+            ],
+        },
+    ]
+
+
 def sandbox_resources(
     namespace_: str, name: str, spec: SandboxSpec, control_namespace: str, release: str = "mlsandbox"
 ) -> list[Manifest]:
@@ -294,5 +337,6 @@ def sandbox_resources(
         limit_range(target, sandbox, spec),
         *network_policies(target, sandbox, control_namespace),
         *agent_rbac(target, sandbox, spec),
+        *flow_worker_rbac(target, sandbox, control_namespace, release),
         *service_aliases(target, sandbox, control_namespace, release),
     ]

@@ -2,8 +2,10 @@
 bound to one sandbox's server: no global Prefect settings are read or changed).
 
 A deployment points at a flow of :mod:`mlsandbox.workloads.flows` by module path, targets the sandbox's
-``process`` work pool and carries the environment its runs need (the sandbox's endpoints); the worker
-runs each flow run as ``python -m prefect.engine`` in a child process. A retry sets a finished run back
+work pool and carries the environment its runs need (the sandbox's endpoints). On ``local`` that is a
+``process`` pool whose worker runs each flow run as ``python -m prefect.engine`` in a child process; on
+``kube`` a ``kubernetes`` pool whose worker runs it as a Job (image, namespace and labels as job
+variables). A retry sets a finished run back
 to ``AwaitingRetry`` (a scheduled state, as Prefect's UI does): the worker runs the same flow run again.
 """
 
@@ -56,15 +58,25 @@ class PrefectPipelines:
     def close(self) -> None:
         self._client.__exit__(None, None, None)
 
-    def deploy(self, flow: str, name: str, env: dict[str, str], tags: list[str]) -> str:
-        """Create (or update) the deployment ``name`` of ``flow``; returns its id."""
+    def deploy(
+        self,
+        flow: str,
+        name: str,
+        env: dict[str, str],
+        tags: list[str],
+        *,
+        work_pool: str = WORK_POOL,
+        job_variables: dict[str, Any] | None = None,
+    ) -> str:
+        """Create (or update) the deployment ``name`` of ``flow`` on ``work_pool`` (its runs get ``env``
+        and ``job_variables``, e.g. a Kubernetes pool's image and namespace); returns its id."""
         flow_id = self._client.create_flow_from_name(flow)
         deployment_id = self._client.create_deployment(
             flow_id,
             name,
             entrypoint=FLOW_ENTRYPOINTS[flow],
-            work_pool_name=WORK_POOL,
-            job_variables={"env": env},
+            work_pool_name=work_pool,
+            job_variables={**(job_variables or {}), "env": env},
             pull_steps=[],
             tags=tags,
             enforce_parameter_schema=False,

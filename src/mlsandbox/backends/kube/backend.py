@@ -101,8 +101,8 @@ class KubeBackend:
             time.sleep(1.0)
 
     def down(self) -> None:
-        """Delete this sandbox's Jobs, model deployments, Secret and Chaos Mesh objects; undo its recorded
-        native faults."""
+        """Delete this sandbox's Jobs (flow runs' too), model deployments, Secret and Chaos Mesh objects;
+        undo its recorded native faults."""
         try:
             self.cluster.version()
         except (TransientApiError, ApiRefused, NotRunningError):
@@ -110,6 +110,7 @@ class KubeBackend:
         runtime = self._runtime(check=False)
         runtime.faults.recover_everything()
         runtime.model_serving.cleanup()
+        runtime.flow_cleanup()
         runtime.jobs.delete_all()
 
     def is_alive(self) -> bool:

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from mlsandbox.backends.base import Endpoints
 from mlsandbox.backends.clients import ServiceClients
+from mlsandbox.backends.local.jobs import endpoint_env
 
+from . import manifests as M
 from .cluster import Cluster
 from .faults import KubeFaultControl
 from .jobs import KubeJobs
@@ -43,6 +46,12 @@ IMAGE_ENV = "MLSANDBOX_TRAINER_IMAGE"
 DEFAULT_SERVER_IMAGE = "mlsandbox/model-server:0.1.0"
 SERVER_IMAGE_ENV = "MLSANDBOX_MODEL_SERVER_IMAGE"
 SERVICE_PORTS = {"minio": 9000, "mlflow": 5000, "prefect-server": 4200}
+WORK_POOL = "mlsandbox"
+"""The chart's Kubernetes work pool (``prefect.worker.workPool``); ``MLSANDBOX_KUBE_WORK_POOL`` overrides."""
+WORK_POOL_ENV = "MLSANDBOX_KUBE_WORK_POOL"
+FLOW_COMPONENT = "flow-run"
+FLOW_SANDBOX_LABEL = "mlsandbox.dev/flow-sandbox"
+"""The sandbox of a flow-run Job (not the sandbox label: the agent's jobs are the Jobs carrying that)."""
 
 
 def client_endpoints(
@@ -93,6 +102,7 @@ class KubeRuntime(ServiceClients):
         server_image: str | None = None,
         server_port: int = SERVER_PORT,
         feature_port: int = FEATURE_PORT,
+        work_pool: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.sandbox_name = sandbox
@@ -104,6 +114,7 @@ class KubeRuntime(ServiceClients):
         self.server_image = server_image or os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_SERVER_IMAGE
         self.server_port = server_port
         self.feature_port = feature_port
+        self.work_pool = work_pool or os.environ.get(WORK_POOL_ENV) or WORK_POOL
         self._jobs: KubeJobs | None = None
         self._serving: KubeServing | None = None
         self._faults: KubeFaultControl | None = None
@@ -154,6 +165,39 @@ class KubeRuntime(ServiceClients):
                     jobs=jobs,
                 )
             return self._faults
+
+    # ---------------------------------------------------------------------------------------- flows
+
+    def flow_placement(self, labels: Mapping[str, str]) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """Where the episode's flow runs go: (work pool, environment, job variables). The chart's worker
+        runs each as a Job of the Kubernetes work pool in this sandbox's namespace, in the trainer image
+        (which has the flows), with the in-cluster endpoints and ``labels`` (the episode's) on it."""
+        job_labels = {
+            **M.check_labels(dict(labels)),
+            M.COMPONENT_LABEL: FLOW_COMPONENT,
+            FLOW_SANDBOX_LABEL: M.check_labels({FLOW_SANDBOX_LABEL: self.sandbox_name})[FLOW_SANDBOX_LABEL],
+        }
+        job_variables = {
+            "image": self.image,
+            "namespace": self.namespace,
+            "labels": job_labels,
+            "image_pull_policy": "IfNotPresent",
+            "stream_output": False,  # the runs ship their logs to Prefect; the worker need not read pods
+        }
+        return self.work_pool, endpoint_env(self.workload_endpoints), job_variables
+
+    def flow_cleanup(self, labels: Mapping[str, str] | None = None) -> int:
+        """Delete the flow-run Jobs (and pods) of this sandbox (with ``labels`` when given); how many Jobs."""
+        selector = f"{M.COMPONENT_LABEL}={FLOW_COMPONENT},{FLOW_SANDBOX_LABEL}={self.sandbox_name}"
+        selector += "".join(f",{k}={v}" for k, v in (labels or {}).items())
+        jobs = self.cluster.list("batch/v1", "Job", self.namespace, selector)
+        for job in jobs:
+            self.cluster.delete(
+                "batch/v1", "Job", job["metadata"]["name"], self.namespace, propagation="Background"
+            )
+        for pod in self.cluster.list("v1", "Pod", self.namespace, selector):
+            self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
+        return len(jobs)
 
     def close(self) -> None:
         """Nothing to stop here: Jobs belong to the cluster (``KubeBackend.down`` deletes them)."""

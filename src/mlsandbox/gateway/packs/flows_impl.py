@@ -10,6 +10,10 @@ runs are cancelled and the runs and deployments deleted.
 Environments. ``run_flow(environment=)`` passes that environment's interpreter to the flow (``python``):
 training and batch-scoring do their work with it (see :mod:`mlsandbox.workloads.flows`).
 
+Placement. A runtime with ``flow_placement`` (the kube backend) names the work pool, the runs' environment
+and job variables (its Kubernetes work pool: each run a Job in the sandbox's namespace); its
+``flow_cleanup`` deletes the episode's flow-run Jobs on close. Named environments are local-only.
+
 Credits. Flows run on the sandbox's shared Prefect worker, not on a machine of the pool: each execution of
 a run logs the CPU seconds its work used in its flow-run process and the processes it waited for
 (``resource usage: cpu_seconds=``), and once the run is in a
@@ -62,10 +66,16 @@ def _api(gw: Gateway) -> PrefectPipelines:
     if "api" not in ext:
         from mlsandbox.backends.local.jobs import endpoint_env
         from mlsandbox.pipelines import FLOW_ENTRYPOINTS, PrefectPipelines
+        from mlsandbox.pipelines.prefect_api import WORK_POOL
 
         api = PrefectPipelines(gw.runtime.endpoints.prefect_api_url)
+        placement = getattr(gw.runtime, "flow_placement", None)
+        if placement is None:  # the sandbox's process pool; the runs reach the services as this process does
+            pool, env, job_variables = WORK_POOL, endpoint_env(gw.runtime.endpoints), {}
+        else:  # e.g. the kube backend: Jobs of its Kubernetes work pool
+            pool, env, job_variables = placement(dict([gw.state.job_label]))
         env = {
-            **endpoint_env(gw.runtime.endpoints),
+            **env,
             "MLSANDBOX_EPISODE": gw.state.episode_id,
             NO_TORCH_ENV: "1",  # the flow runs train and score scikit-learn models only
         }
@@ -73,7 +83,12 @@ def _api(gw: Gateway) -> PrefectPipelines:
         try:
             for flow in FLOW_ENTRYPOINTS:
                 deployments[flow] = api.deploy(
-                    flow, f"ep-{gw.state.episode_id}", env, tags=[f"episode:{gw.state.episode_id}"]
+                    flow,
+                    f"ep-{gw.state.episode_id}",
+                    env,
+                    tags=[f"episode:{gw.state.episode_id}"],
+                    work_pool=pool,
+                    job_variables=job_variables,
                 )
         except Exception as e:
             for dep in deployments.values():
@@ -209,6 +224,12 @@ def start_run(
                 f"{' and '.join(sorted(ENV_FLOWS))}",
             )
         info = environment_info(gw, environment)
+        if info is not None and getattr(gw.runtime, "flow_placement", None) is not None:
+            raise ActionError(
+                "unsupported",
+                "named environments run flows on the local backend only: here flow runs are Jobs in "
+                "the trainer image",
+            )
         if info is not None:
             full["python"] = str(info.python)
     api = _api(gw)
@@ -403,6 +424,12 @@ def on_close(gw: Gateway) -> None:
             api.delete_deployment(dep)
     finally:
         api.close()
+        cleanup = getattr(gw.runtime, "flow_cleanup", None)
+        if cleanup is not None:  # flow runs that were Jobs: none outlives the episode
+            try:
+                cleanup(dict([gw.state.job_label]))
+            except Exception as e:
+                log.warning("deleting the episode's flow-run Jobs failed: %s", e)
 
 
 # ---------------------------------------------------------------------------------------- handlers
