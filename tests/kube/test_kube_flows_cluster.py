@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from test_kube_serving_cluster import WORKLOAD_ENDPOINTS, wait_for
+from test_kube_serving_cluster import WORKLOAD_ENDPOINTS, runtime_of, wait_for
 
 from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.backends.kube.controlplane import OUTCOME_ANNOTATION
-from mlsandbox.backends.kube.runtime import FLOW_COMPONENT, KubeRuntime
+from mlsandbox.backends.kube.runtime import FLOW_COMPONENT
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario
@@ -79,16 +79,7 @@ def work_pool(control_plane: Any, sandbox: Any, tmp_path: Path) -> Iterator[str]
 def test_flow_runs_are_jobs_of_the_kubernetes_work_pool(
     backend: KubeBackend, sandbox: Any, work_pool: str
 ) -> None:
-    rt = KubeRuntime(
-        backend.cluster,
-        sandbox=backend.name,
-        namespace=backend.namespace,
-        control_namespace=backend.control_namespace,
-        endpoints=sandbox.endpoints(),
-        workload_endpoints=WORKLOAD_ENDPOINTS,
-        image="mlsandbox/trainer:0.1.0",
-        work_pool=work_pool,
-    )
+    rt = runtime_of(backend, sandbox.endpoints(), work_pool=work_pool)
     data = load_builtin("pipeline-failure-upstream").model_dump(mode="json")
     data["pipelines"]["start_runs"] = []  # its start waits for runs that, under kwok, never run
     data["max_steps"] = 2000  # the test polls with steps

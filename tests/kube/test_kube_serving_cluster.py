@@ -58,7 +58,10 @@ def spec(**overrides: Any) -> KS.ModelServerSpec:
     return KS.ModelServerSpec(**{**values, **overrides})
 
 
-def _runtime(backend: KubeBackend, endpoints: Endpoints = WORKLOAD_ENDPOINTS) -> KubeRuntime:
+def runtime_of(
+    backend: KubeBackend, endpoints: Endpoints = WORKLOAD_ENDPOINTS, **options: Any
+) -> KubeRuntime:
+    """The backend's runtime with clients on ``endpoints`` (Jobs and pods get the in-cluster ones)."""
     return KubeRuntime(
         backend.cluster,
         sandbox=backend.name,
@@ -68,6 +71,7 @@ def _runtime(backend: KubeBackend, endpoints: Endpoints = WORKLOAD_ENDPOINTS) ->
         workload_endpoints=WORKLOAD_ENDPOINTS,
         image="mlsandbox/trainer:0.1.0",
         server_image="mlsandbox/model-server:0.1.0",
+        **options,
     )
 
 
@@ -91,7 +95,7 @@ def _template_versions(rt: KubeRuntime) -> set[str]:
 def test_deploy_makes_a_ready_deployment_and_service_and_scale_changes_ready_replicas(
     backend: KubeBackend,
 ) -> None:
-    rt = _runtime(backend)
+    rt = runtime_of(backend)
     view, created = rt.model_serving.deploy(spec())
     assert created is True
     assert view["rollout"] == "complete" and view["replicas"] == 2 and view["replicas_up"] == 2
@@ -139,7 +143,7 @@ def test_deploy_makes_a_ready_deployment_and_service_and_scale_changes_ready_rep
 
 
 def test_a_new_version_rolls_out_and_rollback_restores_the_previous_one(backend: KubeBackend) -> None:
-    rt = _runtime(backend)
+    rt = runtime_of(backend)
     serving = rt.model_serving
     serving.deploy(spec())
     view, created = serving.deploy(spec(version="2"))
@@ -165,7 +169,7 @@ def test_a_new_version_rolls_out_and_rollback_restores_the_previous_one(backend:
 
 
 def test_an_oom_killed_replica_shows_in_get_deployment_and_is_replaced(backend: KubeBackend) -> None:
-    rt = _runtime(backend)
+    rt = runtime_of(backend)
     rt.model_serving.deploy(spec(replicas=1))
     (pod,) = rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn")
     rt.cluster.patch(
@@ -191,7 +195,7 @@ def test_an_oom_killed_replica_shows_in_get_deployment_and_is_replaced(backend: 
 
 
 def test_undeploy_removes_both_objects_and_down_removes_the_rest(backend: KubeBackend) -> None:
-    rt = _runtime(backend)
+    rt = runtime_of(backend)
     rt.model_serving.deploy(spec())
     rt.model_serving.deploy(spec(deployment="churn_b"), wait=False)
     last = rt.model_serving.undeploy("churn")
@@ -223,7 +227,7 @@ def test_the_operators_warm_reset_removes_the_episodes_deployments(control_plane
     bed.wait_phase("team-srv", "reset", "Ready")
     backend = KubeBackend("reset", control_namespace="team-srv", api_client=bed.api_client)
     backend.up()
-    rt = _runtime(backend)
+    rt = runtime_of(backend)
     view, _ = rt.model_serving.deploy(spec())
     assert view["replicas_up"] == 2  # admitted under the sandbox's quota and limit range
     bed.patch_spec("team-srv", "reset", {"episode": 1})
@@ -246,7 +250,7 @@ def test_serving_actions_through_the_gateway_on_the_cluster(backend: KubeBackend
     from mlsandbox.gateway.dispatcher import Gateway
     from mlsandbox.scenario import load_builtin
 
-    rt = _runtime(backend, endpoints=sandbox.endpoints())
+    rt = runtime_of(backend, endpoints=sandbox.endpoints())
     gw = Gateway(rt, load_builtin("tabular-quality-basic"), seed=3, sandbox=sandbox.name)
     gw.start()
     model = gw.scenario.goal.model_name

@@ -20,10 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
-from test_kube_serving_cluster import WORKLOAD_ENDPOINTS, wait_for  # tests/kube is on sys.path
+from test_kube_serving_cluster import runtime_of, wait_for  # tests/kube is on sys.path
 
 from mlsandbox.backends.kube.backend import KubeBackend
-from mlsandbox.backends.kube.runtime import KubeRuntime
 from mlsandbox.backends.local.jobs import endpoint_env
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
@@ -110,16 +109,7 @@ def test_predictions_traffic_metrics_and_alerts_go_through_the_api_server(
     backend: KubeBackend, sandbox: Any, trained_run: str, tmp_path: Any
 ) -> None:
     server_port, feature_port = _free_port(), _free_port()
-    rt = KubeRuntime(
-        backend.cluster,
-        sandbox=backend.name,
-        namespace=backend.namespace,
-        control_namespace=backend.control_namespace,
-        endpoints=sandbox.endpoints(),
-        workload_endpoints=WORKLOAD_ENDPOINTS,
-        server_port=server_port,
-        feature_port=feature_port,
-    )
+    rt = runtime_of(backend, sandbox.endpoints(), server_port=server_port, feature_port=feature_port)
     gw = Gateway(rt, load_builtin(SCENARIO), seed=5, sandbox=sandbox.name)
     gw.start()
     model = gw.scenario.goal.model_name

@@ -141,23 +141,42 @@ def pod_template(
 ) -> M.Manifest:
     """The pods of a deployment (what changes when it serves another version)."""
     resources = {"cpu": M.cpu_quantity(spec.cpus), "memory": M.memory_quantity(spec.memory_mb)}
-    container = {
-        "name": COMPONENT,
+    args = ["--model-uri", f"models:/{spec.registry_name}/{spec.version}"]
+    args += ["--feature-url", spec.feature_url] if spec.feature_url else []
+    container = _server_container(
+        COMPONENT,
+        image,
+        image_pull_policy,
+        [*args[:2], "--host", "0.0.0.0", "--port", str(port), *args[2:]],
+        MODEL_SERVER_MODULE,
+        server_env(spec, endpoints, s3_secret),
+        port,
+        resources,
+    )
+    return {
+        "metadata": {"labels": {**_labels(spec, sandbox), VERSION_LABEL: spec.version}},
+        "spec": _pod_spec(container),
+    }
+
+
+def _server_container(
+    name: str,
+    image: str,
+    image_pull_policy: str,
+    args: list[str],
+    module: str,
+    env: list[dict[str, Any]],
+    port: int,
+    resources: Mapping[str, str],
+) -> dict[str, Any]:
+    """An HTTP server of the sandbox's image (``python -m module args``) on ``port`` (named ``http``),
+    ready once ``/health`` answers, with requests = limits = ``resources`` and a writable ``/tmp``."""
+    return {
+        "name": name,
         "image": image,
         "imagePullPolicy": image_pull_policy,
-        "command": [
-            "python",
-            "-m",
-            MODEL_SERVER_MODULE,
-            "--model-uri",
-            f"models:/{spec.registry_name}/{spec.version}",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(port),
-            *(["--feature-url", spec.feature_url] if spec.feature_url else []),
-        ],
-        "env": server_env(spec, endpoints, s3_secret),
+        "command": ["python", "-m", module, *args],
+        "env": env,
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {"path": "/health", "port": "http"},
@@ -169,15 +188,16 @@ def pod_template(
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": M.container_security(),
     }
+
+
+def _pod_spec(container: dict[str, Any]) -> dict[str, Any]:
+    """A pod of one server container: restricted security, no API token, an emptyDir ``/tmp``."""
     return {
-        "metadata": {"labels": {**_labels(spec, sandbox), VERSION_LABEL: spec.version}},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "securityContext": M.pod_security(),
-            "containers": [container],
-            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
-        },
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": M.pod_security(),
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
     }
 
 
@@ -269,37 +289,28 @@ def feature_service_manifests(
         M.SANDBOX_LABEL: M.check_labels({M.SANDBOX_LABEL: sandbox})[M.SANDBOX_LABEL],
     }
     match = {M.SANDBOX_LABEL: meta_labels[M.SANDBOX_LABEL], M.COMPONENT_LABEL: FEATURE_COMPONENT}
-    container = {
-        "name": FEATURE_COMPONENT,
-        "image": image,
-        "imagePullPolicy": image_pull_policy,
-        "command": [
-            "python",
-            "-m",
-            FEATURE_MODULE,
-            "--bucket",
-            bucket,
-            "--key",
-            key,
-            "--id-column",
-            id_column,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(port),
-        ],
-        "env": M.container_env(endpoints, 0.5, s3_secret, {}),
-        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-        "readinessProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
-            "periodSeconds": 5,
-            "timeoutSeconds": 2,
-            "failureThreshold": 2,
-        },
-        "resources": {"requests": dict(FEATURE_RESOURCES), "limits": dict(FEATURE_RESOURCES)},
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        "securityContext": M.container_security(),
-    }
+    args = [
+        "--bucket",
+        bucket,
+        "--key",
+        key,
+        "--id-column",
+        id_column,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+    ]
+    container = _server_container(
+        FEATURE_COMPONENT,
+        image,
+        image_pull_policy,
+        args,
+        FEATURE_MODULE,
+        M.container_env(endpoints, 0.5, s3_secret, {}),
+        port,
+        FEATURE_RESOURCES,
+    )
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -307,16 +318,7 @@ def feature_service_manifests(
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": match},
-            "template": {
-                "metadata": {"labels": meta_labels},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "securityContext": M.pod_security(),
-                    "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
-                },
-            },
+            "template": {"metadata": {"labels": meta_labels}, "spec": _pod_spec(container)},
         },
     }
     service = {
