@@ -3,7 +3,10 @@
 Measures, over a few sandboxes: control-plane start time, Sandbox creation -> Ready, warm reset
 (``spec.episode`` bumped) -> Ready with the previous episode's objects gone, deletion -> gone, and the
 Kubernetes API calls the operator makes per reset (counted from the API server's audit log, the
-operator's own identity only). Prints a table and saves .bench/kube.json.
+operator's own identity only); and the latency of one prediction sent through the API server's Service
+proxy (how the gateway reaches replicas on a cluster) against the same request sent to the model server
+directly (a real model server on this machine behind a kwok pod, a small scikit-learn model). Prints a
+table and saves .bench/kube.json.
 
 What this does not measure: `make sandbox-up` on a real kind cluster (images, Chaos Mesh, pulling), which
 needs Docker with a registry; see the README's kube section.
@@ -15,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -84,6 +88,71 @@ def episode_objects(bed: Any, ns: str, episode: int) -> None:
     )
 
 
+def serving_proxy(bed: Any, tmp: Path, n: int = 200) -> tuple[list[float], list[float]]:
+    """Latencies (ms) of ``n`` predictions directly and through the API server's Service proxy."""
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+    import mlflow.sklearn
+    import numpy as np
+    import pandas as pd
+    from mlflow.models import infer_signature
+    from sklearn.linear_model import LogisticRegression
+
+    from mlsandbox.backends.base import Endpoints
+    from mlsandbox.backends.kube.cluster import Cluster
+    from mlsandbox.backends.kube.serving import KubeServing, ModelServerSpec, ServingRequests
+
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame({"a": rng.normal(size=200), "b": rng.normal(size=200)})
+    model = LogisticRegression().fit(x, (x["a"] + x["b"] > 0).astype(int))
+    mlflow.sklearn.save_model(model, str(tmp / "model"), signature=infer_signature(x, model.predict(x)))
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlsandbox.workloads.model_server", "--model-path", str(tmp / "model"),
+         "--host", "0.0.0.0", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    body = b'{"instances": [{"a": 0.5, "b": -0.2}]}'
+    headers = {"content-type": "application/json"}
+    try:
+        bed.wait("the model server", lambda: httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200)
+        bed.namespace("bench-serving")
+        none = Endpoints(s3_url="http://s3", s3_access_key="k", s3_secret_key="s", mlflow_url="http://m",
+                         prefect_api_url="http://p/api")  # fmt: skip
+        serving = KubeServing(Cluster(bed.api_client), namespace="bench-serving", sandbox="bench",
+                              image="mlsandbox/model-server:0.1.0", endpoints=none, port=port)  # fmt: skip
+        spec = ModelServerSpec(deployment="m", model="m", registry_name="m", version="1", replicas=1,
+                               machine="cpu-small", cpus=0.5, memory_mb=512)  # fmt: skip
+        serving.deploy(spec)
+        requests = ServingRequests(serving)
+        direct, proxied = [], []
+        with httpx.Client() as c:
+            for _ in range(20):  # warm-up: connections, the proxy's endpoint lookup
+                c.post(f"http://127.0.0.1:{port}/predict", content=body, headers=headers)
+                requests.post("m", body)
+            for _ in range(n):
+                t = time.perf_counter()
+                assert (
+                    c.post(f"http://127.0.0.1:{port}/predict", content=body, headers=headers).status_code
+                    == 200
+                )
+                direct.append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                assert requests.post("m", body).status_code == 200
+                proxied.append((time.perf_counter() - t) * 1000)
+        requests.close()
+        serving.cleanup()
+        return direct, proxied
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def main() -> None:
     t0 = time.perf_counter()
     with testbed() as bed:
@@ -105,6 +174,8 @@ def main() -> None:
                 resets.append(time.perf_counter() - t)
                 time.sleep(0.5)  # let the audit log flush the reset's last requests
                 calls.append(len(bed.cp.audit_events(since=since, user=OPERATOR_USER)))
+        with tempfile.TemporaryDirectory() as tmp:
+            direct, proxied = serving_proxy(bed, Path(tmp))
         for i in range(N):
             bed.delete_sandbox("team-a", f"bench-{i}")
             t = time.perf_counter()
@@ -117,6 +188,8 @@ def main() -> None:
         "warm reset -> ready (s)": resets,
         "delete -> gone (s)": deletes,
         "operator API calls per reset": [float(c) for c in calls],
+        "predict, direct to the server (ms)": direct,
+        "predict via the API server proxy (ms)": proxied,
     }
     table = Table(title=f"kube under kwok ({N} sandboxes, {RESETS} resets each)")
     for col in ("measure", "n", "p50", "p95", "max"):
