@@ -834,17 +834,19 @@ class ServingRequests:
     def feature_service(self) -> ProxiedReplica | None:
         """The feature service's pod, when the episode has one."""
         with self.lock:
-            if time.monotonic() - self._read_at >= self.refresh_s:
-                self.refresh()
+            self._fresh()
             return self._feature_service
 
     @property
     def items(self) -> dict[str, ProxiedDeployment]:
         """The deployments by the agent's name, with their pods (read again when older than refresh_s)."""
         with self.lock:
-            if time.monotonic() - self._read_at >= self.refresh_s:
-                self.refresh()
+            self._fresh()
             return self._items
+
+    def _fresh(self) -> None:
+        if time.monotonic() - self._read_at >= self.refresh_s:
+            self.refresh()
 
     def refresh(self) -> None:
         deps = self.serving._deployments(self.label)
@@ -871,14 +873,13 @@ class ServingRequests:
             ]
             items[spec.deployment] = ProxiedDeployment(spec.deployment, replicas)
         fs = None
-        for p in self.serving.feature_pods(self.label):
-            port = self.serving.feature_port
-            fs = ProxiedReplica(
-                p["metadata"]["name"], self._path("pods", p["metadata"]["name"], port), True, port
-            )
-            if pod_state(p)["state"] == "running":
-                break
-            fs.ready = False
+        port = self.serving.feature_port
+        fpods = self.serving.feature_pods(self.label)
+        running = [p for p in fpods if pod_state(p)["state"] == "running"]
+        if fpods:  # a running pod first; else the last one, not ready
+            p = (running or fpods[-1:])[0]
+            name = p["metadata"]["name"]
+            fs = ProxiedReplica(name, self._path("pods", name, port), bool(running), port)
         with self.lock:
             self._items, self._feature_service, self._read_at = items, fs, time.monotonic()
 
