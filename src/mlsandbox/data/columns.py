@@ -73,10 +73,20 @@ def category_probabilities(column: CategoricalColumn) -> np.ndarray:
     return p / p.sum()
 
 
+_COMPARE_MAX_CATEGORIES = 8
+"""Up to this many categories, codes are counted by one comparison per bound (about twice as fast as
+``searchsorted``); beyond it, searched."""
+
+
 def _codes(column: CategoricalColumn, rng: np.random.Generator, n: int) -> np.ndarray:
     cdf = np.cumsum(category_probabilities(column))
-    codes = np.searchsorted(cdf, rng.random(n), side="right")
-    return np.minimum(codes, len(column.categories) - 1).astype(np.int32)
+    u = rng.random(n)
+    if len(cdf) > _COMPARE_MAX_CATEGORIES:
+        return np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1).astype(np.int32)
+    codes = np.zeros(n, dtype=np.int32)
+    for bound in cdf[:-1]:  # the number of bounds <= u: the same codes, without a binary search per row
+        codes += u >= bound
+    return codes
 
 
 def seconds(moment: object) -> int:

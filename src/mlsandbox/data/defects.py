@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mlsandbox.data.columns import MISSING_CODE, Split, decimals_for
-from mlsandbox.data.randomness import parallel_map, rng_for
+from mlsandbox.data.randomness import parallel_map, rng_for, sorted_sample
 from mlsandbox.data.spec import _NA_TOKENS as NA_TOKENS
 from mlsandbox.data.spec import (
     Duplicates,
@@ -110,7 +110,7 @@ class Injector:
         mask[rows] = True
 
     def pick(self, pool: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-        return np.sort(pool[rng.choice(pool.size, min(k, pool.size), replace=False)])
+        return pool[sorted_sample(rng, pool.size, min(k, pool.size))]
 
     # -------------------------------------------------------------------------------------------- run
 
@@ -144,7 +144,7 @@ class Injector:
 
         def apply(name: str) -> dict[str, Any]:  # one generator per column: the same rows in any thread
             values = self.split.values[name]
-            rows = np.sort(pool[self.rng("missing", name).choice(pool.size, k, replace=False)])
+            rows = pool[sorted_sample(self.rng("missing", name), pool.size, k)]
             values[rows] = MISSING_CODE if values.dtype.kind == "i" else np.nan
             return record(name, "missing", rate, rows)
 
@@ -158,7 +158,7 @@ class Injector:
             rng = self.rng("outlier", name)
             present = self.free_rows(name)
             k = min(count_for(rate, self.n), present.size)
-            rows = np.sort(present[rng.choice(present.size, k, replace=False)])
+            rows = present[sorted_sample(rng, present.size, k)]
             signs = np.where(np.arange(k) < k // 2, -1.0, 1.0)
             rng.shuffle(signs)
             magnitude = rng.uniform(*OUTLIER_STD_RANGE, size=k)
@@ -174,11 +174,14 @@ class Injector:
 
     def _choose_duplicates(self, inj: Duplicates) -> tuple[np.ndarray, np.ndarray]:
         k = count_for(inj.rate, self.n)
-        chosen = self.rng("duplicates").choice(self.n, 2 * k, replace=False)
-        targets, sources = chosen[:k], chosen[k:]
-        order = np.argsort(targets)
+        rng = self.rng("duplicates")
+        chosen = sorted_sample(rng, self.n, 2 * k)
         self.blocked[chosen] = True
-        return targets[order], sources[order]
+        is_target = np.zeros(2 * k, dtype=bool)  # a random half of the chosen rows are overwritten
+        is_target[sorted_sample(rng, 2 * k, k)] = True
+        sources = chosen[~is_target]
+        rng.shuffle(sources)  # each target copies a random other chosen row
+        return chosen[is_target], sources
 
     def _copy_duplicates(self, inj: Duplicates, targets: np.ndarray, sources: np.ndarray) -> None:
         for values in self.split.values.values():

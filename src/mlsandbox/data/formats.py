@@ -8,9 +8,10 @@
   (object columns of mixed types) are written by pandas directly.
 * Parquet: written by pyarrow with every writer option that affects the bytes pinned (format version,
   compression, row groups of 262,144 rows, page version, dictionary encoding for every column but
-  timestamps); the pandas metadata block (it carries the pandas version) is dropped. Parquet files carry
-  no timestamps or random ids; the footer's ``created_by`` names the pyarrow version, so the bytes are
-  stable for a given pyarrow.
+  timestamps and text whose first values are mostly distinct, such as ids); the pandas metadata block
+  (it carries the pandas version) is dropped. Parquet files carry no timestamps or random ids; the footer's ``created_by`` names the pyarrow version, so the bytes are
+  stable for a given pyarrow. Larger tables have their row groups written in parallel and joined
+  (:mod:`mlsandbox.data.formats_parquet`): the same bytes as one sequential write.
 
 * Avro (fastavro), JSON Lines (standard ``json`` writer, Arrow reader) and "dirty" Excel (openpyxl): see
   :mod:`mlsandbox.data.formats_avro`, :mod:`mlsandbox.data.formats_jsonl`,
@@ -64,7 +65,7 @@ PARQUET_OPTIONS: dict[str, object] = {
     "compression": "snappy",
     "row_group_size": PARQUET_ROW_GROUP,
     "data_page_version": "1.0",
-    "use_dictionary": True,  # but not for timestamp columns (see _dictionary_columns)
+    "use_dictionary": True,  # but not for timestamps and ids (see _dictionary_columns)
     "write_statistics": True,
 }
 
@@ -128,27 +129,39 @@ def _csv_bytes(df: pd.DataFrame | pa.Table) -> bytes:
     return _csv_header(text.column_names) + sink.getvalue().to_pybytes()
 
 
-def _dictionary_columns(schema: pa.Schema) -> bool | list[str]:
-    """Dictionary encoding for every column but timestamps: generated times are nearly all distinct, so
-    their dictionary only overflows and is thrown away (a quarter of the encoding time of a typical table,
-    and a larger file). Nested tables keep it everywhere (their column paths are not plain names)."""
-    if any(pa.types.is_nested(f.type) for f in schema) or not any(
-        pa.types.is_timestamp(f.type) for f in schema
-    ):
+_DISTINCT_SAMPLE = 4096
+"""Text columns are judged by their first 4,096 values: mostly distinct there, no dictionary."""
+
+
+def _mostly_distinct(column: pa.ChunkedArray) -> bool:
+    sample = column.slice(0, _DISTINCT_SAMPLE)
+    present = len(sample) - sample.null_count
+    return present > 0 and pc.count_distinct(sample).as_py() > present // 2
+
+
+def _dictionary_columns(table: pa.Table) -> bool | list[str]:
+    """Dictionary encoding for every column but timestamps and mostly-distinct text (ids): their values
+    are nearly all distinct, so the dictionary only overflows and is thrown away (for a table with one
+    timestamp and one id column, about a fifth of the encoding time, and a larger file). Nested tables
+    keep it everywhere (their column paths are not plain names)."""
+    schema = table.schema
+    if any(pa.types.is_nested(f.type) for f in schema):
         return True
-    return [f.name for f in schema if not pa.types.is_timestamp(f.type)]
-
-
-def _parquet_buffer(df: pd.DataFrame | pa.Table) -> pa.Buffer:
-    table = _arrow_table(df).replace_schema_metadata(None)
-    sink = pa.BufferOutputStream()
-    options = {**PARQUET_OPTIONS, "use_dictionary": _dictionary_columns(table.schema)}
-    pq.write_table(table, sink, **options)  # type: ignore[arg-type]
-    return sink.getvalue()
+    plain = {
+        f.name
+        for f, column in zip(schema, table.columns, strict=True)
+        if pa.types.is_timestamp(f.type)
+        or ((pa.types.is_string(f.type) or pa.types.is_large_string(f.type)) and _mostly_distinct(column))
+    }
+    return [f.name for f in schema if f.name not in plain] if plain else True
 
 
 def _parquet_bytes(df: pd.DataFrame | pa.Table) -> bytes:
-    return _parquet_buffer(df).to_pybytes()
+    from mlsandbox.data import formats_parquet
+
+    table = _arrow_table(df).replace_schema_metadata(None)
+    options = {**PARQUET_OPTIONS, "use_dictionary": _dictionary_columns(table)}
+    return formats_parquet.write_table(table, options)
 
 
 def _plain(df: pd.DataFrame | pa.Table) -> pa.Table:
