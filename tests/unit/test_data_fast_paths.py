@@ -64,14 +64,14 @@ REGRESSION = {
         (
             {},
             3,
-            "3fcc1b71faa5dd95da4c31fc6ec6e7d03c5bf220f2837ec937ea37e4c1063c1b",
-            "8632fdcc411ba6d53a13b819309e8e4d615bf7ff8159fe2a9fcb3a0c4d2ad0f8",
+            "4f1f474aac849fa38382b77cd841be6f7d72ececc2562eff17f8ef953a65a910",
+            "72bd459813ec5cefb1de9ba4c7c16c2dbc4767817d817ccceff0b1c21b3bbc39",
         ),
         (
             REGRESSION,
             2,
-            "fbffe68a4b514c9b0524b7386b4c17c81b53d52b8299df7fa62c9a4812780ef0",
-            "35603b3912671b77270c3c248d73b63c99b8a8f5f1e6e2c04fedc8cd55911cc9",
+            "eea30c9ce5fc04580559d77d6cef44ca1f9eb019ce3bf3d44c3f137811eb442c",
+            "dfd40e96c0fbe4788ac72619a6d119e4abbdcc1a6c055bd4b866c79a0b061d93",
         ),
     ],
 )

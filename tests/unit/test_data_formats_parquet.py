@@ -91,7 +91,9 @@ def test_a_single_part_is_kept_as_it_is_and_rows_are_renumbered() -> None:
     assert joined.read().equals(whole)
 
 
-@pytest.mark.parametrize("data", [b"", b"PAR1", b"not parquet at all", b"PAR1\x00\x00\x00\x00PAR0"])
+@pytest.mark.parametrize(
+    "data", [b"", b"PAR1", b"not parquet at all", b"PAR1\x00\x00\x00\x00PAR0", b"PAR1\xff\xff\x00\x00PAR1"]
+)
 def test_what_is_not_parquet_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match="not a Parquet file"):
         formats_parquet.join_parts([data])

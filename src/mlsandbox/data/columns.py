@@ -23,6 +23,8 @@ from mlsandbox.data.spec import (
     Column,
     DatetimeColumn,
     IdColumn,
+    MissingMAR,
+    MissingMNAR,
     NumericColumn,
     TabularDataset,
 )
@@ -38,7 +40,8 @@ class Split:
     n: int
     values: dict[str, np.ndarray]
     latent: dict[str, np.ndarray]
-    """Standardised clean values of numeric and boolean columns (signal, dependencies, MAR/MNAR)."""
+    """Standardised clean values of the numeric and boolean columns that need them (signal, dependencies,
+    MAR/MNAR; see :func:`latent_needed`)."""
     dictionaries: dict[str, list[str]] = field(default_factory=dict)
     """Categorical columns: their categories, then any injected spelling variants."""
     junk: dict[str, tuple[np.ndarray, list[str]]] = field(default_factory=dict)
@@ -55,9 +58,14 @@ def decimals_for(column: NumericColumn) -> int:
     return min(12, max(2, 2 - math.floor(math.log10(column.std))))
 
 
-def finish_numeric(column: NumericColumn, z: np.ndarray) -> np.ndarray:
-    """Latent standard scores to the column's values: scaled, rounded, clipped to its bounds."""
-    values = z * column.std  # in place from here: the same operations as round(z * std + mean) + 0.0
+def finish_numeric(column: NumericColumn, z: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """Latent standard scores to the column's values: scaled, rounded, clipped to its bounds (in ``z``'s
+    own memory when ``in_place``: the scores are then gone)."""
+    if in_place:
+        values = z
+        values *= column.std
+    else:
+        values = z * column.std  # in place from here: the same operations as round(z * std + mean) + 0.0
     values += column.mean
     np.round(values, decimals_for(column), out=values)
     values += 0.0  # no -0.0
@@ -106,19 +114,39 @@ def _id_numbers(spec: TabularDataset, column: IdColumn, seed: int, offset: int, 
     return ((a % modulus) * index + b) % modulus  # < 10**12 * 5e6 < 2**63: no overflow
 
 
+def latent_needed(spec: TabularDataset) -> set[str]:
+    """Columns whose latent scores are read after the draw: the signal's (for the columns that use them),
+    dependencies' parents, missing-at-random drivers and missing-not-at-random columns. The others are
+    finished in place: a column of memory less each (fresh memory is slow to touch)."""
+    needed: set[str] = set()
+    for column in spec.columns:
+        if isinstance(column, NumericColumn):
+            uses_latent = column.depends_on or column.min is not None or column.max is not None
+            if column.weight != 0.0 and (uses_latent or column.integer):
+                needed.add(column.name)
+            needed.update(column.depends_on or {})
+    for injection in spec.defects.injections:
+        if isinstance(injection, MissingMAR):
+            needed.add(injection.driver)
+        elif isinstance(injection, MissingMNAR):
+            needed.add(injection.column)
+    return needed
+
+
 def _independent(
-    spec: TabularDataset, column: Column, seed: int, split: str, n: int, offset: int
+    spec: TabularDataset, column: Column, seed: int, split: str, n: int, offset: int, keep: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """A column's values, and its latent scores when ``keep``."""
     rng = rng_for(seed, spec.name, split, "feature", column.name)
     if isinstance(column, NumericColumn):
         z = rng.standard_normal(n)
-        return finish_numeric(column, z), z
+        return (finish_numeric(column, z), z) if keep else (finish_numeric(column, z, in_place=True), None)
     if isinstance(column, CategoricalColumn):
         return _codes(column, rng, n), None
     if isinstance(column, BooleanColumn):
         flags = (rng.random(n) < column.probability).astype(np.float64)
         p = column.probability
-        return flags, (flags - p) / math.sqrt(p * (1 - p))
+        return flags, ((flags - p) / math.sqrt(p * (1 - p)) if keep else None)
     if isinstance(column, DatetimeColumn):
         secs = rng.integers(seconds(column.start), seconds(column.end), size=n, dtype=np.int64)
         return secs.astype(np.float64), None
@@ -130,7 +158,8 @@ def draw_split(spec: TabularDataset, seed: int, split: str, n: int, offset: int 
     dependent = spec.dependency_order()
     by_name = {c.name: c for c in spec.columns}
     free = [c for c in spec.columns if c.name not in dependent]
-    drawn = parallel_map(lambda c: _independent(spec, c, seed, split, n, offset), free)
+    needed = latent_needed(spec)
+    drawn = parallel_map(lambda c: _independent(spec, c, seed, split, n, offset, c.name in needed), free)
     values: dict[str, np.ndarray] = {}
     latent: dict[str, np.ndarray] = {}
     for column, (v, z) in zip(free, drawn, strict=True):
@@ -145,7 +174,10 @@ def draw_split(spec: TabularDataset, seed: int, split: str, n: int, offset: int 
         z = rng.standard_normal(n) * math.sqrt(1.0 - sum(c * c for c in coefs.values()))
         for parent, c in sorted(coefs.items()):
             z += c * latent[parent]
-        latent[name], values[name] = z, finish_numeric(column, z)
+        if name in needed:
+            latent[name], values[name] = z, finish_numeric(column, z)
+        else:
+            values[name] = finish_numeric(column, z, in_place=True)
     ordered = {c.name: values[c.name] for c in spec.columns}
     dictionaries = {c.name: list(c.categories) for c in spec.columns if isinstance(c, CategoricalColumn)}
     return Split(n=n, values=ordered, latent=latent, dictionaries=dictionaries)

@@ -98,19 +98,23 @@ class Injector:
     def rng(self, *purpose: str) -> np.random.Generator:
         return rng_for(self.seed, self.spec.name, "train", *purpose)
 
-    def free_rows(self, column: str) -> np.ndarray:
+    def free_mask(self, column: str) -> np.ndarray:
         """Rows of a column that are present and untouched by any defect (duplicated rows excluded)."""
         bad = self.blocked | is_missing(self.split.values[column])
         if column in self.touched:
             bad |= self.touched[column]
-        return np.flatnonzero(~bad)
+        return ~bad
+
+    def free_rows(self, column: str) -> np.ndarray:
+        return np.flatnonzero(self.free_mask(column))
 
     def touch(self, column: str, rows: np.ndarray) -> None:
         mask = self.touched.setdefault(column, np.zeros(self.n, dtype=bool))
         mask[rows] = True
 
-    def pick(self, pool: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-        return pool[sorted_sample(rng, pool.size, min(k, pool.size))]
+    def pick(self, allowed: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+        """``k`` rows (fewer when fewer are allowed) where ``allowed`` is true, at random, ascending."""
+        return sorted_sample(rng, self.n, min(k, int(np.count_nonzero(allowed))), allowed)
 
     # -------------------------------------------------------------------------------------------- run
 
@@ -139,12 +143,12 @@ class Injector:
 
     def _missing_mcar(self) -> None:
         rate = self.spec.defects.missing_rate
-        pool = np.flatnonzero(~self.blocked)
+        allowed = ~self.blocked if self.blocked.any() else None
         k = count_for(rate, self.n)
 
         def apply(name: str) -> dict[str, Any]:  # one generator per column: the same rows in any thread
             values = self.split.values[name]
-            rows = pool[sorted_sample(self.rng("missing", name), pool.size, k)]
+            rows = sorted_sample(self.rng("missing", name), self.n, k, allowed)
             values[rows] = MISSING_CODE if values.dtype.kind == "i" else np.nan
             return record(name, "missing", rate, rows)
 
@@ -156,9 +160,8 @@ class Injector:
         def apply(name: str) -> np.ndarray:  # columns are independent: one generator each
             column, values = self.numeric[name], self.split.values[name]
             rng = self.rng("outlier", name)
-            present = self.free_rows(name)
-            k = min(count_for(rate, self.n), present.size)
-            rows = present[sorted_sample(rng, present.size, k)]
+            rows = self.pick(self.free_mask(name), count_for(rate, self.n), rng)
+            k = rows.size
             signs = np.where(np.arange(k) < k // 2, -1.0, 1.0)
             rng.shuffle(signs)
             magnitude = rng.uniform(*OUTLIER_STD_RANGE, size=k)
@@ -205,7 +208,7 @@ class Injector:
         self.records.append(record(name, inj.type, inj.rate, rows, **extra))
 
     def _label_noise(self, inj: LabelNoise) -> None:
-        rows = self.pick(np.flatnonzero(~self.blocked), count_for(inj.rate, self.n), self.rng("label_noise"))
+        rows = self.pick(~self.blocked, count_for(inj.rate, self.n), self.rng("label_noise"))
         self.labels[rows] = ~self.labels[rows]
         self.records.append(record(self.spec.target, "label_noise", inj.rate, rows))
 
@@ -219,7 +222,7 @@ class Injector:
             offsets.append(len(flat))
             flat.extend(spellings[category])
         rng = self.rng("inconsistent", name)
-        rows = self.pick(self.free_rows(name), count_for(inj.rate, self.n), rng)
+        rows = self.pick(self.free_mask(name), count_for(inj.rate, self.n), rng)
         codes = self.split.values[name]
         original = codes[rows]
         counts = np.asarray([len(spellings[c]) for c in categories])
@@ -231,7 +234,7 @@ class Injector:
 
     def _unit_mixup(self, inj: UnitMixup) -> None:
         name, column = inj.column, self.numeric[inj.column]
-        rows = self.pick(self.free_rows(name), count_for(inj.rate, self.n), self.rng("unit_mixup", name))
+        rows = self.pick(self.free_mask(name), count_for(inj.rate, self.n), self.rng("unit_mixup", name))
         decimals = decimals_for(column) + max(0, math.ceil(-math.log10(inj.factor)))
         values = self.split.values[name]
         values[rows] = np.round(values[rows] * inj.factor, decimals) + 0.0
@@ -244,7 +247,7 @@ class Injector:
     def _type_corruption(self, inj: TypeCorruption) -> None:
         name = inj.column
         rng = self.rng("type_corruption", name)
-        rows = self.pick(self.free_rows(name), count_for(inj.rate, self.n), rng)
+        rows = self.pick(self.free_mask(name), count_for(inj.rate, self.n), rng)
         patterns = rng.integers(0, len(JUNK_PATTERNS), size=rows.size)
         self.split.junk[name] = (rows, [JUNK_PATTERNS[p] for p in patterns])  # filled with the text later
         self.touch(name, rows)

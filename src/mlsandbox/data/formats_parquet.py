@@ -15,6 +15,7 @@ so only the offsets and the row-group ordinals change.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,13 +164,15 @@ def _field(fields: list[_Field], field_id: int) -> _Field | None:
     return next((f for f in fields if f.id == field_id), None)
 
 
-def _footer(data: bytes) -> tuple[int, list[_Field]]:
+def _footer(data: bytes | memoryview) -> tuple[int, list[_Field]]:
     """``(where the footer starts, the FileMetaData fields)`` of a whole Parquet file in memory."""
-    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
+    if len(data) < 12 or bytes(data[:4]) != MAGIC or bytes(data[-4:]) != MAGIC:
         raise ValueError("not a Parquet file (no PAR1 magic at both ends)")
     size = struct.unpack("<I", data[-8:-4])[0]
     start = len(data) - 8 - size
-    return start, _Compact(data[start : len(data) - 8]).struct()
+    if start < len(MAGIC):
+        raise ValueError("not a Parquet file (its footer length points before its start)")
+    return start, _Compact(bytes(data[start : len(data) - 8])).struct()
 
 
 def _shift(row_group: list[_Field], delta: int, ordinal: int) -> None:
@@ -193,18 +196,20 @@ def _shift(row_group: list[_Field], delta: int, ordinal: int) -> None:
                         m.value += delta
 
 
-def join_parts(parts: list[bytes]) -> bytes:
+def join_parts(parts: Sequence[bytes | pa.Buffer]) -> bytes:
     """Parquet files of the same schema and options, written with one row group each, as one file whose
-    row groups are theirs in order."""
-    out = bytearray(MAGIC)
+    row groups are theirs in order (the chunks are copied once, into the result)."""
+    pieces: list[bytes | memoryview] = [MAGIC]
+    written = len(MAGIC)
     file_meta: list[_Field] | None = None
     row_groups: list[list[_Field]] = []
     num_rows = 0
-    for part in parts:
+    for whole in parts:
+        part = memoryview(whole)
         start, meta = _footer(part)
         if _field(meta, _FILE_ENCRYPTION) is not None:
             raise ValueError("encrypted Parquet files cannot be joined")
-        delta = len(out) - len(MAGIC)  # the part's chunks start after its own magic
+        delta = written - len(MAGIC)  # the part's chunks start after its own magic
         groups = _field(meta, _FILE_ROW_GROUPS)
         rows = _field(meta, _FILE_NUM_ROWS)
         assert groups is not None and rows is not None
@@ -212,7 +217,8 @@ def join_parts(parts: list[bytes]) -> bytes:
             _shift(group, delta, len(row_groups))
             row_groups.append(group)
         num_rows += rows.value
-        out += part[len(MAGIC) : start]
+        pieces.append(part[len(MAGIC) : start])
+        written += start - len(MAGIC)
         if file_meta is None:
             file_meta = meta
     assert file_meta is not None
@@ -223,14 +229,14 @@ def join_parts(parts: list[bytes]) -> bytes:
             f.value = (f.value[0], row_groups)
     footer = bytearray()
     _encode_struct(file_meta, footer)
-    out += footer + struct.pack("<I", len(footer)) + MAGIC
-    return bytes(out)
+    pieces += [footer, struct.pack("<I", len(footer)), MAGIC]
+    return b"".join(pieces)
 
 
-def _write(table: pa.Table, options: dict[str, Any]) -> bytes:
+def _write(table: pa.Table, options: dict[str, Any]) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **options)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
 def write_table(table: pa.Table, options: dict[str, Any]) -> bytes:
@@ -238,6 +244,6 @@ def write_table(table: pa.Table, options: dict[str, Any]) -> bytes:
     several (``options["row_group_size"]`` rows each)."""
     size = int(options["row_group_size"])
     if table.num_rows <= size:
-        return _write(table, options)
+        return _write(table, options).to_pybytes()
     slices = [table.slice(start, size) for start in range(0, table.num_rows, size)]
     return join_parts(parallel_map(lambda part: _write(part, options), slices))

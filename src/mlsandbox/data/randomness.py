@@ -42,31 +42,35 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], min_items: int = 2) -
         return list(pool.map(fn, items))
 
 
-def sorted_sample(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
-    """``k`` distinct integers of ``[0, n)``, uniformly at random, in ascending order (int64).
+def sorted_sample(rng: np.random.Generator, n: int, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """``k`` distinct integers of ``[0, n)`` (of those where ``allowed`` is true, when given), uniformly at
+    random, in ascending order (int64).
 
-    Draws with replacement into a bitmap until ``k`` distinct values are marked, then unmarks a random
-    surplus: the marked set is exchangeable, so given its size it is a uniform subset, and so is what is
-    left of it. About ``n * log(n / (n - k))`` draws; when ``k > n / 2`` the complement is drawn instead.
-    For ``k`` a tenth of ``n`` this is several times faster than ``choice(n, k, replace=False)`` followed
-    by a sort (no permutation of ``n`` values, no sort: the bitmap gives the rows in order).
+    Draws with replacement into a bitmap (draws that are not allowed are dropped) until ``k`` distinct
+    values are marked, then unmarks a random surplus: the marked set is exchangeable, so given its size it
+    is a uniform subset, and so is what is left of it. About ``m * log(m / (m - k))`` useful draws for
+    ``m`` allowed values; when ``k > m / 2`` the complement is drawn instead. For ``k`` a tenth of ``n``
+    this is several times faster than ``choice(n, k, replace=False)`` and a sort, and it needs no array of
+    the allowed rows: the bitmap gives the rows in order.
     """
-    if not 0 <= k <= n:
-        raise ValueError(f"cannot draw {k} distinct values from {n}")
-    if 2 * k > n:
-        mask = np.ones(n, dtype=bool)
-        mask[sorted_sample(rng, n, n - k)] = False
-        return np.flatnonzero(mask)
+    m = n if allowed is None else int(np.count_nonzero(allowed))
+    if not 0 <= k <= m:
+        raise ValueError(f"cannot draw {k} distinct values from {m}")
+    if 2 * k > m:
+        keep = np.ones(n, dtype=bool) if allowed is None else allowed.copy()
+        keep[sorted_sample(rng, n, m - k, allowed)] = False
+        return np.flatnonzero(keep)
     if k == 0:
         return np.empty(0, dtype=np.int64)
     mask = np.zeros(n, dtype=bool)
     marked = 0
     while marked < k:
-        missing, free = k - marked, n - marked  # free - missing >= n - k >= n / 2
-        # the expected draws to mark `missing` of the `free` unmarked values, plus three standard
-        # deviations' worth, so that a second round is rare
-        draws = int(free * math.log(free / (free - missing)) + 3 * math.sqrt(missing)) + 16
-        mask[rng.integers(0, n, size=draws)] = True
+        missing, free = k - marked, m - marked  # free - missing >= m - k >= m / 2
+        # the expected useful draws to mark `missing` of the `free` unmarked values, plus three standard
+        # deviations' worth, so that a second round is rare; scaled up for the draws that are not allowed
+        useful = free * math.log(free / (free - missing)) + 3 * math.sqrt(missing) + 16
+        drawn = rng.integers(0, n, size=int(useful * n / m))
+        mask[drawn if allowed is None else drawn[allowed[drawn]]] = True
         marked = int(np.count_nonzero(mask))
     rows = np.flatnonzero(mask)
     if marked > k:

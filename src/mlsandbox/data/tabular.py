@@ -314,6 +314,16 @@ def _target_summary(spec: TabularDataset, y_train: np.ndarray, y_holdout: np.nda
     }
 
 
+def _holdout(
+    spec: TabularDataset, seed: int, intercept: float
+) -> tuple[Split, pa.Table, np.ndarray, dict[str, Any]]:
+    """The clean holdout split, its table, its labels and the true model's quality on it."""
+    holdout = draw_split(spec, seed, "holdout", spec.holdout_rows, offset=spec.rows)
+    y_holdout, quality = _holdout_labels(spec, seed, intercept, holdout)
+    holdout.latent.clear()
+    return holdout, build_table(spec, holdout, y_holdout), y_holdout, quality
+
+
 def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
     """Generate the training data (with defects), the clean holdout and the ground-truth manifest.
 
@@ -321,26 +331,26 @@ def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
 
     Order (the values do not depend on it: every draw has its own generator): the clean training rows;
     their labels on a second thread while the defects are chosen (the labels come from the clean
-    features, and the defects need them only for label noise and duplicates); the training table; then
-    the holdout, which needs only the intercept.
+    features, and the defects need them only for label noise and duplicates); then three things at once:
+    the training table, the holdout (it needs only the intercept) and the defect records' row lists (the
+    one step that holds the GIL throughout).
     """
     check_seed(seed)
     train = draw_split(spec, seed, "train", spec.rows)
     eta_train = _linear_predictor(spec, train)  # from the clean values, before the defects change them
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="labels") as pool:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tabular") as pool:
         labelled = pool.submit(_train_labels, spec, seed, eta_train)
         injector = Injector(spec, seed, train, lambda: labelled.result()[1].copy())
         defects = injector.run()
         intercept, y_train_clean = labelled.result()
         y_train = injector.labels
-    del eta_train
-    train.latent.clear()  # only the values are needed from here on (the frames are built from them)
-    train_table = build_table(spec, train, y_train)
-    rows_to_lists(defects)
-    holdout = draw_split(spec, seed, "holdout", spec.holdout_rows, offset=spec.rows)
-    y_holdout, quality = _holdout_labels(spec, seed, intercept, holdout)
-    holdout.latent.clear()
-    holdout_table = build_table(spec, holdout, y_holdout)
+        del eta_train
+        train.latent.clear()  # only the values are needed from here on (the frames are built from them)
+        held = pool.submit(_holdout, spec, seed, intercept)
+        listed = pool.submit(rows_to_lists, defects)
+        train_table = build_table(spec, train, y_train)
+        holdout, holdout_table, y_holdout, quality = held.result()
+        listed.result()
     manifest = {
         "generator": "tabular",
         "generator_version": GENERATOR_VERSION,

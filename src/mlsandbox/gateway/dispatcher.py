@@ -90,7 +90,7 @@ class Gateway:
             st.ground_truth.holdouts[spec.name] = data.holdout
             for fmt in spec.formats:
                 key = f"raw/{spec.name}{SUFFIX[fmt]}"
-                payload = to_bytes(data.train, fmt)
+                payload = to_bytes(data.train_table, fmt)  # the bytes of the frame, without pandas
                 rt.object_store.put_object(st.bucket, key, payload)
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
         if self.scenario.perturbations:
