@@ -35,6 +35,7 @@ from mlsandbox.backends.local.jobs import RESULT_PREFIX
 
 from . import manifests as M
 from .cluster import ApiRefused, Cluster, TransientApiError
+from .secret import S3Secret
 
 JOB_API = ("batch/v1", "Job")
 _TERMINAL = ("succeeded", "failed", "cancelled")
@@ -60,6 +61,7 @@ class KubeJobs:
         image: str,
         endpoints: Endpoints,
         image_pull_policy: str = "IfNotPresent",
+        secret: S3Secret | None = None,
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
@@ -68,7 +70,7 @@ class KubeJobs:
         self.endpoints = endpoints
         self.image_pull_policy = image_pull_policy
         self._lock = threading.Lock()
-        self._secret_ready = False
+        self.secret = secret or S3Secret(cluster, namespace=namespace, sandbox=sandbox, endpoints=endpoints)
         self._results: dict[str, dict[str, Any]] = {}
         self._log_notes: dict[str, str] = {}
 
@@ -83,7 +85,7 @@ class KubeJobs:
             raise ValueError("cpus and memory_mb must be positive")
         if spec.python is not None:
             raise ValueError("named environments (JobSpec.python) exist only on the local backend")
-        self._ensure_secret()
+        self.secret.ensure()
         manifest = M.sandbox_job(
             spec,
             namespace=self.namespace,
@@ -216,25 +218,12 @@ class KubeJobs:
             self.cluster.delete(*JOB_API, job["metadata"]["name"], self.namespace)
         for pod in self.cluster.list("v1", "Pod", namespace=self.namespace, selector=selector):
             self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
-        self.cluster.delete("v1", "Secret", M.S3_SECRET_NAME, self.namespace)
+        self.secret.delete()
         with self._lock:
             self._results.clear()
-            self._secret_ready = False
         return len(jobs)
 
     # --------------------------------------------------------------------------------------- internals
-
-    def _ensure_secret(self) -> None:
-        with self._lock:
-            if self._secret_ready:
-                return
-        self.cluster.apply(
-            M.s3_secret(
-                M.S3_SECRET_NAME, namespace=self.namespace, sandbox=self.sandbox, endpoints=self.endpoints
-            )
-        )
-        with self._lock:
-            self._secret_ready = True
 
     def _job(self, job_id: str) -> dict[str, Any]:
         try:

@@ -27,6 +27,7 @@ from . import manifests as M
 from .cluster import Cluster
 from .faults import KubeFaultControl
 from .jobs import KubeJobs
+from .secret import S3Secret
 from .serving import FEATURE_PORT, SERVER_PORT, KubeServing
 
 KIND_ENDPOINTS = {
@@ -115,6 +116,7 @@ class KubeRuntime(ServiceClients):
         self.server_port = server_port
         self.feature_port = feature_port
         self.work_pool = work_pool or os.environ.get(WORK_POOL_ENV) or WORK_POOL
+        self._secret = S3Secret(cluster, namespace=namespace, sandbox=sandbox, endpoints=workload_endpoints)
         self._jobs: KubeJobs | None = None
         self._serving: KubeServing | None = None
         self._faults: KubeFaultControl | None = None
@@ -132,6 +134,7 @@ class KubeRuntime(ServiceClients):
                     sandbox=self.sandbox_name,
                     image=self.image,
                     endpoints=self.workload_endpoints,
+                    secret=self._secret,
                 )
             return self._jobs
 
@@ -148,6 +151,7 @@ class KubeRuntime(ServiceClients):
                     endpoints=self.workload_endpoints,
                     port=self.server_port,
                     feature_port=self.feature_port,
+                    secret=self._secret,
                 )
             return self._serving
 

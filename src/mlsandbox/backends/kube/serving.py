@@ -38,6 +38,7 @@ from mlsandbox.errors import BackendError
 
 from . import manifests as M
 from .cluster import ApiRefused, Cluster
+from .secret import S3Secret
 
 DEPLOYMENT_API = ("apps/v1", "Deployment")
 SERVICE_API = ("v1", "Service")
@@ -466,6 +467,7 @@ class KubeServing:
         rollout_timeout_s: float = ROLLOUT_TIMEOUT_S,
         port: int = SERVER_PORT,
         feature_port: int = FEATURE_PORT,
+        secret: S3Secret | None = None,
     ) -> None:
         self.cluster = cluster
         self.port = port
@@ -476,8 +478,7 @@ class KubeServing:
         self.endpoints = endpoints
         self.image_pull_policy = image_pull_policy
         self.rollout_timeout_s = rollout_timeout_s
-        self._lock = threading.Lock()
-        self._secret_ready = False
+        self.secret = secret or S3Secret(cluster, namespace=namespace, sandbox=sandbox, endpoints=endpoints)
 
     def __repr__(self) -> str:
         return f"KubeServing(namespace={self.namespace!r}, sandbox={self.sandbox!r})"
@@ -504,7 +505,7 @@ class KubeServing:
             return self._settled(spec.deployment, wait), False
         manifest = self._manifest(spec, [spec.version])
         service = model_server_service(spec, namespace=self.namespace, sandbox=self.sandbox, port=self.port)
-        self._ensure_secret()
+        self.secret.ensure()
         try:
             self.cluster.create(manifest)
         except ApiRefused as exc:
@@ -640,7 +641,7 @@ class KubeServing:
             image_pull_policy=self.image_pull_policy,
             port=self.feature_port,
         )
-        self._ensure_secret()
+        self.secret.ensure()
         try:
             self.cluster.apply(deployment)
             self.cluster.apply(service)
@@ -717,7 +718,7 @@ class KubeServing:
     def _apply(self, spec: ModelServerSpec, history: list[str]) -> None:
         """Bring the Deployment to ``spec``: a new pod template starts a rolling update."""
         manifest = self._manifest(spec, history)
-        self._ensure_secret()
+        self.secret.ensure()
         try:
             self.cluster.patch(
                 *DEPLOYMENT_API,
@@ -736,18 +737,6 @@ class KubeServing:
             if view["rollout"] == "complete" or time.monotonic() >= deadline:
                 return view
             time.sleep(0.25)
-
-    def _ensure_secret(self) -> None:
-        with self._lock:
-            if self._secret_ready:
-                return
-        self.cluster.apply(
-            M.s3_secret(
-                M.S3_SECRET_NAME, namespace=self.namespace, sandbox=self.sandbox, endpoints=self.endpoints
-            )
-        )
-        with self._lock:
-            self._secret_ready = True
 
 
 # -------------------------------------------------------------------------------- the request path
