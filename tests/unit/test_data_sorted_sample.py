@@ -62,3 +62,11 @@ def test_only_allowed_values_are_drawn_and_uniformly() -> None:
     assert chisquare(counts).pvalue > 1e-3
     with pytest.raises(ValueError, match="cannot draw 8 distinct values from 7"):
         sorted_sample(rng, 12, 8, allowed)
+
+
+def test_few_allowed_values_among_many() -> None:
+    """One allowed value in a thousand: drawn among the allowed positions, not over the whole range."""
+    allowed = np.zeros(1_000_000, dtype=bool)
+    allowed[::1000] = True
+    rows = sorted_sample(np.random.default_rng(3), allowed.size, 300, allowed)
+    assert rows.size == 300 and np.all(rows % 1000 == 0) and np.all(np.diff(rows) > 0)

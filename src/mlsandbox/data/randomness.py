@@ -42,6 +42,11 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], min_items: int = 2) -
         return list(pool.map(fn, items))
 
 
+_SPARSE = 8
+"""Below one allowed value in 8, ``sorted_sample`` draws among the allowed values' positions (most draws
+over ``[0, n)`` would be dropped)."""
+
+
 def sorted_sample(rng: np.random.Generator, n: int, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
     """``k`` distinct integers of ``[0, n)`` (of those where ``allowed`` is true, when given), uniformly at
     random, in ascending order (int64).
@@ -62,6 +67,8 @@ def sorted_sample(rng: np.random.Generator, n: int, k: int, allowed: np.ndarray 
         return np.flatnonzero(keep)
     if k == 0:
         return np.empty(0, dtype=np.int64)
+    if allowed is not None and m * _SPARSE < n:  # few allowed: draw positions among them instead
+        return np.flatnonzero(allowed)[sorted_sample(rng, m, k)]
     mask = np.zeros(n, dtype=bool)
     marked = 0
     while marked < k:
