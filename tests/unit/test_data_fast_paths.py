@@ -36,6 +36,33 @@ def test_id_text_equals_the_arrow_compute_rendering(prefix: str, digits: int, wi
     assert got.null_count == (int(mask.sum()) if mask is not None else 0)
 
 
+def _render_every_cell(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The straightforward rendering: every cell's text searched for plain digits."""
+    text = pc.cast(column, pa.string())
+    integral = pc.match_substring_regex(text, r"^-?[0-9]+$")
+    return pc.if_else(integral, pc.binary_join_element_wise(text, ".0", ""), text)
+
+
+EDGE_FLOATS = [1.0, -0.0, 0.0, 2.5, 1e16, 1e21, -1e22, float("inf"), float("-inf"), float("nan"), None, 1e-7]
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.chunked_array([pa.array([*EDGE_FLOATS, 123456789.0, 12.0, -3.0, 5e15, 9007199254740993.0])]),
+        pa.chunked_array([pa.array(EDGE_FLOATS[:5]), pa.array(EDGE_FLOATS[5:])]),
+        pa.chunked_array([pa.array(np.round(np.random.default_rng(0).normal(0, 3, 20_000), 1))]),
+        pa.chunked_array([pa.array([1.5, 2.25, None])]),
+        pa.chunked_array([pa.array(np.array([1.0, 2.5, -4.0], dtype=np.float32))]),
+    ],
+)
+def test_float_text_equals_the_every_cell_rendering(column: pa.ChunkedArray) -> None:
+    """Only integral values' text is searched for plain digits: the same text as searching every cell."""
+    from mlsandbox.data.formats import render_text
+
+    assert render_text(column).combine_chunks().equals(_render_every_cell(column).combine_chunks())
+
+
 def test_chunked_sigmoid_equals_the_one_shot_formula() -> None:
     x = np.random.default_rng(1).normal(0, 3, 3 * tabular._SIGMOID_CHUNK + 17)
     assert np.array_equal(tabular._sigmoid(x), 0.5 * (1.0 + np.tanh(0.5 * x)))

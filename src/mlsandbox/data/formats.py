@@ -29,12 +29,14 @@ import csv
 import io
 from typing import get_args
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from mlsandbox.data.randomness import parallel_map
 from mlsandbox.data.spec import FileFormat as Format
 
 FORMATS: tuple[Format, ...] = get_args(Format)
@@ -92,9 +94,24 @@ def render_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
         column = column.cast(column.type.value_type)
     text = pc.cast(column, pa.string())
     if pa.types.is_floating(column.type):
-        integral = pc.match_substring_regex(text, r"^-?[0-9]+$")
-        text = pc.if_else(integral, pc.binary_join_element_wise(text, ".0", ""), text)
+        text = _decimal_point(column, text)
     return text
+
+
+def _decimal_point(values: pa.ChunkedArray, text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``12`` -> ``12.0`` where a float is integral and its text is plain digits (not ``1e+16`` or
+    ``inf``). Only the integral values' text is searched: they are few in most columns."""
+    integral = pc.fill_null(pc.equal(pc.floor(values), values), False)
+    if not pc.any(integral).as_py():
+        return text
+    text = text.combine_chunks()
+    rows = pc.indices_nonzero(integral.combine_chunks())
+    candidates = text.take(rows)
+    plain = pc.match_substring_regex(candidates, r"^-?[0-9]+$")
+    mask = np.zeros(len(text), dtype=bool)
+    mask[rows.filter(plain).to_numpy()] = True
+    replacements = pc.binary_join_element_wise(candidates.filter(plain), ".0", "")
+    return pa.chunked_array([pc.replace_with_mask(text, pa.array(mask), replacements)])
 
 
 def _csv_header(names: list[str]) -> bytes:
@@ -117,7 +134,8 @@ def _csv_bytes(df: pd.DataFrame | pa.Table) -> bytes:
     """Every cell rendered to text by Arrow, written unquoted by Arrow when no cell needs quotes."""
     try:
         table = _arrow_table(df)
-        text = pa.table([render_text(c) for c in table.columns], names=[str(c) for c in table.column_names])
+        columns = parallel_map(render_text, table.columns)  # Arrow's casts release the GIL
+        text = pa.table(columns, names=[str(c) for c in table.column_names])
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         assert isinstance(df, pd.DataFrame)
         return _pandas_csv(df)  # mixed-type object columns, nested values
