@@ -5,18 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mlsandbox.backends.base import Endpoints
+from test_kube_serving import ENDPOINTS
+
 from mlsandbox.backends.kube.manifests import S3_SECRET_NAME
 from mlsandbox.backends.kube.runtime import KubeRuntime
 from mlsandbox.backends.kube.secret import S3Secret
-
-ENDPOINTS = Endpoints(
-    s3_url="http://minio.ns.svc:9000",
-    s3_access_key="key",
-    s3_secret_key="secret-key",
-    mlflow_url="http://mlflow.ns.svc:5000",
-    prefect_api_url="http://prefect.ns.svc:4200/api",
-)
 
 
 class RecordingCluster:
@@ -55,7 +48,7 @@ def test_the_manifest_carries_the_keys_and_the_sandbox_label() -> None:
     S3Secret(cluster, namespace="sbx-a", sandbox="a", endpoints=ENDPOINTS).ensure()  # type: ignore[arg-type]
     (manifest,) = applied
     assert manifest["metadata"]["namespace"] == "sbx-a"
-    assert "secret-key" in str(manifest.get("stringData") or manifest.get("data"))
+    assert ENDPOINTS.s3_secret_key in str(manifest.get("stringData") or manifest.get("data"))
 
 
 def test_the_runtime_gives_its_jobs_and_its_servers_one_secret() -> None:
