@@ -51,18 +51,35 @@ def arrow_column(column: Column, split: Split) -> pa.Array:
     mask = _mask(values)
     if isinstance(column, NumericColumn):
         if column.integer:
-            array = pa.array(np.nan_to_num(values).astype(np.int64), mask=mask)
+            array = _over(pa.int64(), _integers(values, mask), mask)
         else:
-            array = pa.array(values, type=pa.float64(), from_pandas=True)
+            array = _over(pa.float64(), values, mask)
         if column.name in split.junk:
             return _junk_text(array, *split.junk[column.name])
         return array
     if isinstance(column, BooleanColumn):
         return pa.array(values == 1.0, type=pa.bool_(), mask=mask)
     if isinstance(column, DatetimeColumn):
-        return pa.array(np.nan_to_num(values).astype(np.int64), type=pa.timestamp("s"), mask=mask)
+        return _over(pa.timestamp("s"), _integers(values, mask), mask)
     assert isinstance(column, IdColumn)
-    return _id_text(column, np.nan_to_num(values).astype(np.int64), mask)
+    return _id_text(column, _integers(values, mask), mask)
+
+
+def _integers(values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """Integral floats as int64, 0 where missing."""
+    with np.errstate(invalid="ignore"):  # NaN has no int64: those cells are set to 0 next
+        out = values.astype(np.int64)
+    if mask is not None:
+        out[mask] = 0
+    return out
+
+
+def _over(kind: pa.DataType, values: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    """An Arrow array over the numpy buffer itself (no copy, and no GIL held while converting); ``mask``
+    marks the nulls (the values under them are not read)."""
+    validity = None if mask is None else pa.py_buffer(np.packbits(~mask, bitorder="little"))
+    nulls = 0 if mask is None else int(np.count_nonzero(mask))
+    return pa.Array.from_buffers(kind, values.size, [validity, pa.py_buffer(values)], nulls)
 
 
 _FOUR_DIGITS = np.frombuffer("".join(f"{i:04d}" for i in range(10_000)).encode(), dtype=np.uint8).reshape(
