@@ -63,6 +63,42 @@ def test_float_text_equals_the_every_cell_rendering(column: pa.ChunkedArray) -> 
     assert render_text(column).combine_chunks().equals(_render_every_cell(column).combine_chunks())
 
 
+@pytest.mark.parametrize("rows", [0, 1, 3 * (1 << 18) + 5])
+def test_csv_written_in_slices_is_the_bytes_of_one_write(rows: int) -> None:
+    """Row slices written on the thread pool and joined: the header, then every line, as one write of the
+    rendered table gives them (slice edges included)."""
+    import pyarrow.csv as pa_csv
+
+    from mlsandbox.data.formats import render_text
+
+    rng = np.random.default_rng(1)
+    table = pa.table(
+        {
+            "x": np.round(rng.normal(0, 3, rows), 2),
+            "k": pa.array(rng.integers(0, 9, rows)).cast(pa.string()),
+            "n": pa.array(rng.integers(0, 100, rows), mask=rng.random(rows) < 0.1),
+        }
+    )
+    text = pa.table([render_text(c) for c in table.columns], names=table.column_names)
+    sink = pa.BufferOutputStream()
+    pa_csv.write_csv(text, sink, pa_csv.WriteOptions(include_header=False, quoting_style="none"))
+    assert to_bytes(table, "csv") == b"x,k,n\n" + sink.getvalue().to_pybytes()
+
+
+def test_a_cell_needing_quotes_in_a_late_slice_quotes_the_whole_file_as_pandas_does() -> None:
+    import io
+
+    import pandas as pd
+
+    rows = 2 * (1 << 18) + 3
+    names = np.array(["plain"] * rows, dtype=object)
+    names[-2] = 'has, a "comma"'
+    frame = pd.DataFrame({"i": np.arange(rows), "name": names})
+    data = to_bytes(frame, "csv")
+    assert data == frame.to_csv(index=False, lineterminator="\n").encode()
+    assert pd.read_csv(io.BytesIO(data))["name"].iloc[-2] == 'has, a "comma"'
+
+
 def test_chunked_sigmoid_equals_the_one_shot_formula() -> None:
     x = np.random.default_rng(1).normal(0, 3, 3 * tabular._SIGMOID_CHUNK + 17)
     assert np.array_equal(tabular._sigmoid(x), 0.5 * (1.0 + np.tanh(0.5 * x)))
