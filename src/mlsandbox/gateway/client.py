@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -54,6 +55,14 @@ class GatewayHTTPError(MLSandboxError):
         super().__init__(f"{method} {path} -> {status_code}: {detail}")
 
 
+def _integer(seed: Any) -> Any:
+    """A numpy integer seed as a plain int (the wire models take integers only); anything else as it is,
+    for the model to accept or refuse."""
+    if seed is None or isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        return seed
+    return operator.index(seed)
+
+
 class GatewayClient:
     """Sync client for one gateway (``base_url``), e.g. ``http://127.0.0.1:8765``."""
 
@@ -86,7 +95,7 @@ class GatewayClient:
         options: SessionOptions | dict[str, Any] | None = None,
     ) -> SessionCreated:
         opts = options if isinstance(options, SessionOptions) else SessionOptions(**(options or {}))
-        req = CreateSessionRequest(scenario=scenario, seed=seed, options=opts)
+        req = CreateSessionRequest(scenario=scenario, seed=_integer(seed), options=opts)
         created = self._call("POST", "/sessions", SessionCreated, json=req.model_dump(exclude_defaults=True))
         self.tokens[created.session_id] = created.token
         return created
@@ -120,7 +129,7 @@ class GatewayClient:
             if isinstance(options, SessionOptions)
             else SessionOptions(**options)
         )
-        req = ResetRequest(seed=seed, scenario=scenario, options=opts)
+        req = ResetRequest(seed=_integer(seed), scenario=scenario, options=opts)
         body = req.model_dump(exclude_none=True)
         return self._call(
             "POST", f"/sessions/{session_id}/reset", ResetResponse, json=body, session_id=session_id

@@ -77,6 +77,7 @@ class SessionOptions(_Wire):
 
     max_steps: int | None = Field(
         default=None,
+        strict=True,  # JSON true or "5" is not a step count (lax mode would take them as 1 and 5)
         ge=1,
         le=10_000,
         description="Override the scenario's step limit (the episode truncates there).",
@@ -90,7 +91,11 @@ class CreateSessionRequest(_Wire):
         json_schema_extra={"enum": catalog_ids()},
     )
     seed: int | None = Field(
-        default=None, ge=0, le=MAX_SEED, description="Episode seed; the scenario's own seed when omitted."
+        default=None,
+        strict=True,  # JSON true is not seed 1
+        ge=0,
+        le=MAX_SEED,
+        description="Episode seed; the scenario's own seed when omitted.",
     )
     options: SessionOptions = Field(default_factory=SessionOptions)
 
@@ -106,7 +111,9 @@ class ResetRequest(_Wire):
         description="Switch to another built-in scenario; the session's current one when omitted.",
         json_schema_extra={"anyOf": [{"type": "string", "enum": catalog_ids()}, {"type": "null"}]},
     )
-    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="The scenario's seed when omitted.")
+    seed: int | None = Field(
+        default=None, strict=True, ge=0, le=MAX_SEED, description="The scenario's seed when omitted."
+    )
     options: SessionOptions | None = Field(
         default=None, description="The session's current options when omitted."
     )
