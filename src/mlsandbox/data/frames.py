@@ -74,12 +74,16 @@ def _integers(values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     return out
 
 
+def _validity(mask: np.ndarray | None) -> pa.Buffer | None:
+    """Arrow's validity bitmap for ``mask`` (true = null), or None when nothing is missing."""
+    return None if mask is None else pa.py_buffer(np.packbits(~mask, bitorder="little"))
+
+
 def _over(kind: pa.DataType, values: np.ndarray, mask: np.ndarray | None) -> pa.Array:
     """An Arrow array over the numpy buffer itself (no copy, and no GIL held while converting); ``mask``
     marks the nulls (the values under them are not read)."""
-    validity = None if mask is None else pa.py_buffer(np.packbits(~mask, bitorder="little"))
     nulls = 0 if mask is None else int(np.count_nonzero(mask))
-    return pa.Array.from_buffers(kind, values.size, [validity, pa.py_buffer(values)], nulls)
+    return pa.Array.from_buffers(kind, values.size, [_validity(mask), pa.py_buffer(values)], nulls)
 
 
 _FOUR_DIGITS = np.frombuffer("".join(f"{i:04d}" for i in range(10_000)).encode(), dtype=np.uint8).reshape(
@@ -112,16 +116,14 @@ def _id_text(column: IdColumn, numbers: np.ndarray, mask: np.ndarray | None) -> 
     offsets[0] = 0
     if mask is None:
         np.multiply(np.arange(1, numbers.size + 1, dtype=np.int64), width, out=offsets[1:])
-        validity = None
     else:
         np.cumsum(~mask, out=offsets[1:])  # cells present so far
         offsets *= width
-        validity = pa.py_buffer(np.packbits(~mask, bitorder="little"))
     return pa.LargeStringArray.from_buffers(
         numbers.size,
         pa.py_buffer(offsets),
         pa.py_buffer(cells),
-        validity,
+        _validity(mask),
         numbers.size - present.size,
     )
 

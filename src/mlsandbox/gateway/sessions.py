@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from mlsandbox import __version__
 from mlsandbox.backends.base import Runtime
@@ -75,9 +75,8 @@ class _Wire(BaseModel):
 class SessionOptions(_Wire):
     """Per-session changes to the scenario."""
 
-    max_steps: int | None = Field(
+    max_steps: StrictInt | None = Field(  # JSON true or "5" is no step count (lax mode takes 1 and 5)
         default=None,
-        strict=True,  # JSON true or "5" is not a step count (lax mode would take them as 1 and 5)
         ge=1,
         le=10_000,
         description="Override the scenario's step limit (the episode truncates there).",
@@ -90,12 +89,8 @@ class CreateSessionRequest(_Wire):
         description="A built-in scenario id (see `mlsandbox scenarios list`).",
         json_schema_extra={"enum": catalog_ids()},
     )
-    seed: int | None = Field(
-        default=None,
-        strict=True,  # JSON true is not seed 1
-        ge=0,
-        le=MAX_SEED,
-        description="Episode seed; the scenario's own seed when omitted.",
+    seed: StrictInt | None = Field(  # JSON true is not seed 1
+        default=None, ge=0, le=MAX_SEED, description="Episode seed; the scenario's own seed when omitted."
     )
     options: SessionOptions = Field(default_factory=SessionOptions)
 
@@ -111,8 +106,8 @@ class ResetRequest(_Wire):
         description="Switch to another built-in scenario; the session's current one when omitted.",
         json_schema_extra={"anyOf": [{"type": "string", "enum": catalog_ids()}, {"type": "null"}]},
     )
-    seed: int | None = Field(
-        default=None, strict=True, ge=0, le=MAX_SEED, description="The scenario's seed when omitted."
+    seed: StrictInt | None = Field(
+        default=None, ge=0, le=MAX_SEED, description="The scenario's seed when omitted."
     )
     options: SessionOptions | None = Field(
         default=None, description="The session's current options when omitted."
