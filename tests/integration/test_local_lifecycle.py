@@ -116,6 +116,16 @@ def test_up_again_attaches_without_restarting(sandbox: LocalBackend) -> None:
 
 
 @pytest.mark.services
+def test_mlflow_is_one_process_the_server_itself(sandbox: LocalBackend) -> None:
+    (status,) = [s for s in sandbox.status() if s.name == "mlflow"]
+    server = psutil.Process(status.pid)
+    assert server.children(recursive=True) == []  # no CLI parent waiting on a uvicorn child
+    assert "uvicorn" in server.cmdline() and "mlflow.server.fastapi_app:app" in server.cmdline()
+    listening = {c.laddr.port for c in server.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    assert status.port in listening
+
+
+@pytest.mark.services
 def test_mlflow_artifacts_are_proxied_into_minio(sandbox: LocalBackend) -> None:
     from mlflow import MlflowClient
 

@@ -271,8 +271,11 @@ def minio_launch(layout: Layout, ports: Ports, creds: Credentials, base: dict[st
 
 def mlflow_launch(layout: Layout, ports: Ports, creds: Credentials, base: dict[str, str]) -> Launch:
     ep = endpoints(ports, creds)
+    venv_tool("mlflow")  # a clear error when MLflow is not installed
     argv = [
-        str(venv_tool("mlflow")),
+        sys.executable,
+        "-m",
+        "mlsandbox.backends.local.mlflow_server",  # `mlflow server`, as one process (see there)
         "server",
         "--backend-store-uri",
         f"sqlite:///{layout.mlflow_db}",
