@@ -269,13 +269,17 @@ def minio_launch(layout: Layout, ports: Ports, creds: Credentials, base: dict[st
     return Launch(argv=argv, env=env, cwd=layout.minio_data)
 
 
+MLFLOW_ONE_PROCESS = Path(__file__).with_name("mlflow_server.py")
+"""The launcher script that runs ``mlflow server`` as one process."""
+
+
 def mlflow_launch(layout: Layout, ports: Ports, creds: Credentials, base: dict[str, str]) -> Launch:
     ep = endpoints(ports, creds)
     venv_tool("mlflow")  # a clear error when MLflow is not installed
     argv = [
         sys.executable,
-        "-m",
-        "mlsandbox.backends.local.mlflow_server",  # `mlflow server`, as one process (see there)
+        "-P",
+        str(MLFLOW_ONE_PROCESS),  # `mlflow server`, as one process (see there)
         "server",
         "--backend-store-uri",
         f"sqlite:///{layout.mlflow_db}",
