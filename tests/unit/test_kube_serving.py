@@ -6,6 +6,7 @@ version (offline; a missing tool fails with a hint to run ``make setup``).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -213,7 +214,14 @@ def test_the_view_reads_replicas_rollout_and_an_oom_killed_replica() -> None:
     assert states[2]["state"] == "starting" and states[2]["reason"] == "Unschedulable"
 
     dep["status"]["readyReplicas"] = 2
-    assert KS.describe(dep, [running])["rollout"] == "complete"
+    second = copy.deepcopy(running)
+    second["metadata"]["name"] = "churn-d"
+    assert KS.describe(dep, [running, second])["rollout"] == "complete"
+    # The Deployment's status lags: it still counts a replica whose pod has just exited. The view counts
+    # what the pods say, so it never reports a replica up beside no running one.
+    lagging = KS.describe(dep, [running, oom])
+    assert lagging["replicas_up"] == 1 and lagging["rollout"] == "progressing"
+    assert KS.describe(dep, [oom])["replicas_up"] == 0
     with pytest.raises(KS.ServingRefused, match="not made by mlsandbox"):
         KS.describe({"metadata": {"name": "other"}}, [])
 

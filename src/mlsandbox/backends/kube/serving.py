@@ -415,10 +415,13 @@ def describe(
     states = [{"replica": i, **pod_state(p, spec.memory_mb)} for i, p in enumerate(ordered)]
     generation = (deployment.get("metadata") or {}).get("generation") or 0
     updated = status.get("updatedReplicas") or 0
-    ready = status.get("readyReplicas") or 0
+    # Counted from the pods listed with the view, as on ``local``: the Deployment's readyReplicas lags
+    # behind a replica that has just exited, and the view must not say "1 up" beside no running replica.
+    ready = sum(1 for s in states if s["state"] == "running")
     complete = (
         (status.get("observedGeneration") or 0) >= generation
         and updated == want
+        and (status.get("readyReplicas") or 0) == want
         and ready == want
         and (status.get("replicas") or 0) == want
     )
