@@ -108,6 +108,23 @@ def test_up_checks_the_namespace_and_runtime_refuses_a_missing_sandbox(
     assert {s.state for s in backend.status()} == {"stopped"}  # no chart in this control namespace
 
 
+def test_clients_verify_the_api_servers_certificate_against_the_control_planes_ca(control_plane: Any) -> None:
+    import ssl
+
+    import httpx
+    import yaml
+
+    cp = control_plane.cp
+    cluster = yaml.safe_load(cp.kubeconfig.read_text())["clusters"][0]["cluster"]
+    assert "insecure-skip-tls-verify" not in cluster and cluster["certificate-authority"] == str(cp.ca_cert)
+    assert control_plane.api_client.configuration.verify_ssl is True
+    headers = {"Authorization": f"Bearer {cp.token}"}
+    assert httpx.get(f"{cp.server}/readyz", headers=headers, verify=cp.tls_context()).status_code == 200
+    # The system's trust store does not know this CA: a client that verifies without it is refused.
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx.get(f"{cp.server}/readyz", headers=headers, verify=ssl.create_default_context())
+
+
 # ----------------------------------------------------------------------------------------------- jobs
 
 

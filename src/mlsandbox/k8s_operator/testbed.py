@@ -114,7 +114,6 @@ class Testbed:
             "KUBECONFIG": str(kubeconfig),
             "MLSANDBOX_CONTROL_NAMESPACE": CONTROL_NAMESPACE,
             "MLSANDBOX_RELEASE": RELEASE,
-            "PYTHONWARNINGS": "ignore:Unverified HTTPS request",
             "MLSANDBOX_OPERATOR_HEALTH_INTERVAL_S": os.environ.get(
                 "MLSANDBOX_OPERATOR_HEALTH_INTERVAL_S", "3"
             ),

@@ -28,6 +28,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -247,6 +248,76 @@ def _write_service_account_keys(pki: Path) -> None:
     )
 
 
+def _write_serving_certificate(pki: Path) -> None:
+    """A CA of this control plane's own and the API server's serving certificate it signs, for
+    127.0.0.1 and localhost: every client verifies the server against ``ca.crt``."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+        return key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    now = dt.datetime.now(dt.UTC)
+    valid = {
+        "not_valid_before": now - dt.timedelta(minutes=5),
+        "not_valid_after": now + dt.timedelta(days=30),
+    }
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mlsandbox-control-plane-ca")])
+    ca = (
+        x509.CertificateBuilder(subject_name=ca_name, issuer_name=ca_name, public_key=ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid["not_valid_before"])
+        .not_valid_after(valid["not_valid_after"])
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    serving = (
+        x509.CertificateBuilder(
+            subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
+            issuer_name=ca_name,
+            public_key=key.public_key(),
+        )
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid["not_valid_before"])
+        .not_valid_after(valid["not_valid_after"])
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (pki / "apiserver.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
+    (pki / "apiserver.key").write_bytes(pem_key(key))
+
+
 @dataclass
 class ControlPlane:
     """A running control plane. Use :func:`start` (or the :func:`running` context manager)."""
@@ -258,6 +329,16 @@ class ControlPlane:
     audit_log: Path
     node_ip: str = "10.0.0.1"
     """The node's address, which every pod has too."""
+
+    @property
+    def ca_cert(self) -> Path:
+        """The CA that signed the API server's serving certificate (clients verify against it)."""
+        return self.root / "pki" / "ca.crt"
+
+    def tls_context(self) -> ssl.SSLContext:
+        """An SSL context that trusts this API server (for plain HTTP clients such as httpx)."""
+        return ssl.create_default_context(cafile=str(self.ca_cert))
+
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     # ---------------------------------------------------------------------------------------- clients
@@ -268,7 +349,7 @@ class ControlPlane:
 
         cfg = client.Configuration()
         cfg.host = self.server
-        cfg.verify_ssl = False
+        cfg.ssl_ca_cert = str(self.ca_cert)
         cfg.api_key = {"authorization": f"Bearer {token or self.token}"}
         return client.ApiClient(cfg)
 
@@ -345,11 +426,13 @@ def _wait(cp: ControlPlane, name: str, check: Any, timeout: float) -> None:
     raise BackendError(f"{name} not ready after {timeout:.0f} s:\n{cp.log(name)}")
 
 
-def _kubeconfig(server: str, token: str) -> dict[str, Any]:
+def _kubeconfig(server: str, token: str, ca_cert: Path) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "mlsandbox", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "clusters": [
+            {"name": "mlsandbox", "cluster": {"server": server, "certificate-authority": str(ca_cert)}}
+        ],
         "users": [{"name": ADMIN_USER, "user": {"token": token}}],
         "contexts": [{"name": "mlsandbox", "context": {"cluster": "mlsandbox", "user": ADMIN_USER}}],
         "current-context": "mlsandbox",
@@ -380,6 +463,7 @@ def start(
     pki = root / "pki"
     pki.mkdir()
     _write_service_account_keys(pki)
+    _write_serving_certificate(pki)
     token = secrets.token_hex(16)
     tokens = {token: (ADMIN_USER, ("system:masters",)), **(extra_tokens or {})}
     (root / "tokens.csv").write_text(
@@ -389,7 +473,7 @@ def start(
     ports = {name: _free_port() for name in ("etcd", "peer", "apiserver", "kcm", "scheduler", "kwok")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     kubeconfig = root / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, token)))
+    kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, token, pki / "ca.crt")))
     cp = ControlPlane(
         root=root,
         server=server,
@@ -435,7 +519,8 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             f"--secure-port={ports['apiserver']}",
-            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--token-auth-file={root / 'tokens.csv'}",
             "--authorization-mode=RBAC",
             "--service-cluster-ip-range=10.96.0.0/16",
@@ -454,7 +539,10 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
     _wait(
         cp,
         "kube-apiserver",
-        lambda: httpx.get(f"{cp.server}/readyz", headers=headers, verify=False, timeout=2).status_code == 200,
+        lambda: (
+            httpx.get(f"{cp.server}/readyz", headers=headers, verify=cp.tls_context(), timeout=2).status_code
+            == 200
+        ),
         timeout,
     )
     common = [f"--kubeconfig={cp.kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
