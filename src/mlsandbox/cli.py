@@ -21,6 +21,7 @@ from mlsandbox.errors import MLSandboxError
 from mlsandbox.faults.commands import register as register_fault_commands
 from mlsandbox.gateway.commands import register as register_interface_commands
 from mlsandbox.k8s_operator.commands import operator_app
+from mlsandbox.terminal import print_error
 
 app = typer.Typer(
     help="mlsandbox: a real-execution sandbox for ML-engineering agents.",
@@ -63,7 +64,7 @@ def _main(
 
 
 def _fail(err: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {err}")
+    print_error(err_console, err)
     return typer.Exit(code=1)
 
 
@@ -185,7 +186,7 @@ def scenarios_list() -> None:
         table.add_row(sc.id, str(sc.difficulty), sc.title, str(sc.max_steps), f"{sc.budget.credits:g}")
     console.print(table)
     for msg in broken:
-        err_console.print(f"[bold red]error:[/] {msg}")
+        print_error(err_console, msg)
 
 
 @scenarios_app.command("show")

@@ -141,7 +141,13 @@ def test_trajectory_file_and_replay(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "[step 1] submit: ok" in result.output
     only = CliRunner().invoke(app, ["replay", str(path), "--step", "7"])
-    assert only.exit_code == 1 and "no step 7" in only.output
+    # The error names the file whole, on one line, however long its path.
+    assert only.exit_code == 1 and f"error: {path}: no step 7\n" in only.output
+    deep = tmp_path / ("run [a]-" + "x" * 120) / "[/tmp]" / "ep.jsonl"
+    deep.parent.mkdir(parents=True)
+    deep.write_bytes(path.read_bytes())
+    only = CliRunner().invoke(app, ["replay", str(deep), "--step", "7"])
+    assert only.exit_code == 1 and f"error: {deep}: no step 7\n" in only.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"kind": "step"}) + "\n")
     out = CliRunner().invoke(app, ["replay", str(bad)])

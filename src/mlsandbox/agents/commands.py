@@ -13,12 +13,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mlsandbox.terminal import print_error
+
 console = Console()
 err_console = Console(stderr=True)
 
 
 def _fail(msg: Any) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {msg}")
+    print_error(err_console, msg)
     return typer.Exit(code=1)
 
 
