@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from machine import describe as describe_machine
+from machine import summary as machine_summary
 
 from mlsandbox.data.clean import clean_frame
 from mlsandbox.data.formats import to_bytes
@@ -270,13 +272,11 @@ def main(rows: int = 1_000_000, only: str | None = None, repeat: int = 5) -> dic
     results: dict[str, Any] = {
         "rows": rows,
         "feature_columns": len(spec.columns),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
+        "machine": describe_machine(),
     }
-    print(
-        f"{rows:,} rows x {len(spec.columns)} feature columns (+ target); load average {results['load_average_1m']}"
-    )
+    results["load_average_1m"] = results["machine"]["load_average_1m"]
+    print(machine_summary(results["machine"]))
+    print(f"{rows:,} rows x {len(spec.columns)} feature columns (+ target)")
     generate_tabular(mixed_spec(1000), seed=0)  # warm imports and thread pool
 
     generated = throughput(spec, rows, results, repeat)

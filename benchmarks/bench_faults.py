@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from machine import describe as describe_machine
 from rich.console import Console
 from rich.table import Table
 
@@ -328,7 +328,7 @@ def main() -> None:
     OUT.write_text(
         json.dumps(
             {
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                "machine": describe_machine(),
                 "up_s": round(up_s, 2),
                 "faults": figures,
                 "mean_inject_ms": round(statistics.mean(v["inject_p50_ms"] for v in figures.values()), 1),

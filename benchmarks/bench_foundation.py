@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
+from machine import describe as describe_machine
+from machine import summary as machine_summary
 from rich.console import Console
 from rich.table import Table
 
@@ -61,7 +62,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    figures: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+    figures: dict[str, Any] = {"machine": describe_machine()}
+    print(machine_summary(figures["machine"]))
     backend = LocalBackend(NAME)
     monitor = PeakRSS(NAME)
     monitor.start()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from typing import Any
 import anyio
 import httpx
 import yaml
+from machine import describe as describe_machine
 from mcp import Client, StdioServerParameters
 from rich.console import Console
 from rich.table import Table
@@ -336,9 +336,7 @@ def main() -> None:
 
     figures: dict[str, Any] = {
         "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
+            **describe_machine(),
             "load_avg_1m_at_end": round(os.getloadavg()[0], 2),  # other work on the machine skews latencies
         },
         "steps_per_action": args.steps,

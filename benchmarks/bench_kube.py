@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from machine import describe as describe_machine
 from rich.console import Console
 from rich.table import Table
 
@@ -194,7 +194,7 @@ def main() -> None:
     table = Table(title=f"kube under kwok ({N} sandboxes, {RESETS} resets each)")
     for col in ("measure", "n", "p50", "p95", "max"):
         table.add_column(col, justify="right" if col != "measure" else "left")
-    result: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()}
+    result: dict[str, Any] = {"machine": describe_machine(), "load_at_end": os.getloadavg()}
     for label, values in rows.items():
         table.add_row(
             label,

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import socket
 import subprocess
@@ -33,6 +32,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
+from machine import describe as describe_machine
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "serving.json"
 COLUMNS = ["tenure_months", "monthly_spend", "support_calls", "age", "discount_pct", "plan", "region"]
@@ -120,7 +120,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="mlsandbox-bench-serving-"))
     procs: list[subprocess.Popen[bytes]] = []
     figures: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": describe_machine(),
         "seconds": args.seconds,
         "concurrency": args.concurrency,
     }
