@@ -274,7 +274,6 @@ def main(rows: int = 1_000_000, only: str | None = None, repeat: int = 5) -> dic
         "feature_columns": len(spec.columns),
         "machine": describe_machine(),
     }
-    results["load_average_1m"] = results["machine"]["load_average_1m"]
     print(machine_summary(results["machine"]))
     print(f"{rows:,} rows x {len(spec.columns)} feature columns (+ target)")
     generate_tabular(mixed_spec(1000), seed=0)  # warm imports and thread pool

@@ -45,6 +45,8 @@ from mlsandbox import paths
 from mlsandbox.errors import BackendError, MissingToolError
 
 MARKER_ENV = "MLSANDBOX_CONTROL_PLANE"
+CA_FILE = "ca.crt"
+"""The control plane's CA, in its ``pki`` folder."""
 OUTCOME_ANNOTATION = "mlsandbox.dev/kwok-outcome"
 NODE_NAME = "kwok-node-0"
 ADMIN_USER = "mlsandbox-admin"
@@ -265,17 +267,14 @@ def _write_serving_certificate(pki: Path) -> None:
         )
 
     now = dt.datetime.now(dt.UTC)
-    valid = {
-        "not_valid_before": now - dt.timedelta(minutes=5),
-        "not_valid_after": now + dt.timedelta(days=30),
-    }
+    not_before, not_after = now - dt.timedelta(minutes=5), now + dt.timedelta(days=30)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mlsandbox-control-plane-ca")])
     ca = (
         x509.CertificateBuilder(subject_name=ca_name, issuer_name=ca_name, public_key=ca_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(valid["not_valid_before"])
-        .not_valid_after(valid["not_valid_after"])
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -301,8 +300,8 @@ def _write_serving_certificate(pki: Path) -> None:
             public_key=key.public_key(),
         )
         .serial_number(x509.random_serial_number())
-        .not_valid_before(valid["not_valid_before"])
-        .not_valid_after(valid["not_valid_after"])
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(
             x509.SubjectAlternativeName(
                 [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
@@ -313,7 +312,7 @@ def _write_serving_certificate(pki: Path) -> None:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (pki / CA_FILE).write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (pki / "apiserver.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     (pki / "apiserver.key").write_bytes(pem_key(key))
 
@@ -329,17 +328,16 @@ class ControlPlane:
     audit_log: Path
     node_ip: str = "10.0.0.1"
     """The node's address, which every pod has too."""
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def ca_cert(self) -> Path:
         """The CA that signed the API server's serving certificate (clients verify against it)."""
-        return self.root / "pki" / "ca.crt"
+        return self.root / "pki" / CA_FILE
 
     def tls_context(self) -> ssl.SSLContext:
         """An SSL context that trusts this API server (for plain HTTP clients such as httpx)."""
         return ssl.create_default_context(cafile=str(self.ca_cert))
-
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     # ---------------------------------------------------------------------------------------- clients
 
@@ -472,16 +470,15 @@ def start(
     (root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
     ports = {name: _free_port() for name in ("etcd", "peer", "apiserver", "kcm", "scheduler", "kwok")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
-    kubeconfig = root / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, token, pki / "ca.crt")))
     cp = ControlPlane(
         root=root,
         server=server,
         token=token,
-        kubeconfig=kubeconfig,
+        kubeconfig=root / "kubeconfig",
         audit_log=root / "audit.log",
         node_ip=node_ip or host_address(),
     )
+    cp.kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, token, cp.ca_cert)))
     try:
         _start_processes(cp, ports, timeout)
     except BaseException:
@@ -536,13 +533,11 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
         ],
     )
     headers = {"Authorization": f"Bearer {cp.token}"}
+    tls = cp.tls_context()
     _wait(
         cp,
         "kube-apiserver",
-        lambda: (
-            httpx.get(f"{cp.server}/readyz", headers=headers, verify=cp.tls_context(), timeout=2).status_code
-            == 200
-        ),
+        lambda: httpx.get(f"{cp.server}/readyz", headers=headers, verify=tls, timeout=2).status_code == 200,
         timeout,
     )
     common = [f"--kubeconfig={cp.kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
