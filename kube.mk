@@ -46,7 +46,7 @@ kube-tools:
 	@scripts/install-kube-tools.sh --with-kind
 
 kube-validate: setup
-	$(VENV)/bin/python -c 'from mlsandbox.backends.kube.commands import kube_app; kube_app(["validate"])'
+	$(VENV)/bin/python -c 'from mlsandbox.cli.kube import kube_app; kube_app(["validate"])'
 
 sandbox-images: kube-check
 	$(call step,building $(TRAINER_IMAGE) $(MODEL_SERVER_IMAGE) $(GATEWAY_IMAGE) from $(BASE_IMAGE))

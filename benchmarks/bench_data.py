@@ -10,7 +10,7 @@ keeps the best, with the median beside it).
 * the stages apart: generation, Parquet, CSV, the pandas frame, profile and cleaning (v1 API);
 * the other formats (Avro, JSON Lines, dirty Excel) on a smaller slice;
 * SDV GaussianCopula side by side. SDV cannot live in the sandbox's venv (it pulls torch and another
-  pandas), so it runs in a named Python environment of the project (:mod:`mlsandbox.environments`: a uv
+  pandas), so it runs in a named Python environment of the project (:mod:`mlsandbox.backends.local.venvs`: a uv
   venv built from uv's cache, ``sdv`` plus the job base set): a small script there fits GaussianCopula on
   a seed slice of the same 20-column table (fit timed apart) and samples ``min(rows, 200,000)`` rows
   (sampling timed alone, and sampling + Parquet). The ratio is our end-to-end rows/s over SDV's sampling
@@ -159,7 +159,7 @@ def _sdv(seed_frame: Any, rows: int, ours_rows_per_s: float, results: dict[str, 
     import subprocess
     import tempfile
 
-    from mlsandbox import environments
+    from mlsandbox.backends.local import venvs as environments
 
     n = min(rows, SDV_MAX_ROWS)
     t0 = time.perf_counter()

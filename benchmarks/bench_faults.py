@@ -28,9 +28,9 @@ from machine import describe as describe_machine
 from rich.console import Console
 from rich.table import Table
 
-from mlsandbox.backends.base import JobSpec
 from mlsandbox.backends.local.backend import LocalBackend
 from mlsandbox.backends.local.jobs import cgroups_available
+from mlsandbox.backends.protocols import JobSpec
 
 NAME = f"bench-faults-{os.getpid()}"
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "faults.json"

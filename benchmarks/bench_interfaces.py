@@ -142,7 +142,7 @@ def bench_in_process(name: str, n: int) -> dict[str, list[float]]:
 
 def bench_http(name: str, n: int) -> dict[str, list[float]]:
     port = free_port()
-    cmd = [sys.executable, "-m", "mlsandbox.gateway.commands", "serve", "--sandbox", name, "--no-start",
+    cmd = [sys.executable, "-m", "mlsandbox.cli.interfaces", "serve", "--sandbox", name, "--no-start",
            "--port", str(port), "--log-level", "warning"]  # fmt: skip
     with process(cmd, port):
         url = f"http://127.0.0.1:{port}"
@@ -163,7 +163,7 @@ def bench_http(name: str, n: int) -> dict[str, list[float]]:
 
 
 def mcp_cmd(name: str, scenario_file: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mlsandbox.gateway.commands", "mcp", "--sandbox", name, "--no-start",
+    return [sys.executable, "-m", "mlsandbox.cli.interfaces", "mcp", "--sandbox", name, "--no-start",
             "--scenario", scenario_file, "--seed", "1", *extra]  # fmt: skip
 
 

@@ -47,7 +47,7 @@ def pct(values: list[float], q: float) -> float:
 
 def episode_objects(bed: Any, ns: str, episode: int) -> None:
     """What an episode leaves: a training Job (its pod runs under kwok) and a chaos object."""
-    labels = {"mlsandbox.episode": f"ep-{episode}"}
+    labels = {"mlsandbox.world.episode": f"ep-{episode}"}
     client.BatchV1Api(bed.api_client).create_namespaced_job(
         ns,
         {
@@ -101,9 +101,9 @@ def serving_proxy(bed: Any, tmp: Path, n: int = 200) -> tuple[list[float], list[
     from mlflow.models import infer_signature
     from sklearn.linear_model import LogisticRegression
 
-    from mlsandbox.backends.base import Endpoints
     from mlsandbox.backends.kube.cluster import Cluster
     from mlsandbox.backends.kube.serving import KubeServing, ModelServerSpec, ServingRequests
+    from mlsandbox.backends.protocols import Endpoints
 
     rng = np.random.default_rng(0)
     x = pd.DataFrame({"a": rng.normal(size=200), "b": rng.normal(size=200)})

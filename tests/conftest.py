@@ -2,7 +2,7 @@
 
 ``sandbox`` is a started :class:`~mlsandbox.backends.local.LocalBackend` with a name unique to this pytest
 process, ephemeral (owned by this process: if pytest dies, the next garbage collection stops it) and
-brought ``down`` at the end of the session. ``runtime`` is its :class:`~mlsandbox.backends.base.Runtime`.
+brought ``down`` at the end of the session. ``runtime`` is its :class:`~mlsandbox.backends.protocols.Runtime`.
 Every test using either fixture is marked ``services`` automatically. ``MLSANDBOX_HOME`` is left as it is:
 the MinIO binary lives there.
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from mlsandbox.backends.base import Runtime
     from mlsandbox.backends.local import LocalBackend
+    from mlsandbox.backends.protocols import Runtime
 
 SERVICE_FIXTURES = frozenset({"sandbox", "runtime", "s3"})
 

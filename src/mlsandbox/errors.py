@@ -31,12 +31,27 @@ class NotRunningError(BackendError):
     """No sandbox is running where one was expected."""
 
 
+class Unsupported(BackendError):
+    """A capability (or one operation of it, or a fault type) that this backend does not provide.
+
+    The gateway turns it into an ``unsupported`` error observation naming the capability; nothing is
+    changed. ``capability`` is a capability of the declared Runtime (``serving``), an operation of one
+    (``serving.scale``) or a fault type (``fault:cpu_throttle``).
+    """
+
+    def __init__(self, capability: str, backend: str, reason: str) -> None:
+        super().__init__(f"{capability} is not supported on the {backend} backend: {reason}")
+        self.capability = capability
+        self.backend = backend
+        self.reason = reason
+
+
 class ActionError(MLSandboxError):
     """An agent's action is invalid: it becomes an error observation, never an exception out of step().
 
     ``code`` is a stable machine-readable identifier (``invalid_json``, ``unknown_action``,
     ``invalid_parameters``, ``not_found``, ``forbidden_name``, ``conflict``, ``episode_over``,
-    ``backend_error``).
+    ``backend_error``, ``unsupported``).
     """
 
     def __init__(self, code: str, message: str, *, details: object | None = None) -> None:

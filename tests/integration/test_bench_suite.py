@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mlsandbox.agents.trajectory import read_trajectory
-from mlsandbox.cli import app
+from mlsandbox.cli.main import app
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.evaluation.results import read_rows
 from mlsandbox.scenario.suites import suite

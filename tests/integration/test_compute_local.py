@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from mlsandbox.backends.base import JobSpec
 from mlsandbox.backends.local.jobs import cgroups_available
-from mlsandbox.compute import pool as P
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.compute import ComputePool, Machine
 from mlsandbox.scenario.models import Budget
+from mlsandbox.world import compute as P
 
 pytestmark = pytest.mark.services
 

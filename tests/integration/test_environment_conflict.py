@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from mlsandbox.backends.local.jobs import endpoint_env
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Budget
+from mlsandbox.workloads.contract import endpoint_env
 
 pytestmark = pytest.mark.services
 
@@ -37,7 +37,7 @@ def _until_done(gw: Gateway, job: str) -> dict[str, Any]:
 
 def _load(python: str, uri: str, runtime: Any) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(endpoint_env(runtime.endpoints))
+    env.update(endpoint_env(**runtime.endpoints.model_dump()))
     return subprocess.run([python, "-c", LOAD, uri], capture_output=True, text=True, env=env, timeout=300)
 
 

@@ -19,9 +19,9 @@ import httpx
 import psutil
 import pytest
 
-from mlsandbox.backends.base import JobSpec
 from mlsandbox.backends.local import collect_garbage
 from mlsandbox.backends.local.jobs import cgroups_available
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.errors import BackendError
 from mlsandbox.gateway import Gateway
 from mlsandbox.scenario import load_builtin
@@ -235,7 +235,7 @@ _CRASHER = textwrap.dedent(
     """
     import sys, time
     from mlsandbox.backends.local import LocalBackend
-    from mlsandbox.backends.base import JobSpec
+    from mlsandbox.backends.protocols import JobSpec
     rt = LocalBackend(sys.argv[1]).runtime()
     c = rt.faults
     rt.object_store.create_bucket("faults-gc-test")

@@ -23,16 +23,16 @@ import httpx
 import psutil
 import pytest
 
-from mlsandbox.backends.base import JobSpec
 from mlsandbox.backends.local import collect_garbage
-from mlsandbox.backends.local.chaos import LocalFaultControl
+from mlsandbox.backends.local.faults.control import LocalFaultControl
 from mlsandbox.backends.local.jobs import LocalJobs
-from mlsandbox.episode import EpisodeState, JobRecord
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.faults.engine import PerturbationEngine, UnavailableFaultError
 from mlsandbox.gateway import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.loader import parse_scenario
 from mlsandbox.workloads import fault_hook
+from mlsandbox.world.episode import EpisodeState, JobRecord
 
 pytestmark = pytest.mark.services
 TRAIN = {

@@ -11,7 +11,7 @@ import pytest
 
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.dispatcher import Gateway
-from mlsandbox.gateway.packs import sources_impl
+from mlsandbox.gateway.packs.sources import handlers as sources_impl
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario
 

@@ -110,7 +110,7 @@ def test_pipeline_failure_scenario_scripted_solution(gw: Gateway, runtime: Any) 
     assert res.terminated and res.info["grade"]["success"], res.info["grade"]
     deployment_name = f"ep-{gw.state.episode_id}"
     gw.close()
-    from mlsandbox.pipelines import PrefectPipelines
+    from mlsandbox.backends.common.prefect import PrefectPipelines
 
     api = PrefectPipelines(runtime.endpoints.prefect_api_url)
     try:

@@ -486,7 +486,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 120)
 def test_serve_command_runs_the_gateway_and_closes_sessions_on_exit(sandbox: Any, s3: Any) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "mlsandbox.gateway.commands", "serve", "--sandbox", sandbox.name, "--no-start",
+    cmd = [sys.executable, "-m", "mlsandbox.cli.interfaces", "serve", "--sandbox", sandbox.name, "--no-start",
            "--port", str(port), "--log-level", "warning"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
     try:
@@ -510,7 +510,7 @@ def test_serve_refuses_a_sandbox_that_is_not_running() -> None:
         [
             sys.executable,
             "-m",
-            "mlsandbox.gateway.commands",
+            "mlsandbox.cli.interfaces",
             "serve",
             "--sandbox",
             "not-running-here",

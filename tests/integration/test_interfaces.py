@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from mcp import Client, StdioServerParameters
 
 import mlsandbox  # noqa: F401  (registers the envs)
+from mlsandbox.cli.watch import snapshot
 from mlsandbox.env import MLSandboxEnv, decode_observation
 from mlsandbox.env.dashboard import from_audit, read_audit, render_dashboard
 from mlsandbox.env.remote import RemoteMLSandboxEnv
-from mlsandbox.env.watch import snapshot
 from mlsandbox.gateway.client import GatewayClient
 from mlsandbox.gateway.http import create_app
 from mlsandbox.gateway.sessions import SHARED_RESTART_DENIED, SessionManager
@@ -124,7 +124,7 @@ def test_in_process_http_and_mcp_stdio_reach_the_same_final_state(sandbox: Any) 
         finally:
             remote.close()
     # MCP over a real stdio transport (a server subprocess).
-    cmd = [sys.executable, "-m", "mlsandbox.gateway.commands", "mcp", "--sandbox", sandbox.name,
+    cmd = [sys.executable, "-m", "mlsandbox.cli.interfaces", "mcp", "--sandbox", sandbox.name,
            "--no-start", "--scenario", SCENARIO, "--seed", str(SEED)]  # fmt: skip
 
     async def mcp_episode() -> list[dict[str, Any]]:
@@ -243,7 +243,7 @@ def test_ansi_dashboard_and_watch_follow_an_episode(sandbox: Any) -> None:
             assert line in live and line in replayed
         shown = snapshot(sandbox.name, info["episode_id"])
         assert shown.splitlines()[0] == log.name and "step 1/30  (running)" in shown
-        cli = subprocess.run([sys.executable, "-m", "mlsandbox.cli", "watch", "--name", sandbox.name, "--once",
+        cli = subprocess.run([sys.executable, "-m", "mlsandbox.cli.main", "watch", "--name", sandbox.name, "--once",
                               "--episode", info["episode_id"]], capture_output=True, text=True, timeout=120)  # fmt: skip
         assert cli.returncode == 0, cli.stderr
         assert "last      check_data_quality: ERROR not_found" in cli.stdout

@@ -14,7 +14,6 @@ import orjson
 import psutil
 import pytest
 
-from mlsandbox.backends.base import JobSpec
 from mlsandbox.backends.local.jobs import (
     LIMITS_ENV,
     OWNER_ENV,
@@ -23,11 +22,12 @@ from mlsandbox.backends.local.jobs import (
     remove_stale_cgroups,
     sandbox_cgroup_dirs,
 )
-from mlsandbox.compute import pool as P
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.compute import ComputePool, Machine
 from mlsandbox.scenario.models import Budget, Scenario
+from mlsandbox.world import compute as P
 
 pytestmark = pytest.mark.services
 
@@ -255,7 +255,7 @@ def finished(gw: Gateway, fr: str, timeout: float = 600) -> dict[str, Any]:
 def charged(gw: Gateway, fr: str, timeout: float = 60) -> dict[str, Any]:
     """The run (as get_flow_run shows it) once its usage is charged: its last log lines arrive shortly
     after its final state; the pack's step hook picks them up (polled here without spending steps)."""
-    from mlsandbox.gateway.packs import flows_impl
+    from mlsandbox.gateway.packs.flows import handlers as flows_impl
 
     deadline = time.monotonic() + timeout
     while gw.ext["flows"]["runs"][fr]["usage_lines"] == 0 and time.monotonic() < deadline:

@@ -18,12 +18,12 @@ import boto3
 import psutil
 import pytest
 
-from mlsandbox.backends.base import Backend, Endpoints
 from mlsandbox.backends.local import LocalBackend, collect_garbage, list_sandboxes, supervisor
 from mlsandbox.backends.local.backend import SandboxState
 from mlsandbox.backends.local.gc import garbage_reason
 from mlsandbox.backends.local.services import ARTIFACT_BUCKET, SERVICE_NAMES, TOXIPROXY, Credentials, Ports
 from mlsandbox.backends.local.supervisor import ProcessRecord
+from mlsandbox.backends.protocols import Backend, Endpoints
 from mlsandbox.errors import MissingToolError, NotRunningError, ServiceStartError
 
 UP_TIMEOUT_S = 300.0

@@ -17,7 +17,6 @@ from mcp.shared.exceptions import MCPError
 
 from mlsandbox.env import MLSandboxEnv, decode_observation
 from mlsandbox.gateway import ACTION_TYPES
-from mlsandbox.gateway.actions import TrainModel
 from mlsandbox.gateway.mcp_server import (
     OBSERVATION_JSON_URI,
     OBSERVATION_URI,
@@ -25,6 +24,7 @@ from mlsandbox.gateway.mcp_server import (
     EpisodeHost,
     build_server,
 )
+from mlsandbox.gateway.packs.core.actions import TrainModel
 from mlsandbox.gateway.tools import parameters_schema
 from mlsandbox.scenario import load_builtin
 
@@ -39,7 +39,7 @@ def _episode_buckets(s3: Any) -> set[str]:
 
 
 def _mcp_cmd(sandbox: Any, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mlsandbox.gateway.commands", "mcp", "--sandbox", sandbox.name, "--no-start",
+    return [sys.executable, "-m", "mlsandbox.cli.interfaces", "mcp", "--sandbox", sandbox.name, "--no-start",
             "--scenario", SCENARIO, "--seed", "3", *extra]  # fmt: skip
 
 

@@ -94,7 +94,7 @@ def run(args: list[str], pythonpath: str, **kw: Any) -> subprocess.CompletedProc
 
 
 def test_plugins_lists_every_entry_point_with_origin_and_status(plugin_path: str) -> None:
-    res = run([sys.executable, "-m", "mlsandbox.cli", "plugins", "--json"], plugin_path)
+    res = run([sys.executable, "-m", "mlsandbox.cli.main", "plugins", "--json"], plugin_path)
     assert res.returncode == 0, res.stderr
     rows = {(r["group"], r["name"]): r for r in json.loads(res.stdout)}
     for key in [("mlsandbox.action_packs", "example"), ("mlsandbox.scenarios", "example"),
@@ -112,19 +112,19 @@ def test_plugins_lists_every_entry_point_with_origin_and_status(plugin_path: str
     assert "expected a fault behaviour class" in rows[("mlsandbox.faults", "no_class")]["detail"]
     assert "targets must be a non-empty tuple" in rows[("mlsandbox.faults", "no_targets")]["detail"]
     assert not any(r["status"] == "unsupported" for r in rows.values())
-    table = run([sys.executable, "-m", "mlsandbox.cli", "plugins"], plugin_path)
+    table = run([sys.executable, "-m", "mlsandbox.cli.main", "plugins"], plugin_path)
     assert table.returncode == 0 and "error" in table.stdout and "ok" in table.stdout
 
 
 def test_plugin_scenarios_and_actions_join_the_catalogs(plugin_path: str) -> None:
-    listed = run([sys.executable, "-m", "mlsandbox.cli", "scenarios", "list"], plugin_path)
+    listed = run([sys.executable, "-m", "mlsandbox.cli.main", "scenarios", "list"], plugin_path)
     assert listed.returncode == 0, listed.stderr
     assert "example-lineage" in listed.stdout and "tabular-quality-basic" in listed.stdout
-    tools = run([sys.executable, "-m", "mlsandbox.cli", "tools", "--format", "json-schema"], plugin_path)
+    tools = run([sys.executable, "-m", "mlsandbox.cli.main", "tools", "--format", "json-schema"], plugin_path)
     assert tools.returncode == 0, tools.stderr
     assert "dataset_lineage" in tools.stdout
     # Without the plug-ins, neither is there.
-    bare = run([sys.executable, "-m", "mlsandbox.cli", "scenarios", "list"], "")
+    bare = run([sys.executable, "-m", "mlsandbox.cli.main", "scenarios", "list"], "")
     assert "example-lineage" not in bare.stdout
 
 

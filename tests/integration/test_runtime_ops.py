@@ -14,7 +14,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 
-from mlsandbox.backends.base import JobSpec, JobStatus
+from mlsandbox.backends.protocols import JobSpec, JobStatus
 
 pytestmark = pytest.mark.services
 

@@ -14,10 +14,10 @@ import pandas as pd
 import psutil
 import pytest
 
+from mlsandbox.backends.local.serving.processes import EPISODE_ENV, SERVING_ENV
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario
-from mlsandbox.serving.processes import EPISODE_ENV, SERVING_ENV
 from mlsandbox.workloads.fault_hook import clear_fault, write_fault
 
 SCRIPT_TIMEOUT = 900.0  # a shared, loaded machine can make one training job take minutes
@@ -132,9 +132,9 @@ def test_deployment_predicts_like_the_mlflow_model(
     assert out["status"] == 200 and out["version"] == v1
 
     uri = f"models:/{gw.state.registry_name('churn')}/{v1}"
-    from mlsandbox.backends.local.jobs import endpoint_env
+    from mlsandbox.workloads.contract import endpoint_env
 
-    for k, v in endpoint_env(runtime.endpoints).items():
+    for k, v in endpoint_env(**runtime.endpoints.model_dump()).items():
         monkeypatch.setenv(k, v)
     expected = mlflow.pyfunc.load_model(uri).predict(features)
     assert out["predictions"] == [int(v) for v in expected]
@@ -202,7 +202,7 @@ def test_rollout_and_rollback(gw: Gateway, versions: tuple[str, str]) -> None:
 
 
 def test_latency_alert_fires_and_resolves(gw: Gateway, versions: tuple[str, str]) -> None:
-    from mlsandbox.gateway.packs.serving_impl import NAME
+    from mlsandbox.gateway.packs.serving.handlers import NAME
 
     world = gw.ext[NAME]["world"]
     replicas = world.deployments.items["churn"].replicas
@@ -228,7 +228,7 @@ def test_latency_alert_fires_and_resolves(gw: Gateway, versions: tuple[str, str]
 
 
 def test_feature_service_fault_shows_downstream(gw: Gateway, versions: tuple[str, str]) -> None:
-    from mlsandbox.gateway.packs.serving_impl import NAME
+    from mlsandbox.gateway.packs.serving.handlers import NAME
 
     fs = gw.ext[NAME]["world"].deployments.feature_service
     write_fault(fs.fault_file, error_rate=1.0, status=503)
@@ -256,9 +256,9 @@ def test_undeploy_and_close_leave_no_process(gw: Gateway, versions: tuple[str, s
 
 
 def test_model_server_load_failure_exits_with_the_reason(runtime: Any, tmp_path: Any) -> None:
-    from mlsandbox.backends.local.jobs import endpoint_env
+    from mlsandbox.workloads.contract import endpoint_env
 
-    env = {**os.environ, **endpoint_env(runtime.endpoints)}
+    env = {**os.environ, **endpoint_env(**runtime.endpoints.model_dump())}
     port_file = tmp_path / "port"
     proc = subprocess.run(
         [sys.executable, "-m", "mlsandbox.workloads.model_server", "--model-uri", "models:/no-such-model/1",
@@ -282,7 +282,7 @@ def test_gc_stops_serving_processes_of_a_dead_episode(sandbox: Any, runtime: Any
         import os, sys
         from pathlib import Path
         from mlsandbox.backends.local import LocalBackend
-        from mlsandbox.serving.processes import ProcessHost
+        from mlsandbox.backends.local.serving.processes import ProcessHost
         b = LocalBackend({sandbox.name!r})
         host = ProcessHost(b.dir, b.name, b.endpoints(), "gc-test-episode")
         p = host.start("fs", "mlsandbox.workloads.feature_service", ["--path", {str(path)!r}], cpus=0.5,

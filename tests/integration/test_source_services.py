@@ -13,7 +13,8 @@ from psycopg import sql
 
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.dispatcher import Gateway
-from mlsandbox.gateway.packs import sources_faults, sources_impl
+from mlsandbox.gateway.packs.sources import faults as sources_faults
+from mlsandbox.gateway.packs.sources import handlers as sources_impl
 from mlsandbox.scenario import load_builtin
 
 pytestmark = pytest.mark.services

@@ -17,7 +17,8 @@ from mlsandbox.backends.local import services as svc
 from mlsandbox.backends.local.sources import SourceServices
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.dispatcher import Gateway
-from mlsandbox.gateway.packs import sources_faults, sources_impl
+from mlsandbox.gateway.packs.sources import faults as sources_faults
+from mlsandbox.gateway.packs.sources import handlers as sources_impl
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario
 

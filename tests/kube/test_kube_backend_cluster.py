@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
-from mlsandbox.backends.kube import chaos as C
-from mlsandbox.backends.kube import faults as F
 from mlsandbox.backends.kube import manifests as M
 from mlsandbox.backends.kube.backend import KubeBackend
+from mlsandbox.backends.kube.faults import chaos_mesh as C
+from mlsandbox.backends.kube.faults import control as F
 from mlsandbox.backends.kube.runtime import KubeRuntime
+from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
 
 T = TypeVar("T")
 KWOK_OUTCOME = "mlsandbox.dev/kwok-outcome"
@@ -132,7 +132,7 @@ def test_a_training_job_is_a_job_with_its_limits_and_an_oom_kill_fails_it_with_1
     backend: KubeBackend,
 ) -> None:
     rt = _runtime(backend)
-    label = ("mlsandbox.episode", "ep-oom")
+    label = ("mlsandbox.world.episode", "ep-oom")
     spec = JobSpec(
         job_id="ep-oom-job-1",
         workload="trainer",
@@ -151,7 +151,7 @@ def test_a_training_job_is_a_job_with_its_limits_and_an_oom_kill_fails_it_with_1
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"cpu": "500m", "memory": "256Mi"}
     assert container["resources"]["requests"] == {"cpu": "500m", "memory": "256Mi"}
-    assert job["metadata"]["labels"]["mlsandbox.episode"] == "ep-oom"
+    assert job["metadata"]["labels"]["mlsandbox.world.episode"] == "ep-oom"
     assert job["metadata"]["labels"][M.SANDBOX_LABEL] == backend.name
     env = {e["name"]: e for e in container["env"]}
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == M.S3_SECRET_NAME
@@ -161,7 +161,7 @@ def test_a_training_job_is_a_job_with_its_limits_and_an_oom_kill_fails_it_with_1
     pod = _running_pod(rt, spec.job_id)
     assert rt.jobs.get(spec.job_id).state == "running"
     assert [s.job_id for s in rt.jobs.list(label)] == [spec.job_id]
-    assert rt.jobs.list(("mlsandbox.episode", "another")) == []
+    assert rt.jobs.list(("mlsandbox.world.episode", "another")) == []
 
     _oom_kill(rt, pod)
     status = _final(rt, spec.job_id)
@@ -183,7 +183,7 @@ def test_a_training_job_is_a_job_with_its_limits_and_an_oom_kill_fails_it_with_1
 
 def test_a_job_succeeds_is_cancelled_and_is_resized_in_place(backend: KubeBackend) -> None:
     rt = _runtime(backend)
-    label = ("mlsandbox.episode", "ep-life")
+    label = ("mlsandbox.world.episode", "ep-life")
     specs = [
         JobSpec(
             job_id=f"ep-life-{i}",

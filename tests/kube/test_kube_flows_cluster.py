@@ -99,7 +99,7 @@ def test_flow_runs_are_jobs_of_the_kubernetes_work_pool(
         assert started["flow_run_id"] == "fr-1"
         (job,) = wait_for(jobs, "the worker to create the flow run's Job", timeout=90)
         labels = job["metadata"]["labels"]
-        assert labels["mlsandbox.episode"] == gw.state.episode_id
+        assert labels["mlsandbox.world.episode"] == gw.state.episode_id
         assert labels["mlsandbox.dev/flow-sandbox"] == backend.name
         assert "mlsandbox.dev/sandbox" not in labels  # not one of the agent's jobs
         (container,) = job["spec"]["template"]["spec"]["containers"]

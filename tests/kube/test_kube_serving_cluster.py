@@ -14,14 +14,14 @@ from typing import Any, TypeVar
 
 import pytest
 
-from mlsandbox.backends.base import Endpoints
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.backends.kube.manifests import SANDBOX_LABEL
 from mlsandbox.backends.kube.runtime import KubeRuntime
+from mlsandbox.backends.protocols import Endpoints
 
 T = TypeVar("T")
-EPISODE = ("mlsandbox.episode", "ep-srv")
+EPISODE = ("mlsandbox.world.episode", "ep-srv")
 WORKLOAD_ENDPOINTS = Endpoints(
     s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
     s3_access_key="access",
@@ -131,7 +131,7 @@ def test_deploy_makes_a_ready_deployment_and_service_and_scale_changes_ready_rep
     assert down["replicas"] == 1 and down["replicas_up"] == 1
     assert rt.model_serving.credits_per_second(EPISODE) == pytest.approx(0.01)
     assert [d["deployment"] for d in rt.model_serving.list(EPISODE)] == ["churn"]
-    assert rt.model_serving.list(("mlsandbox.episode", "another")) == []
+    assert rt.model_serving.list(("mlsandbox.world.episode", "another")) == []
 
     with pytest.raises(KS.ServingRefused, match="0 or more") as refused:
         rt.model_serving.scale("churn", -1)

@@ -23,9 +23,9 @@ import pytest
 from test_kube_serving_cluster import runtime_of, wait_for  # tests/kube is on sys.path
 
 from mlsandbox.backends.kube.backend import KubeBackend
-from mlsandbox.backends.local.jobs import endpoint_env
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
+from mlsandbox.workloads.contract import endpoint_env
 
 SCENARIO = "serving-deploy-slo"
 
@@ -117,7 +117,7 @@ def test_predictions_traffic_metrics_and_alerts_go_through_the_api_server(
     # The episode's registered model, as register_model makes it (kwok runs no trainer: the run is local).
     version = rt.tracking.register_model(trained_run, name).version
     gw.state.registered.append((model, str(version)))
-    env = endpoint_env(sandbox.endpoints())
+    env = endpoint_env(**sandbox.endpoints().model_dump())
     log = (tmp_path / "servers.log").open("wb")
     servers: list[Server] = []
     try:
@@ -140,7 +140,7 @@ def test_predictions_traffic_metrics_and_alerts_go_through_the_api_server(
             f"http://feature-service.{rt.namespace}.svc:{feature_port}"
         )
         fs = rt.cluster.get("apps/v1", "Deployment", "feature-service", rt.namespace)
-        assert fs is not None and fs["metadata"]["labels"]["mlsandbox.episode"] == gw.state.episode_id
+        assert fs is not None and fs["metadata"]["labels"]["mlsandbox.world.episode"] == gw.state.episode_id
 
         # No model server behind the pod yet: the API server cannot reach it, and the agent is told so.
         err = _err(gw, {"type": "predict", "deployment": model, "entity_ids": ["e1"]})

@@ -142,7 +142,7 @@ def test_warm_reset_removes_the_episode_and_keeps_the_namespace(control_plane: T
     core = client.CoreV1Api(bed.api_client)
     uid = core.read_namespace(ns).metadata.uid
     batch = client.BatchV1Api(bed.api_client)
-    labels = {"mlsandbox.episode": "ep-1"}
+    labels = {"mlsandbox.world.episode": "ep-1"}
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -8,7 +8,7 @@ import pytest
 
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway import ACTION_TYPES, action_catalog, parse_action
-from mlsandbox.gateway.actions import CheckDataQuality, TrainModel
+from mlsandbox.gateway.packs.core.actions import CheckDataQuality, TrainModel
 
 
 def _code(raw: object) -> str:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from mlsandbox.agents.runner import EpisodeResult, StepRecord
 from mlsandbox.agents.trajectory import read_trajectory, replay_lines, write_trajectory
-from mlsandbox.cli import app
+from mlsandbox.cli.main import app
 from mlsandbox.evaluation.report import render_html
 from mlsandbox.evaluation.results import (
     CSV_COLUMNS,

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from mlsandbox.backends.base import JobSpec, JobStatus
-from mlsandbox.compute import pool as P
+from mlsandbox.backends.protocols import JobSpec, JobStatus
 from mlsandbox.scenario.compute import ComputePool, Machine
+from mlsandbox.world import compute as P
 
 
 class FakeJobs:

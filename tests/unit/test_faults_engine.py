@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from tests.unit.test_faults_plan import FakeControl, _with_plan
 
-from mlsandbox.backends.base import JobSpec
-from mlsandbox.episode import EpisodeState, JobRecord
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.errors import ScenarioError
 from mlsandbox.faults.behaviours import BEHAVIOURS
 from mlsandbox.faults.engine import PerturbationEngine, UnavailableFaultError
 from mlsandbox.scenario.loader import parse_scenario
 from mlsandbox.scenario.perturbations import FAULT_TYPES, config_prefix
 from mlsandbox.workloads import fault_hook
+from mlsandbox.world.episode import EpisodeState, JobRecord
 
 
 class FakeStore:

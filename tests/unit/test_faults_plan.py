@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from mlsandbox.backends.base import JobSpec, ServiceHealth
-from mlsandbox.episode import EpisodeState
+from mlsandbox.backends.protocols import JobSpec, ServiceHealth
 from mlsandbox.errors import ScenarioError
 from mlsandbox.faults.curriculum import LEVELS, apply_level
 from mlsandbox.faults.engine import PerturbationEngine, draw, preview_schedule
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.loader import parse_scenario
 from mlsandbox.scenario.perturbations import Perturbation
+from mlsandbox.world.episode import EpisodeState
 
 BASE = "tabular-quality-basic"
 
@@ -562,12 +562,12 @@ def test_supplied_behaviour_is_used_and_a_pack_mark_ends_a_manual_fault() -> Non
 
 
 def test_pool_shrinks_add_up_and_each_gives_back_its_own_share() -> None:
-    from mlsandbox.compute import pool as CP
     from mlsandbox.scenario.compute import ComputePool
+    from mlsandbox.world import compute as CP
 
     class Jobs:
         def submit(self, spec: JobSpec) -> Any:
-            from mlsandbox.backends.base import JobStatus
+            from mlsandbox.backends.protocols import JobStatus
 
             return JobStatus(job_id=spec.job_id, state="running")
 
@@ -610,7 +610,7 @@ def test_pool_shrinks_add_up_and_each_gives_back_its_own_share() -> None:
 def test_faults_catalog_lists_the_source_and_pool_faults() -> None:
     from typer.testing import CliRunner
 
-    from mlsandbox.cli import app
+    from mlsandbox.cli.main import app
 
     out = CliRunner().invoke(app, ["faults", "catalog"], env={"COLUMNS": "240"})
     assert out.exit_code == 0, out.output

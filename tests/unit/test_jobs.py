@@ -15,7 +15,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
 from mlsandbox.backends.local.jobs import (
     AS_ALLOWANCE_MB,
     LIMITS_ENV,
@@ -28,6 +27,7 @@ from mlsandbox.backends.local.jobs import (
     tail_lines,
     thread_env,
 )
+from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
 
 ENDPOINTS = Endpoints(
     s3_url="http://127.0.0.1:9",

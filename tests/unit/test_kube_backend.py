@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from mlsandbox.backends import BACKENDS, get_backend
-from mlsandbox.backends.base import Endpoints, JobSpec
-from mlsandbox.backends.kube import chaos as C
-from mlsandbox.backends.kube import faults as F
 from mlsandbox.backends.kube import manifests as M
 from mlsandbox.backends.kube import schemas
 from mlsandbox.backends.kube.backend import KubeBackend, sandbox_namespace
+from mlsandbox.backends.kube.faults import chaos_mesh as C
+from mlsandbox.backends.kube.faults import control as F
 from mlsandbox.backends.kube.runtime import client_endpoints, workload_endpoints
+from mlsandbox.backends.protocols import Endpoints, JobSpec
 from mlsandbox.errors import MissingToolError, NotRunningError
 
 ENDPOINTS = Endpoints(
@@ -35,7 +35,7 @@ SPEC = JobSpec(
     args=["--bucket", "ep-1"],
     cpus=0.5,
     memory_mb=256,
-    labels={"mlsandbox.episode": "7-abc12345"},
+    labels={"mlsandbox.world.episode": "7-abc12345"},
     timeout_s=120,
 )
 
@@ -53,7 +53,7 @@ def test_a_sandbox_job_is_labelled_for_listing_and_carries_its_spec() -> None:
     job = _job()
     for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
         assert meta["labels"][M.SANDBOX_LABEL] == "demo"
-        assert meta["labels"]["mlsandbox.episode"] == "7-abc12345"
+        assert meta["labels"]["mlsandbox.world.episode"] == "7-abc12345"
         assert meta["labels"][M.JOB_ID_LABEL] == "7-abc12345-job-1"
     assert M.spec_of(job) == SPEC
     assert M.spec_of({"metadata": {"annotations": {M.SPEC_ANNOTATION: "{not json"}}}) is None

@@ -14,9 +14,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from mlsandbox.backends.base import Endpoints, JobSpec
-from mlsandbox.backends.kube import chaos, schemas
-from mlsandbox.backends.kube.commands import chaos_example_text
+from mlsandbox.backends.kube import schemas
+from mlsandbox.backends.kube.faults import chaos_mesh as chaos
 from mlsandbox.backends.kube.manifests import (
     OOM_EXIT,
     job_name,
@@ -24,8 +23,10 @@ from mlsandbox.backends.kube.manifests import (
     oom_killed,
     training_job,
 )
-from mlsandbox.backends.local.jobs import endpoint_env, thread_env
+from mlsandbox.backends.protocols import Endpoints, JobSpec
+from mlsandbox.cli.kube import chaos_example_text
 from mlsandbox.errors import MissingToolError
+from mlsandbox.workloads.contract import endpoint_env, thread_env
 
 ENDPOINTS = Endpoints(
     s3_url="http://mls-mlsandbox-minio:9000",
@@ -90,7 +91,7 @@ def test_training_job_runs_the_same_command_as_the_local_backend() -> None:
     assert container["command"] == ["python", "-m", "mlsandbox.workloads.trainer", *TRAINER_ARGS]
     assert container["image"] == "mlsandbox/trainer:0.1.0"
     env = env_of(job)
-    for name, value in {**endpoint_env(ENDPOINTS), **thread_env(1.5)}.items():
+    for name, value in {**endpoint_env(**ENDPOINTS.model_dump()), **thread_env(1.5)}.items():
         assert env[name] == value, name
     assert env["MLSANDBOX_JOB_ID"] == "train-3"
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from mlsandbox.backends.base import Endpoints
 from mlsandbox.backends.kube import schemas
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.kube.manifests import S3_SECRET_NAME, SANDBOX_LABEL
+from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.errors import MissingToolError
 
 ENDPOINTS = Endpoints(
@@ -25,7 +25,7 @@ ENDPOINTS = Endpoints(
     mlflow_url="http://mls-mlsandbox-mlflow.mlsandbox.svc:5000",
     prefect_api_url="http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api",
 )
-EPISODE = ("mlsandbox.episode", "7-0a1b2c3d")
+EPISODE = ("mlsandbox.world.episode", "7-0a1b2c3d")
 
 
 def spec(**overrides: Any) -> KS.ModelServerSpec:
@@ -148,7 +148,7 @@ def test_invalid_specs_are_refused_before_anything_is_built() -> None:
     with pytest.raises(ValidationError):
         spec(memory_mb=0)
     with pytest.raises(ValueError, match="not a valid Kubernetes label"):
-        build(spec(labels={"mlsandbox.episode": "not a label value"}))
+        build(spec(labels={"mlsandbox.world.episode": "not a label value"}))
 
 
 def _pod(name: str, created: str, status: dict[str, Any], version: str = "2") -> dict[str, Any]:

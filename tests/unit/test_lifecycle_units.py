@@ -6,9 +6,9 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
-from mlsandbox.gateway.packs.flows_impl import NO_TORCH_ENV, USAGE_PREFIX, logged_usage
-from mlsandbox.serving.deployments import Deployment, Placement
-from mlsandbox.serving.processes import SERVER_PACKAGES, server_requirements
+from mlsandbox.backends.local.serving.deployments import Deployment, Placement
+from mlsandbox.backends.local.serving.processes import SERVER_PACKAGES, server_requirements
+from mlsandbox.gateway.packs.flows.handlers import NO_TORCH_ENV, USAGE_PREFIX, logged_usage
 from mlsandbox.workloads import flows
 
 

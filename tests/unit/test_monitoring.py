@@ -9,10 +9,17 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from mlsandbox.backends.local.serving.deployments import Deployments
 from mlsandbox.scenario.serving import AlertRule, Serving
-from mlsandbox.serving.deployments import Deployments
-from mlsandbox.serving.monitoring import Monitor, Scrape, Snapshot, _Acc, histogram_quantile, parse_scrape
 from mlsandbox.workloads.http_metrics import LATENCY_BUCKETS, HttpMetrics
+from mlsandbox.world.serving.monitoring import (
+    Monitor,
+    Scrape,
+    Snapshot,
+    _Acc,
+    histogram_quantile,
+    parse_scrape,
+)
 
 
 def test_parse_scrape_reads_requests_errors_and_buckets_of_one_path() -> None:

@@ -350,7 +350,7 @@ def test_bumping_the_episode_deletes_only_the_previous_episodes_objects() -> Non
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "train-1", "namespace": ns, "labels": {"mlsandbox.episode": "e1"}},
+        "metadata": {"name": "train-1", "namespace": ns, "labels": {"mlsandbox.world.episode": "e1"}},
     }
     chaos = {
         "apiVersion": "chaos-mesh.org/v1alpha1",

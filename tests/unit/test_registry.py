@@ -6,7 +6,9 @@ from typing import Literal
 
 import pytest
 
-from mlsandbox.gateway.actions import CORE_PACK, ActionModel, ListDatasets
+from mlsandbox.gateway.actions import ActionModel
+from mlsandbox.gateway.packs.core.actions import PACK as CORE_PACK
+from mlsandbox.gateway.packs.core.actions import ListDatasets
 from mlsandbox.gateway.registry import ActionPack, PackError, PackRuntime, build_catalog, get_catalog
 
 

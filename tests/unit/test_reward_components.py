@@ -11,7 +11,6 @@ import pytest
 from pydantic import ValidationError
 
 from mlsandbox.env.reward_vector import MultiObjectiveReward
-from mlsandbox.episode import DatasetRecord, EpisodeState, JobRecord
 from mlsandbox.evaluation.constraints import check_action, check_budget
 from mlsandbox.evaluation.metrics import fault_metrics
 from mlsandbox.evaluation.reward import (
@@ -24,6 +23,7 @@ from mlsandbox.evaluation.reward import (
 )
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.scenario import load_builtin
+from mlsandbox.world.episode import DatasetRecord, EpisodeState, JobRecord
 
 BASE = "tabular-quality-basic"
 

@@ -97,7 +97,7 @@ def test_every_builtin_scenario_loads_with_a_reference_agent() -> None:
 def test_scenarios_validate_load_only_and_suite_listing() -> None:
     from typer.testing import CliRunner
 
-    from mlsandbox.cli import app
+    from mlsandbox.cli.main import app
 
     n, missing = len(catalog_ids()), _without_reference()
     r = CliRunner().invoke(app, ["scenarios", "validate", "--load-only"])

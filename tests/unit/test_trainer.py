@@ -106,8 +106,12 @@ def test_csv_and_parquet_are_read_by_suffix(monkeypatch: pytest.MonkeyPatch, tmp
 
 
 def test_result_line_is_the_documented_prefix() -> None:
+    from mlsandbox.workloads import contract
+
     line = trainer.RESULT_PREFIX + json.dumps({"run_id": "r"})
     assert line.startswith("MLSANDBOX_RESULT ")
+    assert trainer.RESULT_PREFIX == contract.RESULT_PREFIX
+    assert contract.parse_result(f"x\n{line}\n") == {"run_id": "r"}
 
 
 def test_self_contained_and_lazy() -> None:

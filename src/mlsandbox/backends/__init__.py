@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from mlsandbox.backends.base import Backend
+from mlsandbox.backends.protocols import Backend
 
 BACKENDS = ("local", "kube")
 

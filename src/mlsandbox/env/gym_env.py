@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 from mlsandbox.backends import get_backend
-from mlsandbox.backends.base import Backend, Runtime
+from mlsandbox.backends.protocols import Backend, Runtime
 from mlsandbox.env.dashboard import from_gateway, render_dashboard
 from mlsandbox.env.spaces import (
     RENDER_MODES,

@@ -53,12 +53,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from mlsandbox.backends.base import FaultCapable
-from mlsandbox.episode import EpisodeState
 from mlsandbox.errors import ActionError
-from mlsandbox.gateway.actions import CleanDataset, ServiceName, TrainModel
 from mlsandbox.gateway.dispatcher import Gateway, parse_action
+from mlsandbox.gateway.packs.core.actions import CleanDataset, ServiceName, TrainModel
 from mlsandbox.gateway.registry import get_catalog
+from mlsandbox.world.episode import EpisodeState
 
 MASKED_ACTION = {"type": "masked_action"}
 """What the gateway receives when a masked slot is chosen (an unknown action: penalty, no change)."""
@@ -93,7 +92,7 @@ class SlotContext:
 
     @property
     def has_services(self) -> bool:
-        return isinstance(self.gateway.runtime, FaultCapable)
+        return self.gateway.runtime.support().reason("faults.services") is None
 
 
 Slot = tuple[dict[str, Any], bool]

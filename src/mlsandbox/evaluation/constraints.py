@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from mlsandbox.episode import EpisodeState
 from mlsandbox.scenario.models import Scenario
+from mlsandbox.world.episode import EpisodeState
 
 
 @dataclass(frozen=True)

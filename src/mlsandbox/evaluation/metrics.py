@@ -5,8 +5,8 @@ from __future__ import annotations
 from statistics import fmean
 from typing import Any
 
-from mlsandbox.episode import EpisodeState
 from mlsandbox.evaluation.reward import agent_mitigated
+from mlsandbox.world.episode import EpisodeState
 
 
 def _mean(values: list[float]) -> float | None:

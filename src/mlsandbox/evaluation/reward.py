@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from mlsandbox.backends.base import Tracking
-from mlsandbox.episode import EpisodeState
+from mlsandbox.backends.protocols import Tracking
+from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import logging
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from mlsandbox.backends.base import Tracking
-from mlsandbox.episode import EpisodeState
+from mlsandbox.backends.protocols import Tracking
 from mlsandbox.evaluation.reward import Grade
+from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """What each fault of the catalog does: ``inject``/``recover`` (both idempotent), its per-step effect, how
 it changes jobs started while it is active, which agent actions address it, and when its symptom is gone.
 
-The mechanisms themselves belong to the backend (:class:`~mlsandbox.backends.base.FaultControl`); the
+The mechanisms themselves belong to the backend (:class:`~mlsandbox.backends.protocols.FaultControl`); the
 object-level faults (a missing column) act through the runtime's object store; a pool shrink through the
-episode's compute pool (:mod:`mlsandbox.compute`). Faults on a data source (``source:NAME``) need a
+episode's compute pool (:mod:`mlsandbox.world.compute`). Faults on a data source (``source:NAME``) need a
 mechanism of the layer above: whoever makes the engine supplies a :data:`Supplied` registry of behaviours
 for them (the gateway's sources pack does); without one they are unavailable. Nothing here is shown to
 the agent: it sees symptoms only.
@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlsandbox.backends.base import FaultControl, JobSpec, Runtime
+from mlsandbox.backends.protocols import FaultControl, JobSpec, Runtime
 from mlsandbox.data.formats import from_bytes, to_bytes
-from mlsandbox.episode import EpisodeState
 from mlsandbox.scenario import perturbations as P
+from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
 
@@ -511,7 +511,7 @@ class PoolShrink(_JobBehaviour):
         self.taken: tuple[float, int] | None = None
 
     def _pool(self, ctx: FaultContext) -> Any:
-        from mlsandbox.compute import pool_of
+        from mlsandbox.world.compute import pool_of
 
         found = pool_of(ctx.state.episode_id)
         if found is None:
@@ -519,7 +519,7 @@ class PoolShrink(_JobBehaviour):
         return found
 
     def inject(self, ctx: FaultContext) -> None:
-        from mlsandbox.compute import shrink_pool
+        from mlsandbox.world.compute import shrink_pool
 
         if self.taken is not None:
             return
@@ -539,7 +539,7 @@ class PoolShrink(_JobBehaviour):
                 self.affected_jobs.append(job.job_id)
 
     def recover(self, ctx: FaultContext) -> None:
-        from mlsandbox.compute import pool_of, restore_pool, shrink_pool
+        from mlsandbox.world.compute import pool_of, restore_pool, shrink_pool
 
         if self.taken is None:
             return

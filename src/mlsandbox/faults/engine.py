@@ -34,8 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mlsandbox.backends.base import FaultControl, JobSpec, Runtime
-from mlsandbox.episode import EpisodeState
+from mlsandbox.backends.protocols import FaultControl, JobSpec, Runtime
 from mlsandbox.errors import ConfigError
 from mlsandbox.faults.behaviours import (
     Behaviour,
@@ -46,6 +45,7 @@ from mlsandbox.faults.behaviours import (
     supplied_missing,
 )
 from mlsandbox.scenario import perturbations as P
+from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
 

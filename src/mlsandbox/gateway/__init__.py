@@ -10,14 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mlsandbox.gateway.actions import ACTION_MODELS, ACTION_TYPES, Action, action_catalog
+    from mlsandbox.gateway.actions import ACTION_MODELS, ACTION_TYPES, ActionModel, action_catalog
     from mlsandbox.gateway.dispatcher import Gateway, parse_action
     from mlsandbox.gateway.observations import StepResult
 
 _EXPORTS = {
     "ACTION_MODELS": "actions",
     "ACTION_TYPES": "actions",
-    "Action": "actions",
+    "ActionModel": "actions",
     "action_catalog": "actions",
     "Gateway": "dispatcher",
     "parse_action": "dispatcher",
@@ -27,7 +27,7 @@ _EXPORTS = {
 __all__ = [
     "ACTION_MODELS",
     "ACTION_TYPES",
-    "Action",
+    "ActionModel",
     "Gateway",
     "StepResult",
     "action_catalog",

@@ -16,21 +16,19 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from mlsandbox.backends.base import FaultCapable, FaultControl, JobSpec, Runtime
-from mlsandbox.data.clean import clean_frame
-from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
-from mlsandbox.data.profile import profile_frame
+from mlsandbox.backends.protocols import FaultControl, Runtime
+from mlsandbox.data.formats import SUFFIX, from_bytes, to_bytes
 from mlsandbox.data.tabular import generate_tabular
-from mlsandbox.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
 from mlsandbox.errors import ActionError
 from mlsandbox.evaluation.constraints import Violation, check_action, check_budget
 from mlsandbox.evaluation.metrics import episode_metrics
 from mlsandbox.evaluation.reward import Grade, RewardTracker, grade_episode, objective_vector
 from mlsandbox.faults.engine import PerturbationEngine
-from mlsandbox.gateway import actions as A
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
+from mlsandbox.gateway.packs.core import actions as A
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.scenario.models import Scenario
+from mlsandbox.world.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +62,7 @@ class Gateway:
         """Per-pack episode state, keyed by pack name (what a pack's handlers and hooks remember)."""
         self.faults: PerturbationEngine | None = None
         """The perturbation engine (None when the scenario has no plan)."""
-        self._job_requests: dict[str, A.TrainModel] = {}
+        self.job_requests: dict[str, A.TrainModel] = {}
         self._reward = RewardTracker()
         self.violation: Violation | None = None
         """The hard constraint the episode broke (it ended the episode), if any."""
@@ -82,7 +80,7 @@ class Gateway:
         rt.object_store.create_bucket(st.bucket)
         st.experiment_id = rt.tracking.create_experiment(
             st.experiment_name,
-            tags={"mlsandbox.episode": st.episode_id, "mlsandbox.scenario": self.scenario.id},
+            tags={"mlsandbox.world.episode": st.episode_id, "mlsandbox.scenario": self.scenario.id},
         )
         for i, spec in enumerate(self.scenario.datasets):
             data = generate_tabular(spec, self.seed * 1000 + i)
@@ -168,7 +166,7 @@ class Gateway:
         return out
 
     def _fault_control(self) -> FaultControl | None:
-        return self.runtime.faults if isinstance(self.runtime, FaultCapable) else None
+        return self.runtime.faults
 
     def _delete_models(self) -> None:
         for name in {n for (n, _) in self.state.registered}:
@@ -261,166 +259,6 @@ class Gateway:
         )
         return StepResult(obs, reward, terminated, truncated, info)
 
-    # -------------------------------------------------------------------------------------- actions
-
-    def _list_datasets(self, _: A.ListDatasets) -> dict[str, Any]:
-        return {"datasets": self.dataset_list()}
-
-    def _check_data_quality(self, a: A.CheckDataQuality) -> dict[str, Any]:
-        rec = self.dataset(a.dataset)
-        df = self.read(rec)
-        target = rec.target if rec.target in df.columns else None
-        return {"dataset": rec.key, "format": rec.fmt, "profile": profile_frame(df, target)}
-
-    def _clean_dataset(self, a: A.CleanDataset) -> dict[str, Any]:
-        rec = self.dataset(a.dataset)
-        stem = rec.key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        out_key = a.output or f"clean/{stem}-{a.strategy.replace('_', '-')}.parquet"
-        if out_key.split("/", 1)[0] == "raw":
-            raise ActionError(
-                "forbidden_name", f"{out_key!r}: the raw/ prefix holds source data and is read-only"
-            )
-        try:
-            out_fmt = format_of(out_key)
-        except ValueError:
-            raise ActionError(
-                "invalid_parameters",
-                f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
-            ) from None
-        df = self.read(rec)
-        cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
-        payload = to_bytes(cleaned, out_fmt)
-        self.backend_call(lambda: self.runtime.object_store.put_object(self.state.bucket, out_key, payload))
-        self.state.datasets[out_key] = DatasetRecord(
-            out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key
-        )
-        return {
-            "dataset": out_key,
-            "source": rec.key,
-            "strategy": a.strategy,
-            "rows": len(cleaned),
-            "changes": summary,
-        }
-
-    def _train_model(self, a: A.TrainModel) -> dict[str, Any]:
-        st = self.state
-        rec = self.dataset(a.dataset)
-        if rec.target is None:
-            raise ActionError("invalid_parameters", f"dataset {rec.key!r} has no target column to train on")
-        if st.credits_left <= 0:
-            raise ActionError("budget_exhausted", "no compute credits left: no new job can start")
-        job_id = f"job-{len(st.jobs) + 1}"
-        backend_id = f"{st.episode_id}-{job_id}"
-        spec = JobSpec(
-            job_id=backend_id,
-            workload="trainer",
-            args=[
-                "--bucket",
-                st.bucket,
-                "--key",
-                rec.key,
-                "--target",
-                rec.target,
-                "--algorithm",
-                a.algorithm,
-                "--hyperparams",
-                json.dumps(a.hyperparams, sort_keys=True),
-                "--experiment-id",
-                st.experiment_id,
-                "--run-name",
-                job_id,
-                "--seed",
-                str(self.seed),
-            ],
-            cpus=a.resources.cpus,
-            memory_mb=a.resources.memory_mb,
-            labels=dict([st.job_label]),
-            timeout_s=self.scenario.budget.max_job_seconds,
-        )
-        if a.machine is not None or a.environment is not None:
-            from mlsandbox.gateway.packs.compute_impl import place_job
-
-            spec = place_job(self, spec, machine=a.machine, environment=a.environment)
-        prefix = self.ext.get("config", {}).get("prefix")
-        if prefix:  # the job reads its endpoints and credentials from the episode's config store
-            spec = spec.model_copy(update={"args": [*spec.args, "--config-prefix", prefix]})
-        if self.faults is not None:
-            spec = self.faults.adjust_job(spec, job_id)
-        status = self.backend_call(lambda: self.runtime.jobs.submit(spec))
-        self._job_requests[job_id] = a
-        st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
-        return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
-
-    def _get_job(self, a: A.GetJob) -> dict[str, Any]:
-        job = self.job(a.job_id)
-        status = self.backend_call(lambda: self.runtime.jobs.get(job.backend_id))
-        self.update_job(job, status)
-        out: dict[str, Any] = {
-            "job_id": job.job_id,
-            "state": status.state,
-            "dataset": job.dataset,
-            "algorithm": job.algorithm,
-            "exit_code": status.exit_code,
-            "cpu_seconds": round(status.cpu_seconds, 3),
-        }
-        if status.state == "succeeded":
-            out["run_id"] = status.result.get("run_id")
-            out["metrics"] = _round_metrics(status.result.get("metrics", {}))
-        elif status.state in ("failed", "cancelled"):
-            out["log_tail"] = self.backend_call(
-                lambda: self.runtime.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES)
-            )
-        return out
-
-    def _list_runs(self, _: A.ListRuns) -> dict[str, Any]:
-        runs = self.backend_call(lambda: self.runtime.tracking.list_runs(self.state.experiment_id))
-        rows = [
-            {
-                "run_id": r.run_id,
-                "run_name": r.tags.get("mlflow.runName"),
-                "status": r.status,
-                "params": dict(sorted(r.params.items())),
-                "metrics": _round_metrics(r.metrics),
-            }
-            for r in sorted(runs, key=lambda r: (r.start_time or 0, r.run_id))
-        ]
-        return {"runs": rows}
-
-    def _register_model(self, a: A.RegisterModel) -> dict[str, Any]:
-        st = self.state
-        try:
-            run = self.runtime.tracking.get_run(a.run_id)
-        except KeyError:
-            raise ActionError("not_found", f"run {a.run_id} does not exist") from None
-        except Exception as e:  # the tracker is down or failing: an error observation, not a crash
-            raise ActionError("backend_error", f"{type(e).__name__}: {e}") from None
-        if run.experiment_id != st.experiment_id:
-            raise ActionError("not_found", f"run {a.run_id} does not exist in this episode's experiment")
-        if run.status != "FINISHED":
-            raise ActionError(
-                "conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered"
-            )
-        mv = self.backend_call(
-            lambda: self.runtime.tracking.register_model(a.run_id, st.registry_name(a.name))
-        )
-        st.registered.append((a.name, mv.version))
-        return {"name": a.name, "version": mv.version, "run_id": a.run_id, "status": mv.status}
-
-    def _wait(self, a: A.Wait) -> dict[str, Any]:
-        deadline = time.monotonic() + a.seconds
-        before = {j.job_id: j.state for j in self.state.jobs.values()}
-        while True:
-            self.refresh_jobs()
-            changed = [j for j in self.state.jobs.values() if j.state != before[j.job_id]]
-            if changed or time.monotonic() >= deadline:
-                break
-            if not any(s not in _TERMINAL_JOB_STATES for s in before.values()):
-                # Nothing running that could change: time passes all the same.
-                time.sleep(max(0.0, deadline - time.monotonic()))
-                break
-            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
-        return {"jobs": [{"job_id": j.job_id, "state": j.state} for j in self.state.jobs.values()]}
-
     # ------------------------------------------------------------------------ operations actions
 
     def control(self) -> FaultControl:
@@ -432,7 +270,7 @@ class Gateway:
     def episode_services(self) -> dict[str, Any]:
         """Services the packs run for this episode besides the core ones (a pack implementation's
         optional ``episode_services(gw)``: name -> an object with ``health()`` and ``restart()`` returning
-        a :class:`~mlsandbox.backends.base.ServiceHealth`), e.g. the data-source servers in use."""
+        a :class:`~mlsandbox.backends.protocols.ServiceHealth`), e.g. the data-source servers in use."""
         out: dict[str, Any] = {}
         for pack in self.catalog.packs:
             supply = getattr(pack.module(), "episode_services", None)
@@ -440,7 +278,7 @@ class Gateway:
                 out.update(supply(self))
         return out
 
-    def _service(self, name: str) -> Any | None:
+    def service(self, name: str) -> Any | None:
         """The pack's service ``name`` (None for a core service); ``not_found`` for an optional service
         this episode does not use, naming the services it has."""
         if name in get_args(A.ServiceName):
@@ -454,74 +292,6 @@ class Gateway:
                 f"data source); services: {known}",
             )
         return extra[name]
-
-    def _get_logs(self, a: A.GetLogs) -> dict[str, Any]:
-        if a.target.startswith("job-"):
-            job = self.job(a.target)
-            text = self.backend_call(lambda: self.runtime.jobs.logs(job.backend_id, tail=a.tail))
-            return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
-        service = a.target.removeprefix("service:")
-        self._service(service)
-        text = self.backend_call(lambda: self.control().services.logs(service, tail=a.tail))
-        return {"target": service, "lines": text.splitlines()[-a.tail :]}
-
-    def _get_service_health(self, a: A.GetServiceHealth) -> dict[str, Any]:
-        extra = self._service(a.service)
-        if extra is not None:
-            return self.backend_call(extra.health).model_dump()  # type: ignore[no-any-return]
-        health = self.backend_call(lambda: self.control().services.health(a.service))
-        return health.model_dump()
-
-    def _restart_service(self, a: A.RestartService) -> dict[str, Any]:
-        extra = self._service(a.service)
-        if extra is not None:
-            health = self.backend_call(extra.restart)
-        else:
-            health = self.backend_call(lambda: self.control().services.restart(a.service, wait=True))
-        return {"restarted": a.service, **health.model_dump()}
-
-    def _retry_job(self, a: A.RetryJob) -> dict[str, Any]:
-        job = self.job(a.job_id)
-        if job.state not in _TERMINAL_JOB_STATES:
-            raise ActionError("conflict", f"{a.job_id} is {job.state}: only a finished job can be retried")
-        original = self._job_requests.get(a.job_id)
-        if original is None:
-            raise ActionError("not_found", f"{a.job_id} cannot be retried: its parameters are unknown")
-        changes = a.changes.model_dump(exclude_none=True)
-        if a.changes.resources is not None:
-            changes["resources"] = a.changes.resources
-        retry = original.model_copy(update=changes)
-        out = self._train_model(A.TrainModel.model_validate(retry.model_dump()))
-        return {**out, "retry_of": a.job_id}
-
-    def _set_job_resources(self, a: A.SetJobResources) -> dict[str, Any]:
-        job = self.job(a.job_id)
-        if a.cpus is None and a.memory_mb is None:
-            raise ActionError("invalid_parameters", "give cpus and/or memory_mb")
-        if job.state in _TERMINAL_JOB_STATES:
-            raise ActionError("conflict", f"{a.job_id} is {job.state}: limits apply to a running job")
-        try:
-            status = self.runtime.jobs.set_resources(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
-        except KeyError:
-            raise ActionError("not_found", f"job {a.job_id!r} does not exist") from None
-        except ValueError as e:
-            raise ActionError("conflict", str(e)) from None
-        self.update_job(job, status)
-        request = self._job_requests.get(a.job_id)
-        if request is not None:
-            res = request.resources.model_copy(
-                update={k: v for k, v in (("cpus", a.cpus), ("memory_mb", a.memory_mb)) if v is not None}
-            )
-            self._job_requests[a.job_id] = request.model_copy(update={"resources": res})
-        if self.faults is not None:
-            cpus, mem = self.faults.ctx.job_resources.get(job.backend_id, (None, None))
-            self.faults.ctx.job_resources[job.backend_id] = (a.cpus or cpus, a.memory_mb or mem)  # type: ignore[assignment]
-        return {"job_id": a.job_id, "state": status.state, "cpus": a.cpus, "memory_mb": a.memory_mb}
-
-    def _submit(self, _: A.Submit) -> dict[str, Any]:
-        self.state.submitted = True
-        registered = [{"name": n, "version": v} for (n, v) in self.state.registered]
-        return {"submitted": True, "registered_models": registered}
 
     # -------------------------------------------------------------------------------------- helpers
 
@@ -658,22 +428,3 @@ def _jsonable(raw: Any) -> Any:
         return raw
     except (TypeError, ValueError):
         return repr(raw)
-
-
-# The core pack's handlers (see mlsandbox.gateway.registry): the Gateway's own methods.
-HANDLERS: dict[str, Callable[[Gateway, Any], dict[str, Any]]] = {
-    "list_datasets": Gateway._list_datasets,
-    "check_data_quality": Gateway._check_data_quality,
-    "clean_dataset": Gateway._clean_dataset,
-    "train_model": Gateway._train_model,
-    "get_job": Gateway._get_job,
-    "list_runs": Gateway._list_runs,
-    "register_model": Gateway._register_model,
-    "wait": Gateway._wait,
-    "get_logs": Gateway._get_logs,
-    "get_service_health": Gateway._get_service_health,
-    "restart_service": Gateway._restart_service,
-    "retry_job": Gateway._retry_job,
-    "set_job_resources": Gateway._set_job_resources,
-    "submit": Gateway._submit,
-}

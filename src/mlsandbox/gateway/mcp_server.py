@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 
 from mlsandbox import __version__
-from mlsandbox.backends.base import Runtime
+from mlsandbox.backends.protocols import Runtime
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.gateway.observations import StepResult
 from mlsandbox.gateway.registry import get_catalog

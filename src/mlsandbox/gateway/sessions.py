@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from mlsandbox import __version__
-from mlsandbox.backends.base import Runtime
+from mlsandbox.backends.protocols import Runtime
 from mlsandbox.errors import MLSandboxError
 from mlsandbox.gateway.actions import ACTION_TYPES, action_catalog
 from mlsandbox.gateway.dispatcher import Gateway

@@ -30,7 +30,7 @@ from .model import SandboxSpec
 
 SANDBOX_LABEL = "mlsandbox.dev/sandbox"
 SANDBOX_NAMESPACE_LABEL = "mlsandbox.dev/sandbox-namespace"
-EPISODE_LABEL = "mlsandbox.episode"
+EPISODE_LABEL = "mlsandbox.world.episode"
 FAULT_LABEL = "mlsandbox.dev/fault"
 # What a warm reset deletes: (apiVersion, kind, label selector). Chaos kinds are skipped when their CRDs
 # are not installed.

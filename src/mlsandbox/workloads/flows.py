@@ -38,6 +38,8 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 
+from mlsandbox.workloads.contract import RESULT_PREFIX
+
 NO_TORCH_ENV = "MLSANDBOX_NO_TORCH"
 """Set (to 1) in the environment of the sandbox's flow runs: their process keeps PyTorch out, as the
 trainer's does (:func:`mlsandbox.workloads.trainer.block_torch`); importing this module elsewhere changes
@@ -50,7 +52,6 @@ if os.environ.get(NO_TORCH_ENV) == "1":
 
 _NUMERIC_KINDS = "biuf"
 USAGE_PREFIX = "resource usage: cpu_seconds="
-RESULT_PREFIX = "MLSANDBOX_RESULT "
 ENV_STEP_TIMEOUT_S = 1800.0
 
 

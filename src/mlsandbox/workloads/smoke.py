@@ -27,7 +27,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-RESULT_PREFIX = "MLSANDBOX_RESULT "
+from mlsandbox.workloads.contract import RESULT_PREFIX
+
 TARGET = "churned"
 ROWS = 240
 

@@ -33,7 +33,7 @@ import time
 import traceback
 from typing import Any
 
-RESULT_PREFIX = "MLSANDBOX_RESULT "
+RESULT_PREFIX = "MLSANDBOX_RESULT "  # the job contract (mlsandbox.workloads.contract); this module imports no mlsandbox code
 ALGORITHMS = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
 CONFIG_KEYS = ("s3_endpoint_url", "s3_access_key_id", "s3_secret_access_key", "mlflow_tracking_uri")
 

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlsandbox import paths
-from mlsandbox.backends.base import Endpoints, ServiceStatus
+from mlsandbox.backends.kube.faults.control import SERVICES, KubeFaultControl
+from mlsandbox.backends.protocols import Endpoints, ServiceStatus
 from mlsandbox.errors import BackendError, NotRunningError
 
 from .cluster import ApiRefused, Cluster, TransientApiError
-from .faults import SERVICES, KubeFaultControl
 from .runtime import KubeRuntime, client_endpoints, workload_endpoints
 
 CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"

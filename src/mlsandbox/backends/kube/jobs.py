@@ -1,7 +1,7 @@
 """Batch jobs as ``batch/v1`` Jobs in the sandbox's namespace (the ``kube`` backend's :class:`Jobs`).
 
 Everything is read back from the cluster (no state in this process): a Job carries its
-:class:`~mlsandbox.backends.base.JobSpec` in an annotation and the sandbox and job-id labels, so any
+:class:`~mlsandbox.backends.protocols.JobSpec` in an annotation and the sandbox and job-id labels, so any
 process (the gateway, a restarted CLI, ``down``) sees the same jobs.
 
 - **Limits**: requests = limits = ``cpus``/``memory_mb`` (Guaranteed QoS); on a real node the kernel
@@ -30,8 +30,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
-from mlsandbox.backends.local.jobs import RESULT_PREFIX
+from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
+from mlsandbox.workloads.contract import RESULT_PREFIX
 
 from . import manifests as M
 from .cluster import ApiRefused, Cluster, TransientApiError

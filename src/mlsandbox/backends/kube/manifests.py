@@ -2,7 +2,7 @@
 
 Training and other batch workloads run as ``batch/v1`` Jobs: the same ``python -m mlsandbox.workloads.<w>
 *args`` as on the local backend, the same environment (service endpoints, thread counts from ``cpus``,
-``spec.env``), and requests equal to limits from the :class:`~mlsandbox.backends.base.JobSpec` (so a job
+``spec.env``), and requests equal to limits from the :class:`~mlsandbox.backends.protocols.JobSpec` (so a job
 that allocates more than ``memory_mb`` is OOM-killed by the kernel, exit status 137, as on ``local``).
 :func:`job_status` maps a Job and its pod back to the backend-neutral :class:`JobStatus`.
 """
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
-from mlsandbox.backends.local.jobs import endpoint_env, parse_result, thread_env
+from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
+from mlsandbox.workloads.contract import NOTE_PREFIX, endpoint_env, parse_result, thread_env
 
 JOB_ID_LABEL = "mlsandbox.dev/job-id"
 WORKLOAD_LABEL = "mlsandbox.dev/workload"
@@ -90,7 +90,7 @@ def container_env(
     ``overrides`` sets them."""
     overrides = overrides or {}
     values = {
-        **endpoint_env(endpoints),
+        **endpoint_env(**endpoints.model_dump()),
         **thread_env(cpus),
         "PYTHONUNBUFFERED": "1",
         "HOME": "/tmp",
@@ -246,7 +246,6 @@ SANDBOX_LABEL = "mlsandbox.dev/sandbox"
 SPEC_ANNOTATION = "mlsandbox.dev/job-spec"
 CANCELLED_ANNOTATION = "mlsandbox.dev/cancelled"
 S3_SECRET_NAME = "mlsandbox-s3"
-NOTE_PREFIX = "[mlsandbox]"
 
 
 def sandbox_job(

@@ -19,13 +19,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from mlsandbox.backends.base import Endpoints
-from mlsandbox.backends.clients import ServiceClients
-from mlsandbox.backends.local.jobs import endpoint_env
+from mlsandbox.backends.common.clients import ServiceClients
+from mlsandbox.backends.kube.faults.control import KubeFaultControl
+from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.workloads.contract import endpoint_env
 
 from . import manifests as M
 from .cluster import Cluster
-from .faults import KubeFaultControl
 from .jobs import KubeJobs
 from .secret import S3Secret
 from .serving import FEATURE_PORT, SERVER_PORT, KubeServing
@@ -188,7 +188,7 @@ class KubeRuntime(ServiceClients):
             "image_pull_policy": "IfNotPresent",
             "stream_output": False,  # the runs ship their logs to Prefect; the worker need not read pods
         }
-        return self.work_pool, endpoint_env(self.workload_endpoints), job_variables
+        return self.work_pool, endpoint_env(**self.workload_endpoints.model_dump()), job_variables
 
     def flow_cleanup(self, labels: Mapping[str, str] | None = None) -> int:
         """Delete the flow-run Jobs (and pods) of this sandbox (with ``labels`` when given); how many Jobs."""

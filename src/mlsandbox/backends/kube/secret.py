@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.protocols import Endpoints
 
 from . import manifests as M
 from .cluster import Cluster

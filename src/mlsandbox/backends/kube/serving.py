@@ -11,7 +11,7 @@ the sandbox's namespace, with a ClusterIP Service of the same name selecting its
 - a new version of an existing deployment changes the pod template: Kubernetes' rolling update with
   ``maxUnavailable: 0`` (the new replicas must be ready before old ones stop, as on ``local``); the
   versions served are kept in an annotation (:data:`HISTORY_ANNOTATION`) for rollback;
-- Deployment, Service and pods carry the sandbox label and the episode label (``mlsandbox.episode``):
+- Deployment, Service and pods carry the sandbox label and the episode label (``mlsandbox.world.episode``):
   the gateway removes them when the episode closes and the operator's warm reset deletes them by label.
 
 Everything is read back from the cluster (the spec is an annotation), so any process sees the same
@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.errors import BackendError
 
 from . import manifests as M

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlsandbox import paths
-from mlsandbox.backends.base import Endpoints, ServiceStatus
+from mlsandbox.backends.protocols import Endpoints, ServiceStatus
 from mlsandbox.errors import BackendError, NotRunningError, ServiceStartError
 
 from . import services as svc
@@ -42,7 +42,7 @@ from . import supervisor
 from .supervisor import ProcessRecord
 
 if TYPE_CHECKING:
-    from mlsandbox.backends.base import Runtime
+    from mlsandbox.backends.protocols import Runtime
 
 DEFAULT_HEALTH_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 3.0  # grace between SIGTERM and SIGKILL (the Prefect worker takes ~9 s to exit)

@@ -28,13 +28,13 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from mlsandbox import paths
-from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.local.faults.control import killed_on_purpose, undo_stale_journals
+from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.errors import BackendError
 
 from . import services as svc
 from . import supervisor
 from .backend import SandboxState, home_key, read_state, sandbox_lock, teardown
-from .chaos import killed_on_purpose, undo_stale_journals
 
 ORPHAN_STOP_TIMEOUT_S = 3.0
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
-import json
 import math
 import os
 import re
@@ -58,24 +57,21 @@ from typing import Any
 import psutil
 
 from mlsandbox import paths
-from mlsandbox.backends.base import Endpoints, JobSpec, JobStatus
 from mlsandbox.backends.local.supervisor import marker_env
+from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
 from mlsandbox.errors import BackendError
+from mlsandbox.workloads.contract import (
+    NOTE_PREFIX,
+    endpoint_env,
+    parse_result,
+    tail_lines,
+    thread_env,
+)
 
-RESULT_PREFIX = "MLSANDBOX_RESULT "
-NOTE_PREFIX = "[mlsandbox]"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CFS_PERIOD_US = 100_000
 KILL_WAIT_S = 5.0
 _JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
-_THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "LOKY_MAX_CPU_COUNT",
-)
 LIMITS_ENV = "MLSANDBOX_JOB_LIMITS"
 LIMIT_MODES = ("cgroup", "rlimit", "none")
 AS_ALLOWANCE_MB = 768
@@ -83,7 +79,7 @@ USAGE_SAMPLE_S = 0.5
 """A running job's CPU seconds and RSS are sampled at most this often (its final figures are exact)."""
 """Address space allowed above ``memory_mb`` under rlimits (code and shared libraries mapped, not used)."""
 # Joins the cgroups given as $1 and $2, then becomes the workload (exit 125: could not join).
-_CGROUP_SHIM = 'echo $$ > "$1" && echo $$ > "$2" || exit 125; shift 2; exec "$@"'
+CGROUP_SHIM = 'echo $$ > "$1" && echo $$ > "$2" || exit 125; shift 2; exec "$@"'
 
 
 # ------------------------------------------------------------------------------------------- cgroups
@@ -155,7 +151,7 @@ def sandbox_cgroup_dirs(sandbox_name: str) -> list[Path]:
     ]
 
 
-class _Cgroup:
+class Cgroup:
     """A job's memory and cpu cgroups (v1)."""
 
     def __init__(self, sandbox_name: str, job_id: str) -> None:
@@ -289,7 +285,7 @@ OWNER_ENV = "MLSANDBOX_JOB_OWNER"
 """``<pid>-<start ticks>`` of the process that started a job: a job whose owner is gone is garbage."""
 
 
-def _owner_marker() -> str:
+def owner_marker() -> str:
     from mlsandbox.backends.local.supervisor import start_ticks
 
     return f"{os.getpid()}-{start_ticks(os.getpid())}"
@@ -324,59 +320,6 @@ def _tree_usage(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
-def thread_env(cpus: float) -> dict[str, str]:
-    """Thread-count variables for native libraries (OpenMP, BLAS, joblib) from a CPU budget."""
-    threads = str(max(1, math.floor(cpus)))
-    return dict.fromkeys(_THREAD_VARS, threads)
-
-
-def endpoint_env(endpoints: Endpoints) -> dict[str, str]:
-    """How a workload reaches the sandbox's services."""
-    return {
-        "AWS_ACCESS_KEY_ID": endpoints.s3_access_key,
-        "AWS_SECRET_ACCESS_KEY": endpoints.s3_secret_key,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL_S3": endpoints.s3_url,
-        "MLFLOW_S3_ENDPOINT_URL": endpoints.s3_url,
-        "MLSANDBOX_S3_URL": endpoints.s3_url,
-        "MLFLOW_TRACKING_URI": endpoints.mlflow_url,
-        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-        "MLFLOW_HTTP_REQUEST_TIMEOUT": "60",
-        "PREFECT_API_URL": endpoints.prefect_api_url,
-    }
-
-
-def parse_result(text: str) -> dict[str, Any]:
-    """The JSON of the last ``MLSANDBOX_RESULT`` line of a job's output ({} when none or malformed)."""
-    for line in reversed(text.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            try:
-                value = json.loads(line[len(RESULT_PREFIX) :])
-            except json.JSONDecodeError:
-                return {}
-            return value if isinstance(value, dict) else {}
-    return {}
-
-
-def tail_lines(path: Path, lines: int) -> str:
-    """The last ``lines`` lines of a text file (all of it when ``lines`` <= 0; "" when missing)."""
-    try:
-        with path.open("rb") as f:
-            if lines <= 0:
-                return f.read().decode(errors="replace")
-            end = f.seek(0, os.SEEK_END)
-            block, data = 8192, b""
-            while end > 0 and data.count(b"\n") <= lines:
-                start = max(0, end - block)
-                f.seek(start)
-                data = f.read(end - start) + data
-                end = start
-    except FileNotFoundError:
-        return ""
-    return b"\n".join(data.split(b"\n")[-lines - 1 :]).decode(errors="replace").lstrip("\n")
-
-
 # -------------------------------------------------------------------------------------------------- jobs
 
 
@@ -399,7 +342,7 @@ class _Job:
     work_dir: Path
     state: str = "queued"
     popen: subprocess.Popen[bytes] | None = None
-    cgroup: _Cgroup | None = None
+    cgroup: Cgroup | None = None
     started_at: float | None = None
     finished_at: float | None = None
     exit_code: int | None = None
@@ -676,11 +619,11 @@ class LocalJobs:
         (``MLSANDBOX_SANDBOX``/``MLSANDBOX_HOME``, by which the garbage collector finds strays)."""
         return {
             **os.environ,
-            **endpoint_env(self.endpoints),
+            **endpoint_env(**self.endpoints.model_dump()),
             **thread_env(spec.cpus),
             "PYTHONUNBUFFERED": "1",
             "MLSANDBOX_JOB_ID": spec.job_id,
-            OWNER_ENV: _owner_marker(),
+            OWNER_ENV: owner_marker(),
             **spec.env,
             **marker_env(self.sandbox_name, self.home),
         }
@@ -703,13 +646,13 @@ class LocalJobs:
             command = [job.spec.python, str(workload), *job.spec.args]
         if job.cgroup is None:
             return command
-        return ["/bin/sh", "-c", _CGROUP_SHIM, "mlsandbox-job", *job.cgroup.procs_files, *command]
+        return ["/bin/sh", "-c", CGROUP_SHIM, "mlsandbox-job", *job.cgroup.procs_files, *command]
 
     def _start(self, job: _Job) -> None:
         spec = job.spec
         job.work_dir.mkdir(parents=True, exist_ok=True)
         if self.use_cgroups:
-            cgroup = _Cgroup(self.sandbox_name, spec.job_id)
+            cgroup = Cgroup(self.sandbox_name, spec.job_id)
             cgroup.create(spec.memory_mb, spec.cpus)
             job.cgroup = cgroup  # only once it is ours to remove
         preexec = (

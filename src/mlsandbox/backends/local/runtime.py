@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlsandbox.backends.base import Endpoints
-from mlsandbox.backends.clients import ServiceClients
+from mlsandbox.backends.common.clients import ServiceClients
 from mlsandbox.backends.local.jobs import LocalJobs
+from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.errors import BackendError
 
 if TYPE_CHECKING:
-    from mlsandbox.backends.local.chaos import LocalFaultControl
+    from mlsandbox.backends.local.faults.control import LocalFaultControl
 
 
 class LocalRuntime(ServiceClients):
@@ -40,7 +40,7 @@ class LocalRuntime(ServiceClients):
         with self._lock:
             if self._faults is None:
                 from mlsandbox.backends.local.backend import LocalBackend
-                from mlsandbox.backends.local.chaos import LocalFaultControl
+                from mlsandbox.backends.local.faults.control import LocalFaultControl
 
                 backend = LocalBackend(self.sandbox_name)
                 if backend.dir.resolve() != self.sandbox_dir.resolve():

@@ -27,7 +27,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from mlsandbox import paths
-from mlsandbox.backends.base import Endpoints
+from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.errors import MissingToolError
 from mlsandbox.plugins import ServiceSpec
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from mlsandbox import httpclients
-from mlsandbox.backends.base import ServiceHealth
+from mlsandbox.backends.protocols import ServiceHealth
 from mlsandbox.errors import NotRunningError, ServiceStartError
 
 from . import services as svc

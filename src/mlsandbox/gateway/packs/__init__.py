@@ -5,11 +5,11 @@ implementation module (imported when an episode runs). See :mod:`mlsandbox.gatew
 """
 
 BUILTIN_PACKS: tuple[str, ...] = (
-    "mlsandbox.gateway.actions:CORE_PACK",
-    "mlsandbox.gateway.packs.compute:PACK",
-    "mlsandbox.gateway.packs.tracking:PACK",
-    "mlsandbox.gateway.packs.flows:PACK",
-    "mlsandbox.gateway.packs.sources:PACK",
-    "mlsandbox.gateway.packs.serving:PACK",
-    "mlsandbox.gateway.packs.config:PACK",
+    "mlsandbox.gateway.packs.core.actions:PACK",
+    "mlsandbox.gateway.packs.compute.actions:PACK",
+    "mlsandbox.gateway.packs.tracking.actions:PACK",
+    "mlsandbox.gateway.packs.flows.actions:PACK",
+    "mlsandbox.gateway.packs.sources.actions:PACK",
+    "mlsandbox.gateway.packs.serving.actions:PACK",
+    "mlsandbox.gateway.packs.config.actions:PACK",
 )

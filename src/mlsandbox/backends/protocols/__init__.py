@@ -1,0 +1,104 @@
+"""The declared Runtime: every capability the world uses, as protocols with pydantic models on their
+boundaries (one module per capability). Backends implement all of them or refuse with
+:class:`~mlsandbox.errors.Unsupported`."""
+
+from mlsandbox.backends.protocols.audit import AuditLog
+from mlsandbox.backends.protocols.clock import Clock, Ticker
+from mlsandbox.backends.protocols.common import CAPABILITIES, Model, Support, Unsupported
+from mlsandbox.backends.protocols.config import ConfigStore
+from mlsandbox.backends.protocols.environments import EnvironmentBuildError, EnvironmentInfo, Environments
+from mlsandbox.backends.protocols.faults import (
+    FaultControl,
+    HttpFault,
+    NetworkControl,
+    ServiceControl,
+    ServiceHealth,
+)
+from mlsandbox.backends.protocols.flows import FLOWS, EpisodeFlows, FlowRunView, Flows, TaskRunView
+from mlsandbox.backends.protocols.jobs import Jobs, JobSpec, JobStatus
+from mlsandbox.backends.protocols.runtime import (
+    Backend,
+    BackendConfig,
+    BackendType,
+    Endpoints,
+    Runtime,
+    ServiceStatus,
+)
+from mlsandbox.backends.protocols.serving import (
+    FEATURE_SERVICE,
+    DeploymentSpec,
+    DeploymentView,
+    EpisodeServing,
+    Machine,
+    ModelServing,
+    ReplicaRef,
+    ReplicaStats,
+    ReplicaView,
+    ServingError,
+    ServingResponse,
+)
+from mlsandbox.backends.protocols.sources import (
+    ApiDataset,
+    EpisodeSources,
+    HttpAnswer,
+    SourceError,
+    SourceHosting,
+    TableRows,
+)
+from mlsandbox.backends.protocols.storage import ObjectInfo, ObjectStore
+from mlsandbox.backends.protocols.tracking import ModelVersionInfo, RunInfo, Tracking
+
+__all__ = [
+    "CAPABILITIES",
+    "FEATURE_SERVICE",
+    "FLOWS",
+    "ApiDataset",
+    "AuditLog",
+    "Backend",
+    "BackendConfig",
+    "BackendType",
+    "Clock",
+    "ConfigStore",
+    "DeploymentSpec",
+    "DeploymentView",
+    "Endpoints",
+    "EnvironmentBuildError",
+    "EnvironmentInfo",
+    "Environments",
+    "EpisodeFlows",
+    "EpisodeServing",
+    "EpisodeSources",
+    "FaultControl",
+    "FlowRunView",
+    "Flows",
+    "HttpAnswer",
+    "HttpFault",
+    "JobSpec",
+    "JobStatus",
+    "Jobs",
+    "Machine",
+    "Model",
+    "ModelServing",
+    "ModelVersionInfo",
+    "NetworkControl",
+    "ObjectInfo",
+    "ObjectStore",
+    "ReplicaRef",
+    "ReplicaStats",
+    "ReplicaView",
+    "RunInfo",
+    "Runtime",
+    "ServiceControl",
+    "ServiceHealth",
+    "ServiceStatus",
+    "ServingError",
+    "ServingResponse",
+    "SourceError",
+    "SourceHosting",
+    "Support",
+    "TableRows",
+    "TaskRunView",
+    "Ticker",
+    "Tracking",
+    "Unsupported",
+]

@@ -1,0 +1,1 @@
+"""The ``mlsandbox`` command line, one module per group of commands."""

@@ -1,0 +1,221 @@
+"""CLI commands of the agent interfaces: ``serve`` (HTTP gateway), ``mcp`` (MCP server), ``tools`` (schemas).
+
+``register(app)`` adds them to the main ``mlsandbox`` Typer app; ``python -m mlsandbox.cli.interfaces``
+runs them on their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mlsandbox.backends import get_backend
+from mlsandbox.backends.protocols import Backend, Runtime
+from mlsandbox.errors import MLSandboxError, NotRunningError
+from mlsandbox.gateway.tools import TOOL_FORMATS, tools_json
+from mlsandbox.paths import default_sandbox_name
+
+SandboxOpt = Annotated[
+    str,
+    typer.Option(
+        "--sandbox",
+        "--name",
+        "-n",
+        help="Sandbox to attach to (started for this command if it is not running).",
+    ),
+]
+BackendOpt = Annotated[str, typer.Option("--backend", help="local")]
+NoStartOpt = Annotated[
+    bool, typer.Option("--no-start", help="Fail instead of starting a sandbox when none is running.")
+]
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_SANDBOX = default_sandbox_name()
+
+
+def _err(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+
+
+@contextmanager
+def attached_sandbox(
+    name: str, backend: str = "local", *, start: bool = True
+) -> Iterator[tuple[Backend, Runtime]]:
+    """The running sandbox ``name``; with ``start``, an ephemeral one started now and stopped on exit."""
+    b = get_backend(backend, name)
+    owns = False
+    if not b.is_alive():
+        if not start:
+            raise NotRunningError(
+                f"sandbox {name!r} is not running: start it with `mlsandbox up --name {name}`"
+            )
+        typer.echo(f"starting sandbox {name!r} (stopped on exit) ...", err=True)
+        b.up(ephemeral=True)  # type: ignore[call-arg]
+        owns = True
+    try:
+        yield b, b.runtime()
+    finally:
+        if owns:
+            typer.echo(f"stopping sandbox {name!r} ...", err=True)
+            b.down()
+
+
+def _audit_dir(backend: Backend) -> Path | None:
+    d = getattr(backend, "dir", None)
+    return Path(d) / "episodes" if d is not None else None
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to bind.")] = 8765,
+    sandbox: SandboxOpt = DEFAULT_SANDBOX,
+    backend: BackendOpt = "local",
+    max_sessions: Annotated[
+        int, typer.Option("--max-sessions", min=1, help="Concurrent sessions at most.")
+    ] = 16,
+    no_start: NoStartOpt = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    allow_restart: Annotated[
+        bool,
+        typer.Option(
+            "--allow-restart",
+            help="Let sessions restart shared services (denied by default: a restart hits every session).",
+        ),
+    ] = False,
+) -> None:
+    """Serve the HTTP gateway (sessions, steps, tools; OpenAPI at /docs) for a running sandbox."""
+    import uvicorn
+
+    from mlsandbox.gateway.http import create_app
+    from mlsandbox.gateway.sessions import SessionManager
+
+    if host not in LOOPBACK:
+        typer.echo(
+            f"warning: binding {host}: anyone who reaches it can create sessions, and tokens travel in clear text",
+            err=True,
+        )
+    try:
+        with attached_sandbox(sandbox, backend, start=not no_start) as (b, runtime):
+            manager = SessionManager(
+                runtime,
+                sandbox,
+                _audit_dir(b),
+                max_sessions=max_sessions,
+                restart_policy="allow" if allow_restart else "deny",
+            )
+            app = create_app(manager)
+            typer.echo(
+                f"gateway for sandbox {sandbox!r} on http://{host}:{port} (OpenAPI: /openapi.json)", err=True
+            )
+            try:
+                uvicorn.run(app, host=host, port=port, log_level=log_level)
+            finally:
+                manager.close_all()
+    except (MLSandboxError, ValueError, NotImplementedError) as e:
+        _err(str(e))
+        raise typer.Exit(code=1) from None
+
+
+def mcp(
+    scenario: Annotated[
+        str, typer.Option("--scenario", "-s", help="Scenario id or YAML file.")
+    ] = "tabular-quality-basic",
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")
+    ] = None,
+    transport: Annotated[str, typer.Option("--transport", "-t", help="stdio | streamable-http")] = "stdio",
+    host: Annotated[str, typer.Option("--host", help="Address to bind (streamable-http).")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=1, max=65535, help="Port (streamable-http).")
+    ] = 8766,
+    sandbox: SandboxOpt = DEFAULT_SANDBOX,
+    backend: BackendOpt = "local",
+    no_start: NoStartOpt = False,
+    max_chars: Annotated[int, typer.Option("--max-chars", min=200, help="Longest observation text.")] = 6000,
+) -> None:
+    """Serve one episode of a scenario as an MCP server (one tool per action; task and observation resources)."""
+    import anyio
+
+    from mlsandbox.gateway.mcp_server import EpisodeHost, serve_stdio, streamable_http_app
+    from mlsandbox.scenario import load_scenario
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    if transport not in ("stdio", "streamable-http"):
+        _err(f"unknown transport {transport!r}: use stdio or streamable-http")
+        raise typer.Exit(code=2)
+    try:
+        sc = load_scenario(scenario)
+        if transport == "stdio":
+            stack: list[Any] = []
+
+            def make_host() -> EpisodeHost:
+                # Runs once stdio_server owns fd 0/1: nothing printed here reaches the protocol stream.
+                cm = attached_sandbox(sandbox, backend, start=not no_start)
+                b, runtime = cm.__enter__()
+                stack.append(cm)
+                return EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox, audit_dir=_audit_dir(b))
+
+            try:
+                anyio.run(lambda: serve_stdio(make_host, max_chars=max_chars))
+            finally:
+                for cm in reversed(stack):
+                    cm.__exit__(None, None, None)
+            return
+        import uvicorn
+
+        with attached_sandbox(sandbox, backend, start=not no_start) as (b, runtime):
+            episode = EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox, audit_dir=_audit_dir(b))
+            try:
+                app = streamable_http_app(episode, bind_host=host, max_chars=max_chars)
+                typer.echo(f"MCP (streamable HTTP) for {sc.id} on http://{host}:{port}/mcp", err=True)
+                uvicorn.run(app, host=host, port=port, log_level="warning")
+            finally:
+                episode.close()
+    except (MLSandboxError, ValueError, NotImplementedError) as e:
+        _err(str(e))
+        raise typer.Exit(code=1) from None
+
+
+def tools(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="openai | anthropic | json-schema")] = "openai",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to a file instead of stdout.")
+    ] = None,
+) -> None:
+    """The action catalog as function-calling tool schemas (or one JSON Schema for an action)."""
+    if fmt not in TOOL_FORMATS:
+        _err(f"unknown format {fmt!r}: use one of {', '.join(TOOL_FORMATS)}")
+        raise typer.Exit(code=2)
+    text = tools_json(fmt)
+    if output is None:
+        typer.echo(text)
+    else:
+        output.write_text(text + "\n")
+        typer.echo(f"wrote {output}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve``, ``mcp`` and ``tools`` to a Typer app (the main ``mlsandbox`` CLI)."""
+    app.command("serve")(serve)
+    app.command("mcp")(mcp)
+    app.command("tools")(tools)
+
+
+app = typer.Typer(
+    help="mlsandbox agent interfaces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+register(app)
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,402 @@
+"""The ``mlsandbox`` command line: sandbox lifecycle, scenarios, and running agents."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from mlsandbox import __version__
+from mlsandbox.cli.evaluation import register as register_eval_commands
+from mlsandbox.cli.faults import register as register_fault_commands
+from mlsandbox.cli.interfaces import register as register_interface_commands
+from mlsandbox.cli.kube import kube_app
+from mlsandbox.cli.operator import operator_app
+from mlsandbox.cli.watch import watch as watch_command
+from mlsandbox.errors import MLSandboxError
+from mlsandbox.terminal import print_error
+
+app = typer.Typer(
+    help="mlsandbox: a real-execution sandbox for ML-engineering agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+scenarios_app = typer.Typer(help="Built-in scenarios.", no_args_is_help=True)
+app.add_typer(scenarios_app, name="scenarios")
+register_interface_commands(app)  # serve (HTTP gateway), mcp, tools
+register_fault_commands(app)  # curriculum show, faults catalog
+register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
+app.add_typer(kube_app, name="kube")
+app.add_typer(operator_app, name="operator")
+app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.cli.watch)
+console = Console()
+err_console = Console(stderr=True)
+
+NameOpt = Annotated[
+    str,
+    typer.Option(
+        "--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name (several can run side by side)."
+    ),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"mlsandbox {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """mlsandbox command line."""
+
+
+def _fail(err: Exception) -> typer.Exit:
+    print_error(err_console, err)
+    return typer.Exit(code=1)
+
+
+def _sigterm_as_interrupt() -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+# ------------------------------------------------------------------------------------------- lifecycle
+
+
+@app.command()
+def up(name: NameOpt = "default") -> None:
+    """Start the sandbox's services (MinIO, MLflow, Prefect server and worker); attach if running."""
+    from mlsandbox.backends.local.backend import LocalBackend
+
+    _sigterm_as_interrupt()
+    backend = LocalBackend(name)
+    t0 = time.perf_counter()
+    try:
+        with console.status(f"starting sandbox [bold]{name}[/] (MinIO, MLflow, Prefect) ..."):
+            backend.up()
+    except MLSandboxError as e:
+        raise _fail(e) from None
+    console.print(f"sandbox [bold]{name}[/] up in {time.perf_counter() - t0:.1f} s")
+    _print_status(backend)
+
+
+@app.command()
+def down(name: NameOpt = "default") -> None:
+    """Stop everything the sandbox started (services, jobs) and remove its state."""
+    from mlsandbox.backends.local.backend import LocalBackend
+
+    backend = LocalBackend(name)
+    backend.down()
+    console.print(f"sandbox [bold]{name}[/] is down")
+
+
+@app.command()
+def status(
+    name: NameOpt = "default",
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Each service of the sandbox: state, URL, port, pid, RSS, uptime."""
+    from mlsandbox.backends.local.backend import LocalBackend
+
+    backend = LocalBackend(name)
+    if as_json:
+        console.print_json(json.dumps([s.model_dump() for s in backend.status()]))
+        return
+    _print_status(backend)
+
+
+def _print_status(backend: Any) -> None:
+    rows = backend.status()
+    table = Table(title=f"sandbox {backend.name}")
+    for col in ("service", "state", "url", "pid", "rss", "uptime"):
+        table.add_column(col)
+    total = 0
+    for s in rows:
+        total += s.rss_bytes or 0
+        color = {"running": "green", "starting": "yellow"}.get(s.state, "red")
+        table.add_row(
+            s.name,
+            f"[{color}]{s.state}[/]",
+            s.url or "-",
+            str(s.pid or "-"),
+            _human_bytes(s.rss_bytes),
+            "-" if s.uptime_s is None else f"{s.uptime_s:.0f} s",
+        )
+    if rows:
+        table.add_row("[bold]total[/]", "", "", "", _human_bytes(total), "")
+    console.print(table)
+
+
+@app.command()
+def gc() -> None:
+    """Remove what crashed runs left behind: processes, pid registries, episode resources."""
+    from mlsandbox.backends.kube import controlplane
+    from mlsandbox.backends.local.gc import collect_garbage
+
+    removed = collect_garbage() + controlplane.collect_garbage()
+    for line in removed:
+        console.print(f"removed: {line}")
+    console.print(f"gc: {len(removed)} item(s) removed")
+
+
+# ------------------------------------------------------------------------------------------- scenarios
+
+
+@scenarios_app.command("list")
+def scenarios_list() -> None:
+    """List the built-in scenarios."""
+    from mlsandbox.scenario import catalog_ids, load_builtin
+
+    table = Table(title="built-in scenarios")
+    for col in ("id", "difficulty", "title", "max steps", "credits"):
+        table.add_column(col)
+    broken: list[str] = []
+    for sid in catalog_ids():
+        try:
+            sc = load_builtin(sid)
+        except MLSandboxError as e:  # a broken plug-in scenario is reported, the others still listed
+            broken.append(str(e))
+            continue
+        table.add_row(sc.id, str(sc.difficulty), sc.title, str(sc.max_steps), f"{sc.budget.credits:g}")
+    console.print(table)
+    for msg in broken:
+        print_error(err_console, msg)
+
+
+@scenarios_app.command("show")
+def scenarios_show(scenario: Annotated[str, typer.Argument(help="Scenario id or YAML file.")]) -> None:
+    """Show a scenario (as the sandbox parsed it)."""
+    from mlsandbox.scenario import load_scenario
+
+    try:
+        sc = load_scenario(scenario)
+    except MLSandboxError as e:
+        raise _fail(e) from None
+    console.print_json(sc.model_dump_json())
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+@app.command()
+def run(
+    scenario: Annotated[
+        str, typer.Option("--scenario", "-s", help="Scenario id or YAML file.")
+    ] = "tabular-quality-basic",
+    agent: Annotated[str, typer.Option("--agent", "-a", help="rule | random")] = "rule",
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")
+    ] = None,
+    episodes: Annotated[
+        int, typer.Option("--episodes", min=1, help="Episodes to run (seeds seed, seed+1, ...).")
+    ] = 1,
+    name: NameOpt = "default",
+    backend: Annotated[str, typer.Option("--backend", help="local")] = "local",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step table.")] = False,
+) -> None:
+    """Run episodes of a scenario with a baseline agent; starts a sandbox if none is running."""
+    from mlsandbox.agents import make_agent
+    from mlsandbox.agents.runner import StepRecord, run_episode
+    from mlsandbox.env.gym_env import MLSandboxEnv
+    from mlsandbox.scenario import load_scenario
+
+    _sigterm_as_interrupt()
+    try:
+        sc = load_scenario(scenario)
+        env = MLSandboxEnv(sc, backend=backend, sandbox=name)
+        make_agent(agent)
+    except (MLSandboxError, ValueError, NotImplementedError) as e:
+        raise _fail(e) from None
+    base_seed = sc.seed if seed is None else seed
+    results = []
+    try:
+        if not env.backend.is_alive():
+            with console.status(f"starting sandbox [bold]{name}[/] (MinIO, MLflow, Prefect) ..."):
+                t0 = time.perf_counter()
+                env.reset(seed=base_seed)  # starts the sandbox; the episode below starts fresh
+            console.print(
+                f"sandbox [bold]{name}[/] started in {time.perf_counter() - t0:.1f} s (stopped at the end)"
+            )
+        for i in range(episodes):
+            ep_seed = base_seed + i
+            table = _step_table(f"{sc.id} · agent {agent} · seed {ep_seed}")
+
+            def on_step(rec: StepRecord, table: Table = table) -> None:
+                table.add_row(*_step_row(rec))
+
+            if quiet:
+                res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
+            else:
+                # The table grows in place as the episode runs (plain lines when not a terminal).
+                with Live(table, console=console, refresh_per_second=4, vertical_overflow="visible"):
+                    res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
+                if not console.is_terminal:
+                    console.line()
+            results.append(res)
+            _print_breakdown(res)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted: cleaning up the episode and the sandbox it started[/]")
+        env.close()
+        raise typer.Exit(code=130) from None
+    except MLSandboxError as e:
+        env.close()
+        raise _fail(e) from None
+    env.close()
+    if len(results) > 1:
+        _print_summary(results)
+
+
+def _step_table(title: str) -> Table:
+    table = Table(title=title, show_lines=False)
+    table.add_column("step", justify="right")
+    table.add_column("action")
+    table.add_column("observation")
+    table.add_column("reward", justify="right")
+    return table
+
+
+def _short_action(action: Any) -> str:
+    if isinstance(action, dict):
+        params = {k: v for k, v in action.items() if k != "type"}
+        inner = ", ".join(f"{k}={v}" for k, v in params.items() if k != "resources")
+        return f"{action.get('type')}({inner})"
+    return str(action)[:60]
+
+
+def _short_observation(obs: dict[str, Any]) -> str:
+    if not obs.get("ok"):
+        err = obs.get("error") or {}
+        return f"ERROR {err.get('code')}: {str(err.get('message'))[:70]}"
+    r = obs.get("result") or {}
+    action = obs.get("action")
+    if action == "check_data_quality":
+        p = r.get("profile") or {}
+        cols = list((p.get("column_profiles") or {}).values())
+        outliers = sum(int(c.get("outliers") or 0) for c in cols)
+        balance = (p.get("target") or {}).get("minority_share")
+        return f"{p.get('rows')} rows, {p.get('missing_cells')} missing cells, {outliers} outliers, minority {balance}"
+    if action == "clean_dataset":
+        return f"wrote {r.get('dataset')} ({r.get('rows')} rows)"
+    if action in ("train_model", "wait"):
+        jobs = r.get("jobs")
+        return (
+            ", ".join(f"{j['job_id']} {j['state']}" for j in jobs)
+            if jobs
+            else f"{r.get('job_id')} {r.get('state')}"
+        )
+    if action == "get_job":
+        extra = f" val_auc={r['metrics'].get('val_auc')}" if r.get("metrics") else ""
+        return f"{r.get('job_id')} {r.get('state')} cpu={r.get('cpu_seconds')}s{extra}"
+    if action == "register_model":
+        return f"registered {r.get('name')} v{r.get('version')}"
+    if action == "list_datasets":
+        return f"{len(r.get('datasets', []))} datasets"
+    if action == "list_runs":
+        return f"{len(r.get('runs', []))} runs"
+    if action == "submit":
+        return "submitted"
+    return json.dumps(r)[:70]
+
+
+def _step_row(rec: Any) -> list[str]:
+    return [
+        str(rec.step),
+        _short_action(rec.action),
+        _short_observation(rec.observation),
+        f"{rec.reward:+.3f}",
+    ]
+
+
+def _print_breakdown(res: Any) -> None:
+    table = Table(title="reward breakdown")
+    table.add_column("component")
+    table.add_column("total", justify="right")
+    for k, v in res.components.items():
+        table.add_row(k, f"{v:+.3f}")
+    table.add_row("[bold]reward[/]", f"[bold]{res.total_reward:+.3f}[/]")
+    console.print(table)
+    g = res.grade or {}
+    outcome = "[green]success[/]" if res.success else "[red]not solved[/]"
+    console.print(
+        f"{outcome}: {g.get('reason', '-')} · {len(res.steps)} steps · {res.invalid_actions} invalid · "
+        f"{res.wall_s:.1f} s wall"
+    )
+
+
+def _print_summary(results: list[Any]) -> None:
+    table = Table(title="episodes")
+    for col in ("seed", "reward", "success", "steps", "invalid", "holdout AUC", "wall s"):
+        table.add_column(col, justify="right")
+    for r in results:
+        auc = (r.grade or {}).get("holdout_auc")
+        table.add_row(
+            str(r.seed),
+            f"{r.total_reward:+.3f}",
+            "yes" if r.success else "no",
+            str(len(r.steps)),
+            str(r.invalid_actions),
+            "-" if auc is None else f"{auc:.4f}",
+            f"{r.wall_s:.1f}",
+        )
+    console.print(table)
+
+
+@app.command("plugins")
+def plugins_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Installed plug-ins (entry points in the mlsandbox.* groups): origin and status."""
+    from mlsandbox import plugins
+
+    records = plugins.discover()
+    if as_json:
+        console.print_json(json.dumps([r.as_dict() for r in records]))
+        return
+    if not records:
+        console.print("no plug-ins installed (entry-point groups: " + ", ".join(plugins.GROUPS) + ")")
+        return
+    table = Table(title="plug-ins")
+    for col in ("group", "name", "origin", "status", "detail"):
+        table.add_column(col, overflow="fold")
+    for r in records:
+        color = {"ok": "green", "error": "red"}.get(r.status, "yellow")
+        table.add_row(r.group, r.name, r.origin, f"[{color}]{r.status}[/]", r.detail or r.value)
+    console.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The ``core`` action pack: its actions (models, light) and handlers (imported when an episode runs)."""

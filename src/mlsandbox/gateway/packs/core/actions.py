@@ -1,0 +1,244 @@
+"""The ``core`` pack's actions: datasets, training, tracking, registry, operations and submit.
+
+Each model's docstring is what the agent reads about the action (tool descriptions, the catalog).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlsandbox.gateway.actions import ActionModel
+from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
+
+
+class ListDatasets(ActionModel):
+    """List the datasets in this episode's data lake: name (object key), format and size in bytes."""
+
+    type: Literal["list_datasets"] = "list_datasets"
+
+
+class CheckDataQuality(ActionModel):
+    """Profile a dataset as stored in the data lake: rows, duplicate rows, and per column its dtype,
+    missing count and rate, summary statistics and outlier count (1.5 IQR rule); for the target
+    column the class counts and balance."""
+
+    type: Literal["check_data_quality"] = "check_data_quality"
+    dataset: DatasetName = Field(
+        description="Dataset name as listed by list_datasets, e.g. raw/customers.csv"
+    )
+
+
+class CleanDataset(ActionModel):
+    """Write a cleaned copy of a dataset as a new object (the source is never modified).
+
+    Strategies: drop_na (drop rows with any missing value), impute_mean / impute_median (fill missing
+    numeric values with the column mean / median and missing categories with the most frequent one),
+    clip_outliers (clip numeric values to the 1.5 IQR fences). The output defaults to
+    ``clean/<name>-<strategy>.parquet``; it may not be under ``raw/``."""
+
+    type: Literal["clean_dataset"] = "clean_dataset"
+    dataset: DatasetName
+    strategy: Literal["drop_na", "impute_mean", "impute_median", "clip_outliers"]
+    output: DatasetName | None = Field(
+        default=None, description="Name of the new dataset, ending in .csv, .parquet, .avro, .jsonl or .xlsx"
+    )
+
+
+class Resources(BaseModel):
+    """Compute requested by a job. Limits are enforced by the backend (cgroups on the local backend)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = Field(default=1.0, gt=0, le=2, description="CPU cores (a quota; 0.5 = half a core)")
+    memory_mb: int = Field(default=1024, ge=128, le=8192, description="Memory limit in MiB")
+
+
+class TrainModel(ActionModel):
+    """Start a training job (a real scikit-learn process) on a dataset; returns a job id at once.
+
+    The job reads the dataset from the data lake, holds out 20% for validation, fits the algorithm
+    and logs parameters, validation metrics (val_auc, val_accuracy, val_log_loss) and the model to
+    the experiment tracker. Jobs consume compute credits by CPU-seconds. Follow it with get_job / wait.
+    Hyperparameters are passed to the scikit-learn estimator (LogisticRegression,
+    RandomForestClassifier, HistGradientBoostingClassifier, MLPClassifier for ``mlp``: SGD with
+    momentum, ``learning_rate_init`` 0.01 and ``max_iter`` 30 epochs by default, loss logged per epoch)."""
+
+    type: Literal["train_model"] = "train_model"
+    dataset: DatasetName
+    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"]
+    hyperparams: dict[
+        Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None
+    ] = Field(default_factory=dict, max_length=20)
+    resources: Resources = Field(default_factory=Resources)
+    machine: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="A machine type from list_machines (its CPU and memory replace `resources`); the job "
+        "runs on an idle reservation of that type when one is held, else waits in the queue if the pool is full",
+    )
+    environment: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="A Python environment from list_environments / create_environment (default: the "
+        "sandbox's own)",
+    )
+
+
+class GetJob(ActionModel):
+    """Status of a job: state (running, succeeded, failed, cancelled), exit code, CPU-seconds, the
+    tracking run id and metrics when it succeeded, the tail of its log when it failed."""
+
+    type: Literal["get_job"] = "get_job"
+    job_id: JobId
+
+
+class ListRuns(ActionModel):
+    """List the runs in this episode's experiment with their status, parameters and metrics."""
+
+    type: Literal["list_runs"] = "list_runs"
+
+
+class RegisterModel(ActionModel):
+    """Register the model logged by a finished run in the model registry under a name; returns the
+    new version. Registering again under the same name adds a version."""
+
+    type: Literal["register_model"] = "register_model"
+    run_id: RunId
+    name: ModelName
+
+
+class Wait(ActionModel):
+    """Let time pass (at most 60 s); returns early as soon as a job finishes."""
+
+    type: Literal["wait"] = "wait"
+    seconds: float = Field(default=5.0, ge=0, le=60)
+
+
+# --------------------------------------------------------------- operations (what goes wrong shows here)
+
+ServiceName = Literal["minio", "mlflow", "prefect-server", "prefect-worker"]
+"""The services every episode has."""
+SourceServiceName = Literal["postgres", "api-source"]
+"""The data-source servers, services of an episode only when its scenario has such a source."""
+AnyServiceName = Literal["minio", "mlflow", "prefect-server", "prefect-worker", "postgres", "api-source"]
+
+
+class GetLogs(ActionModel):
+    """The last lines of a log: a job's (target ``job-N``) or a service's (target ``minio``, ``mlflow``,
+    ``prefect-server``, ``prefect-worker``, or ``postgres`` / ``api-source`` when the episode has such a
+    data source; also written ``service:NAME``)."""
+
+    type: Literal["get_logs"] = "get_logs"
+    target: str = Field(
+        pattern=r"^(job-[0-9]{1,6}|(service:)?(minio|mlflow|prefect-server|prefect-worker|postgres|api-source))$",
+        description="job-N or a service name",
+    )
+    tail: int = Field(default=50, ge=1, le=500, description="How many lines, from the end")
+
+
+class GetServiceHealth(ActionModel):
+    """Probe a service the way the sandbox's clients reach it: healthy or not, the response time in ms,
+    and the error when it does not answer. ``postgres`` and ``api-source`` (the data-source servers) are
+    services of an episode whose scenario has such a source: probed as the episode's client (a SQL
+    ``SELECT 1`` as its role, an authenticated GET)."""
+
+    type: Literal["get_service_health"] = "get_service_health"
+    service: AnyServiceName
+
+
+class RestartService(ActionModel):
+    """Restart a service on its data (stop it if it runs, start it, wait until it answers its health
+    check, at most 90 s). Requests to it fail while it restarts. ``postgres`` and ``api-source`` only in
+    an episode whose scenario has such a source."""
+
+    type: Literal["restart_service"] = "restart_service"
+    service: AnyServiceName
+
+
+class JobChanges(BaseModel):
+    """What to change when retrying a job; anything left out is as in the original job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: DatasetName | None = None
+    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"] | None = None
+    hyperparams: (
+        dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None]
+        | None
+    ) = Field(default=None, max_length=20)
+    resources: Resources | None = None
+
+
+class RetryJob(ActionModel):
+    """Start a finished (failed, cancelled or succeeded) training job again as a new job, with the same
+    parameters except the given changes; returns the new job id."""
+
+    type: Literal["retry_job"] = "retry_job"
+    job_id: JobId
+    changes: JobChanges = Field(default_factory=JobChanges)
+
+
+class SetJobResources(ActionModel):
+    """Change the CPU quota and/or memory limit of a running job, at once. A memory limit below what the
+    job already uses makes the kernel kill it (out of memory)."""
+
+    type: Literal["set_job_resources"] = "set_job_resources"
+    job_id: JobId
+    cpus: float | None = Field(default=None, gt=0, le=2)
+    memory_mb: int | None = Field(default=None, ge=128, le=8192)
+
+
+class Submit(ActionModel):
+    """Declare the work done: ends the episode and grades it."""
+
+    type: Literal["submit"] = "submit"
+
+
+CORE_MODELS: tuple[type[ActionModel], ...] = (
+    ListDatasets,
+    CheckDataQuality,
+    CleanDataset,
+    TrainModel,
+    GetJob,
+    ListRuns,
+    RegisterModel,
+    Wait,
+    GetLogs,
+    GetServiceHealth,
+    RestartService,
+    RetryJob,
+    SetJobResources,
+    Submit,
+)
+
+PACK = ActionPack(
+    name="core",
+    models=CORE_MODELS,
+    implementation="mlsandbox.gateway.packs.core.handlers",
+    description="Datasets, training, tracking, registry, operations and submit.",
+    read_only=frozenset(
+        {"list_datasets", "check_data_quality", "get_job", "list_runs", "get_logs", "get_service_health"}
+    ),
+    destructive=frozenset({"restart_service"}),
+)
+
+CoreAction = Annotated[
+    ListDatasets
+    | CheckDataQuality
+    | CleanDataset
+    | TrainModel
+    | GetJob
+    | ListRuns
+    | RegisterModel
+    | Wait
+    | GetLogs
+    | GetServiceHealth
+    | RestartService
+    | RetryJob
+    | SetJobResources
+    | Submit,
+    Field(discriminator="type"),
+]

@@ -1,0 +1,280 @@
+"""Handlers of the ``core`` pack (see :mod:`mlsandbox.gateway.packs.core.actions`): datasets, training,
+tracking, registry, operations and submit."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from mlsandbox.backends.protocols import JobSpec
+from mlsandbox.data.clean import clean_frame
+from mlsandbox.data.formats import SUFFIX, format_of, to_bytes
+from mlsandbox.data.profile import profile_frame
+from mlsandbox.errors import ActionError
+from mlsandbox.gateway.packs.core import actions as C
+from mlsandbox.world.episode import DatasetRecord, JobRecord
+
+if TYPE_CHECKING:
+    from mlsandbox.gateway.dispatcher import Gateway
+
+_TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
+_LOG_TAIL_LINES = 15
+
+
+def list_datasets(gw: Gateway, _: C.ListDatasets) -> dict[str, Any]:
+    return {"datasets": gw.dataset_list()}
+
+
+def check_data_quality(gw: Gateway, a: C.CheckDataQuality) -> dict[str, Any]:
+    rec = gw.dataset(a.dataset)
+    df = gw.read(rec)
+    target = rec.target if rec.target in df.columns else None
+    return {"dataset": rec.key, "format": rec.fmt, "profile": profile_frame(df, target)}
+
+
+def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
+    rec = gw.dataset(a.dataset)
+    stem = rec.key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    out_key = a.output or f"clean/{stem}-{a.strategy.replace('_', '-')}.parquet"
+    if out_key.split("/", 1)[0] == "raw":
+        raise ActionError(
+            "forbidden_name", f"{out_key!r}: the raw/ prefix holds source data and is read-only"
+        )
+    try:
+        out_fmt = format_of(out_key)
+    except ValueError:
+        raise ActionError(
+            "invalid_parameters",
+            f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
+        ) from None
+    df = gw.read(rec)
+    cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
+    payload = to_bytes(cleaned, out_fmt)
+    gw.backend_call(lambda: gw.runtime.object_store.put_object(gw.state.bucket, out_key, payload))
+    gw.state.datasets[out_key] = DatasetRecord(
+        out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key
+    )
+    return {
+        "dataset": out_key,
+        "source": rec.key,
+        "strategy": a.strategy,
+        "rows": len(cleaned),
+        "changes": summary,
+    }
+
+
+def train_model(gw: Gateway, a: C.TrainModel) -> dict[str, Any]:
+    st = gw.state
+    rec = gw.dataset(a.dataset)
+    if rec.target is None:
+        raise ActionError("invalid_parameters", f"dataset {rec.key!r} has no target column to train on")
+    if st.credits_left <= 0:
+        raise ActionError("budget_exhausted", "no compute credits left: no new job can start")
+    job_id = f"job-{len(st.jobs) + 1}"
+    backend_id = f"{st.episode_id}-{job_id}"
+    spec = JobSpec(
+        job_id=backend_id,
+        workload="trainer",
+        args=[
+            "--bucket",
+            st.bucket,
+            "--key",
+            rec.key,
+            "--target",
+            rec.target,
+            "--algorithm",
+            a.algorithm,
+            "--hyperparams",
+            json.dumps(a.hyperparams, sort_keys=True),
+            "--experiment-id",
+            st.experiment_id,
+            "--run-name",
+            job_id,
+            "--seed",
+            str(gw.seed),
+        ],
+        cpus=a.resources.cpus,
+        memory_mb=a.resources.memory_mb,
+        labels=dict([st.job_label]),
+        timeout_s=gw.scenario.budget.max_job_seconds,
+    )
+    if a.machine is not None or a.environment is not None:
+        from mlsandbox.gateway.packs.compute.handlers import place_job
+
+        spec = place_job(gw, spec, machine=a.machine, environment=a.environment)
+    prefix = gw.ext.get("config", {}).get("prefix")
+    if prefix:  # the job reads its endpoints and credentials from the episode's config store
+        spec = spec.model_copy(update={"args": [*spec.args, "--config-prefix", prefix]})
+    if gw.faults is not None:
+        spec = gw.faults.adjust_job(spec, job_id)
+    status = gw.backend_call(lambda: gw.runtime.jobs.submit(spec))
+    gw.job_requests[job_id] = a
+    st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
+    return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
+
+
+def get_job(gw: Gateway, a: C.GetJob) -> dict[str, Any]:
+    job = gw.job(a.job_id)
+    status = gw.backend_call(lambda: gw.runtime.jobs.get(job.backend_id))
+    gw.update_job(job, status)
+    out: dict[str, Any] = {
+        "job_id": job.job_id,
+        "state": status.state,
+        "dataset": job.dataset,
+        "algorithm": job.algorithm,
+        "exit_code": status.exit_code,
+        "cpu_seconds": round(status.cpu_seconds, 3),
+    }
+    if status.state == "succeeded":
+        out["run_id"] = status.result.get("run_id")
+        out["metrics"] = _round_metrics(status.result.get("metrics", {}))
+    elif status.state in ("failed", "cancelled"):
+        out["log_tail"] = gw.backend_call(lambda: gw.runtime.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES))
+    return out
+
+
+def list_runs(gw: Gateway, _: C.ListRuns) -> dict[str, Any]:
+    runs = gw.backend_call(lambda: gw.runtime.tracking.list_runs(gw.state.experiment_id))
+    rows = [
+        {
+            "run_id": r.run_id,
+            "run_name": r.tags.get("mlflow.runName"),
+            "status": r.status,
+            "params": dict(sorted(r.params.items())),
+            "metrics": _round_metrics(r.metrics),
+        }
+        for r in sorted(runs, key=lambda r: (r.start_time or 0, r.run_id))
+    ]
+    return {"runs": rows}
+
+
+def register_model(gw: Gateway, a: C.RegisterModel) -> dict[str, Any]:
+    st = gw.state
+    try:
+        run = gw.runtime.tracking.get_run(a.run_id)
+    except KeyError:
+        raise ActionError("not_found", f"run {a.run_id} does not exist") from None
+    except Exception as e:  # the tracker is down or failing: an error observation, not a crash
+        raise ActionError("backend_error", f"{type(e).__name__}: {e}") from None
+    if run.experiment_id != st.experiment_id:
+        raise ActionError("not_found", f"run {a.run_id} does not exist in this episode's experiment")
+    if run.status != "FINISHED":
+        raise ActionError(
+            "conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered"
+        )
+    mv = gw.backend_call(lambda: gw.runtime.tracking.register_model(a.run_id, st.registry_name(a.name)))
+    st.registered.append((a.name, mv.version))
+    return {"name": a.name, "version": mv.version, "run_id": a.run_id, "status": mv.status}
+
+
+def wait(gw: Gateway, a: C.Wait) -> dict[str, Any]:
+    deadline = time.monotonic() + a.seconds
+    before = {j.job_id: j.state for j in gw.state.jobs.values()}
+    while True:
+        gw.refresh_jobs()
+        changed = [j for j in gw.state.jobs.values() if j.state != before[j.job_id]]
+        if changed or time.monotonic() >= deadline:
+            break
+        if not any(s not in _TERMINAL_JOB_STATES for s in before.values()):
+            # Nothing running that could change: time passes all the same.
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            break
+        time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+    return {"jobs": [{"job_id": j.job_id, "state": j.state} for j in gw.state.jobs.values()]}
+
+
+def get_logs(gw: Gateway, a: C.GetLogs) -> dict[str, Any]:
+    if a.target.startswith("job-"):
+        job = gw.job(a.target)
+        text = gw.backend_call(lambda: gw.runtime.jobs.logs(job.backend_id, tail=a.tail))
+        return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
+    service = a.target.removeprefix("service:")
+    gw.service(service)
+    text = gw.backend_call(lambda: gw.control().services.logs(service, tail=a.tail))
+    return {"target": service, "lines": text.splitlines()[-a.tail :]}
+
+
+def get_service_health(gw: Gateway, a: C.GetServiceHealth) -> dict[str, Any]:
+    extra = gw.service(a.service)
+    if extra is not None:
+        return gw.backend_call(extra.health).model_dump()  # type: ignore[no-any-return]
+    health = gw.backend_call(lambda: gw.control().services.health(a.service))
+    return health.model_dump()
+
+
+def restart_service(gw: Gateway, a: C.RestartService) -> dict[str, Any]:
+    extra = gw.service(a.service)
+    if extra is not None:
+        health = gw.backend_call(extra.restart)
+    else:
+        health = gw.backend_call(lambda: gw.control().services.restart(a.service, wait=True))
+    return {"restarted": a.service, **health.model_dump()}
+
+
+def retry_job(gw: Gateway, a: C.RetryJob) -> dict[str, Any]:
+    job = gw.job(a.job_id)
+    if job.state not in _TERMINAL_JOB_STATES:
+        raise ActionError("conflict", f"{a.job_id} is {job.state}: only a finished job can be retried")
+    original = gw.job_requests.get(a.job_id)
+    if original is None:
+        raise ActionError("not_found", f"{a.job_id} cannot be retried: its parameters are unknown")
+    changes = a.changes.model_dump(exclude_none=True)
+    if a.changes.resources is not None:
+        changes["resources"] = a.changes.resources
+    retry = original.model_copy(update=changes)
+    out = train_model(gw, C.TrainModel.model_validate(retry.model_dump()))
+    return {**out, "retry_of": a.job_id}
+
+
+def set_job_resources(gw: Gateway, a: C.SetJobResources) -> dict[str, Any]:
+    job = gw.job(a.job_id)
+    if a.cpus is None and a.memory_mb is None:
+        raise ActionError("invalid_parameters", "give cpus and/or memory_mb")
+    if job.state in _TERMINAL_JOB_STATES:
+        raise ActionError("conflict", f"{a.job_id} is {job.state}: limits apply to a running job")
+    try:
+        status = gw.runtime.jobs.set_resources(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
+    except KeyError:
+        raise ActionError("not_found", f"job {a.job_id!r} does not exist") from None
+    except ValueError as e:
+        raise ActionError("conflict", str(e)) from None
+    gw.update_job(job, status)
+    request = gw.job_requests.get(a.job_id)
+    if request is not None:
+        res = request.resources.model_copy(
+            update={k: v for k, v in (("cpus", a.cpus), ("memory_mb", a.memory_mb)) if v is not None}
+        )
+        gw.job_requests[a.job_id] = request.model_copy(update={"resources": res})
+    if gw.faults is not None:
+        cpus, mem = gw.faults.ctx.job_resources.get(job.backend_id, (None, None))
+        gw.faults.ctx.job_resources[job.backend_id] = (a.cpus or cpus, a.memory_mb or mem)  # type: ignore[assignment]
+    return {"job_id": a.job_id, "state": status.state, "cpus": a.cpus, "memory_mb": a.memory_mb}
+
+
+def submit(gw: Gateway, _: C.Submit) -> dict[str, Any]:
+    gw.state.submitted = True
+    registered = [{"name": n, "version": v} for (n, v) in gw.state.registered]
+    return {"submitted": True, "registered_models": registered}
+
+
+def _round_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: round(float(v), 6) for k, v in sorted(metrics.items())}
+
+
+HANDLERS = {
+    "list_datasets": list_datasets,
+    "check_data_quality": check_data_quality,
+    "clean_dataset": clean_dataset,
+    "train_model": train_model,
+    "get_job": get_job,
+    "list_runs": list_runs,
+    "register_model": register_model,
+    "wait": wait,
+    "get_logs": get_logs,
+    "get_service_health": get_service_health,
+    "restart_service": restart_service,
+    "retry_job": retry_job,
+    "set_job_resources": set_job_resources,
+    "submit": submit,
+}

@@ -1,0 +1,862 @@
+"""Handlers and episode hooks of the ``sources`` action pack.
+
+At the start of an episode every source of the scenario is made real:
+
+- ``api``: the sandbox's HTTP API source is started (once per sandbox) and the dataset's training rows
+  are published to it under an id of this episode, with a bearer token and a rate limit;
+- ``postgres``: the sandbox's PostgreSQL server is started (once per sandbox); this episode gets its own
+  database and login role, and the rows are copied into the source's table;
+- ``lake``: the batches are generated (with their drifts); each is written under ``lake/<source>/`` at
+  the step boundary of its arrival (the ``on_step`` hook), with its schema change if it has one.
+
+The agent's connector holds a copy of each source's credentials, read from the episode's secret store at
+the start; ``refresh_credentials`` reads them again (what an engineer does after a rotation). Everything
+is removed again by ``on_close``: the published dataset, the database and its role, the fault hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mlsandbox import httpclients
+from mlsandbox.data.drift_stats import column_drift, ks_statistic
+from mlsandbox.data.faults import change_schema
+from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
+from mlsandbox.errors import ActionError
+from mlsandbox.gateway.packs.sources import actions as S
+from mlsandbox.scenario.sources import ApiSource, LakeSource, PostgresSource, drifting
+from mlsandbox.workloads.fault_hook import register_hook, unregister_hook
+from mlsandbox.world.episode import DatasetRecord
+
+if TYPE_CHECKING:
+    from mlsandbox.backends.local.sources import SourceServices
+    from mlsandbox.gateway.dispatcher import Gateway
+
+log = logging.getLogger(__name__)
+
+PACK = "sources"
+MAX_RATE_LIMIT_WAIT_S = 30.0
+SERVER_ERROR_RETRIES = 3
+PAGE_SIZE = 1000
+HTTP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class SourceRuntime:
+    """What the episode knows about one source (``gw.ext['sources']['sources'][name]``)."""
+
+    spec: ApiSource | PostgresSource | LakeSource
+    target: str
+    # api
+    api_id: str | None = None
+    # credentials: the secret store's value (what the server accepts) and the connector's cached copy
+    secret: str | None = None
+    cached: str | None = None
+    # postgres
+    database: str | None = None
+    role: str | None = None
+    # lake
+    batches: list[Any] = field(default_factory=list)
+    """Generated batches (``GeneratedTabular``), oldest first."""
+    due: dict[int, int] = field(default_factory=dict)
+    """Batch -> the step at whose boundary it arrives (faults may delay it)."""
+    missing: set[int] = field(default_factory=set)
+    """Batches that never arrive (a fault)."""
+    schema_changes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Batch -> change_schema arguments (declared in the scenario or injected as a fault)."""
+    arrived: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Batch -> (dataset key, step it arrived)."""
+
+
+# ------------------------------------------------------------------------------------------- access
+
+
+def ext(gw: Gateway) -> dict[str, Any]:
+    return gw.ext.setdefault(PACK, {})
+
+
+def runtimes(gw: Gateway) -> dict[str, SourceRuntime]:
+    return ext(gw).setdefault("sources", {})
+
+
+def source_of(gw: Gateway, name: str) -> SourceRuntime:
+    found = runtimes(gw).get(name)
+    if found is None:
+        known = ", ".join(sorted(runtimes(gw))) or "none in this scenario"
+        raise ActionError("not_found", f"source {name!r} does not exist (sources: {known})")
+    return found
+
+
+def services(gw: Gateway) -> SourceServices:
+    """The on-demand source services of the sandbox the episode runs on (local backend only)."""
+    cached = ext(gw).get("services")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    sandbox = getattr(gw.runtime, "sandbox_name", None)
+    if sandbox is None:
+        raise ActionError("unsupported", "API and PostgreSQL sources need the local backend")
+    from mlsandbox.backends.local.sources import SourceServices
+
+    ext(gw)["services"] = SourceServices.of(sandbox)
+    return ext(gw)["services"]  # type: ignore[no-any-return]
+
+
+def _episode_slug(gw: Gateway) -> str:
+    return re.sub(r"[^a-z0-9]", "_", gw.state.episode_id.lower())
+
+
+# ------------------------------------------------------------------------------------------- hooks
+
+
+def on_start(gw: Gateway) -> None:
+    sources = getattr(gw.scenario, "sources", [])
+    if not sources:
+        return
+    from mlsandbox.data.tabular import generate_tabular
+
+    index = {d.name: i for i, d in enumerate(gw.scenario.datasets)}
+    for source in sources:
+        spec = gw.scenario.dataset(source.dataset)
+        rt = SourceRuntime(spec=source, target=spec.target)
+        runtimes(gw)[source.name] = rt
+        if source.hide_raw:
+            _hide_raw(gw, source.dataset)
+        if isinstance(source, LakeSource):
+            _start_lake(gw, rt, spec)
+            continue
+        table = generate_tabular(spec, gw.seed * 1000 + index[source.dataset]).train_table
+        if isinstance(source, ApiSource):
+            _start_api(gw, rt, source, table)
+        else:
+            _start_postgres(gw, rt, source, table)
+    deliver_batches(gw)
+
+
+def on_step(gw: Gateway) -> None:
+    if runtimes(gw):
+        deliver_batches(gw)
+
+
+def fault_behaviours(gw: Gateway) -> dict[tuple[str, str], Any]:
+    """The perturbation engine's behaviours of plan faults on ``source:NAME`` targets."""
+    from mlsandbox.gateway.packs.sources import faults as sources_faults
+
+    return sources_faults.plan_behaviours(gw)
+
+
+SERVICE_FAULTS = {"postgres": "database_down", "api-source": "api_unavailable"}
+"""Source service -> the kind of source fault that takes it down."""
+
+
+class SourceService:
+    """A data-source server in use by the episode, as the agent's service (``get_service_health``,
+    ``restart_service``): probed as the episode's client (``SELECT 1`` on its database as its role, an
+    authenticated GET of one record of its dataset), restarted on its data. An unhealthy probe marks the
+    outage faults of the sources it serves detected; a restart that brings it back recovers them (the
+    agent's repair) and marks them mitigated."""
+
+    def __init__(self, gw: Gateway, name: str, users: list[SourceRuntime]) -> None:
+        self.gw, self.name, self.users = gw, name, users
+
+    def health(self) -> Any:
+        rt, svc = self.users[0], services(self.gw)
+        if self.name == "postgres":
+            found = svc.probe(self.name, dbname=rt.database or "postgres", user=rt.role, password=rt.secret)
+        else:
+            path = f"/v1/datasets/{rt.api_id}/records?page=1&page_size=1"
+            found = svc.probe(self.name, path=path, token=rt.secret)
+        if not found.healthy:
+            for rec in self._outages():
+                if rec.detected_step is None:
+                    rec.detected_step = self.gw.state.step
+                    rec.time_to_detect_s = round(time.time() - rec.injected_at, 3)
+        return found
+
+    def restart(self) -> Any:
+        from mlsandbox.backends.protocols import ServiceHealth
+        from mlsandbox.gateway.packs.sources import faults as sources_faults
+
+        t0 = time.monotonic()
+        outages = self._outages()
+        try:
+            services(self.gw).restart(self.name)
+        except Exception as e:  # it did not come back: the observation says why
+            return ServiceHealth(service=self.name, healthy=False, error=f"{type(e).__name__}: {e}")
+        found = self.health()
+        if found.healthy:
+            step, now = self.gw.state.step, time.time()
+            for rec in outages:
+                if rec.detected_step is None:  # the restart addressed it
+                    rec.detected_step, rec.time_to_detect_s = step, round(now - rec.injected_at, 3)
+                if rec.mitigated_step is None:
+                    rec.mitigated_step, rec.time_to_mitigate_s = step, round(now - rec.injected_at, 3)
+                if rec.recovery not in ("auto", "manual"):  # the engine's own records end by the plan
+                    sources_faults.recover(self.gw, rec, "agent")
+        return found.model_copy(update={"latency_ms": round((time.monotonic() - t0) * 1000, 1)})
+
+    def _outages(self) -> list[Any]:
+        from mlsandbox.faults.engine import FaultRecord
+
+        targets = {f"source:{rt.spec.name}" for rt in self.users}
+        return [
+            r
+            for r in self.gw.state.ground_truth.faults
+            if isinstance(r, FaultRecord)
+            and r.target in targets
+            and r.fault == SERVICE_FAULTS[self.name]
+            and r.recovered_at is None
+        ]
+
+
+def episode_services(gw: Gateway) -> dict[str, SourceService]:
+    """The data-source servers this episode uses (started for its sources), by service name."""
+    users: dict[str, list[SourceRuntime]] = {}
+    for rt in runtimes(gw).values():
+        if isinstance(rt.spec, PostgresSource) and rt.database is not None:
+            users.setdefault("postgres", []).append(rt)
+        elif isinstance(rt.spec, ApiSource) and rt.api_id is not None:
+            users.setdefault("api-source", []).append(rt)
+    return {name: SourceService(gw, name, rts) for name, rts in users.items()}
+
+
+def on_close(gw: Gateway) -> None:
+    from mlsandbox.gateway.packs.sources import faults as sources_faults
+
+    state = ext(gw)
+    sources_faults.recover_all(gw)
+    svc = state.get("services")
+    for rt in list(runtimes(gw).values()):
+        try:
+            if rt.api_id is not None and svc is not None:
+                import shutil
+
+                shutil.rmtree(svc.api_root() / "datasets" / rt.api_id, ignore_errors=True)
+                unregister_hook(rt.spec.name, scope=gw.state.episode_id)
+                rt.api_id = None
+            if rt.database is not None and svc is not None:
+                _drop_database(svc, rt.database, rt.role)
+                rt.database = None
+        except Exception as e:  # cleanup goes on; gc and down remove what is left
+            log.warning("source %s: cleanup failed: %s", rt.spec.name, e)
+
+
+def _hide_raw(gw: Gateway, dataset: str) -> None:
+    st = gw.state
+    for key in [
+        k for k, r in st.datasets.items() if r.origin == "scenario" and k.startswith(f"raw/{dataset}.")
+    ]:
+        del st.datasets[key]
+        client = getattr(gw.runtime.object_store, "client", None)
+        if client is not None:
+            try:
+                client.delete_object(Bucket=st.bucket, Key=key)
+            except Exception as e:
+                log.warning("could not delete %s: %s", key, e)
+
+
+# --------------------------------------------------------------------------------------------- lake
+
+
+def _start_lake(gw: Gateway, rt: SourceRuntime, spec: Any) -> None:
+    from mlsandbox.data.drift import generate_batches
+
+    source = rt.spec
+    assert isinstance(source, LakeSource)
+    series = generate_batches(drifting(source, spec), gw.seed * 1000 + 500 + _stable(source.name))  # type: ignore[arg-type]
+    rt.batches = series.batches[: source.batches]
+    rt.due = dict(enumerate(source.arrivals))
+    for change in source.schema_changes:
+        rt.schema_changes[change.batch] = change.model_dump(exclude={"batch"})
+    manifest = dict(series.manifest)
+    manifest["batches"] = manifest["batches"][: source.batches]
+    manifest["arrivals"] = list(source.arrivals)
+    manifest["schema_changes"] = [c.model_dump() for c in source.schema_changes]
+    gw.state.ground_truth.manifests[f"source:{source.name}"] = manifest
+    if source.holdout == "last_batch":
+        gw.state.ground_truth.holdouts[source.dataset] = rt.batches[-1].holdout
+
+
+def _stable(name: str) -> int:
+    return sum((i + 1) * ord(c) for i, c in enumerate(name)) % 400
+
+
+def batch_key(source: LakeSource, batch: int) -> str:
+    return f"lake/{source.name}/batch-{batch:02d}{SUFFIX[source.format]}"
+
+
+def deliver_batches(gw: Gateway) -> None:
+    """Write every lake batch whose arrival step has come (and that is not missing)."""
+    step = gw.state.step
+    for rt in runtimes(gw).values():
+        if not isinstance(rt.spec, LakeSource):
+            continue
+        for batch, due in sorted(rt.due.items()):
+            if batch in rt.arrived or batch in rt.missing or due > step:
+                continue
+            _write_batch(gw, rt, batch)
+
+
+def _write_batch(gw: Gateway, rt: SourceRuntime, batch: int) -> None:
+    source = rt.spec
+    assert isinstance(source, LakeSource)
+    generated = rt.batches[batch]
+    data: Any = generated.train_table
+    change = rt.schema_changes.get(batch)
+    if change is not None:
+        data = change_schema(generated.train, **change).data
+    payload = to_bytes(data, source.format)
+    key = batch_key(source, batch)
+    gw.runtime.object_store.put_object(gw.state.bucket, key, payload)
+    target = rt.target
+    gw.state.datasets[key] = DatasetRecord(key, source.format, len(payload), target, "scenario")
+    rt.arrived[batch] = (key, gw.state.step)
+
+
+# ---------------------------------------------------------------------------------------------- api
+
+
+def _start_api(gw: Gateway, rt: SourceRuntime, source: ApiSource, table: Any) -> None:
+    import pyarrow.parquet as pq
+
+    svc = services(gw)
+    svc.ensure("api-source")
+    rt.api_id = f"{_episode_slug(gw)}-{source.name}".replace("_", "-")
+    folder = svc.api_root() / "datasets" / rt.api_id
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, folder / "data.parquet")
+    rt.secret = source.token or secrets.token_urlsafe(24)
+    rt.cached = source.client_token or rt.secret
+    write_api_meta(gw, rt)
+    # Perturbation plans reach the API through its fault hook as ``http:<source name>`` (http_errors).
+    register_hook(source.name, svc.fault_file(), scope=gw.state.episode_id)
+
+
+def write_api_meta(gw: Gateway, rt: SourceRuntime) -> None:
+    source = rt.spec
+    assert isinstance(source, ApiSource) and rt.api_id is not None
+    meta = {
+        "token": rt.secret,
+        "rate_limit_per_s": source.rate_limit_per_s,
+        "burst": source.burst,
+        "max_page_size": source.max_page_size,
+    }
+    folder = services(gw).api_root() / "datasets" / rt.api_id
+    tmp = folder / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta))
+    tmp.replace(folder / "meta.json")
+
+
+def _api_get(gw: Gateway, rt: SourceRuntime, client: Any, params: dict[str, Any]) -> Any:
+    """One page, waiting out 429s (Retry-After) and retrying 5xx; ActionError for what cannot be fixed."""
+    import httpx
+
+    url = f"{services(gw).api_url()}/v1/datasets/{rt.api_id}/records"
+    headers = {"Authorization": f"Bearer {rt.cached}"}
+    waited, failures = 0.0, 0
+    stats = ext(gw).setdefault("last_fetch", {"rate_limited": 0, "server_errors": 0, "waited_s": 0.0})
+    while True:
+        try:
+            resp = client.get(url, params=params, headers=headers)
+        except httpx.HTTPError as e:
+            raise ActionError(
+                "source_unavailable",
+                f"API source {rt.spec.name!r}: cannot reach {url}: {type(e).__name__}: {e}",
+            ) from None
+        if resp.status_code == 200:
+            return resp
+        detail = _error_text(resp)
+        if resp.status_code == 429:
+            retry = float(resp.headers.get("Retry-After", "1") or 1)
+            if waited + retry > MAX_RATE_LIMIT_WAIT_S:
+                raise ActionError(
+                    "rate_limited",
+                    f"API source {rt.spec.name!r}: still rate limited after waiting {waited:.0f} s: {detail}",
+                )
+            stats["rate_limited"] += 1
+            stats["waited_s"] += retry
+            waited += retry
+            time.sleep(retry)
+            continue
+        if resp.status_code >= 500:
+            failures += 1
+            stats["server_errors"] += 1
+            if failures > SERVER_ERROR_RETRIES:
+                _observed(gw, rt.spec.name, "api_unavailable")
+                raise ActionError(
+                    "source_unavailable",
+                    f"API source {rt.spec.name!r} answered HTTP {resp.status_code} to GET {url} "
+                    f"(page {params.get('page')}) {failures} times in a row: {detail}",
+                )
+            time.sleep(0.2 * failures)
+            continue
+        if resp.status_code == 401:
+            _observed(gw, rt.spec.name, "credentials_rotated")
+            raise ActionError(
+                "auth_failed",
+                f"API source {rt.spec.name!r} rejected the connector's bearer token (HTTP 401): {detail}",
+            )
+        raise ActionError(
+            "source_error", f"API source {rt.spec.name!r} answered HTTP {resp.status_code}: {detail}"
+        )
+
+
+def _error_text(resp: Any) -> str:
+    try:
+        body = resp.json()
+        return str(body.get("message") or body.get("error") or body)
+    except ValueError:
+        return resp.text[:200]
+
+
+def _api_client() -> Any:
+    return httpclients.client(HTTP_TIMEOUT_S)
+
+
+def _api_preview(gw: Gateway, rt: SourceRuntime, rows: int) -> tuple[pd.DataFrame, int]:
+    with _api_client() as client:
+        body = _api_get(gw, rt, client, {"page": 1, "page_size": rows, "format": "json"}).json()
+    return pd.DataFrame.from_records(body["records"]), int(body["total_rows"])
+
+
+def _api_fetch(gw: Gateway, rt: SourceRuntime) -> tuple[pd.DataFrame, dict[str, Any]]:
+    source = rt.spec
+    assert isinstance(source, ApiSource)
+    ext(gw)["last_fetch"] = {"rate_limited": 0, "server_errors": 0, "waited_s": 0.0}
+    size = min(PAGE_SIZE, source.max_page_size)
+    frames, page, pages = [], 1, 0
+    with _api_client() as client:
+        while True:
+            resp = _api_get(gw, rt, client, {"page": page, "page_size": size, "format": "csv"})
+            frames.append(from_bytes(resp.content, "csv"))
+            pages += 1
+            nxt = resp.headers.get("X-Next-Page")
+            if not nxt:
+                break
+            page = int(nxt)
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return frame, {"pages": pages, **ext(gw)["last_fetch"]}
+
+
+# ----------------------------------------------------------------------------------------- postgres
+
+_PG_TYPES = {"i": "bigint", "f": "double precision", "b": "boolean", "M": "timestamp"}
+
+
+def _start_postgres(gw: Gateway, rt: SourceRuntime, source: PostgresSource, table: Any) -> None:
+    import psycopg
+    from psycopg import sql
+
+    svc = services(gw)
+    svc.ensure("postgres")
+    slug = _episode_slug(gw)[:40]
+    rt.database = f"ep_{slug}_{source.name}"[:63]
+    rt.role = rt.database
+    rt.secret = secrets.token_urlsafe(18)
+    rt.cached = rt.secret
+    frame = table.to_pandas()
+    with psycopg.connect(svc.postgres_dsn(), autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(rt.role), sql.Literal(rt.secret)
+            )
+        )
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(rt.database), sql.Identifier(rt.role)
+            )
+        )
+    columns = [
+        sql.SQL("{} {}").format(sql.Identifier(str(c)), sql.SQL(_PG_TYPES.get(frame[c].dtype.kind, "text")))
+        for c in frame.columns
+    ]
+    with psycopg.connect(_user_dsn(gw, rt)) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} ({})").format(sql.Identifier(source.table), sql.SQL(", ").join(columns))
+        )
+        names = sql.SQL(", ").join(sql.Identifier(str(c)) for c in frame.columns)
+        with (
+            conn.cursor() as cur,
+            cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(source.table), names)) as copy,
+        ):
+            for row in frame.astype(object).where(frame.notna(), None).itertuples(index=False, name=None):
+                copy.write_row(row)
+
+
+def _user_dsn(gw: Gateway, rt: SourceRuntime) -> str:
+    return services(gw).postgres_dsn(rt.database or "postgres", user=rt.role, password=rt.cached)
+
+
+def _drop_database(svc: SourceServices, database: str, role: str | None) -> None:
+    import psycopg
+    from psycopg import sql
+
+    if not svc.is_running("postgres"):
+        svc.ensure("postgres")
+    with psycopg.connect(svc.postgres_dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+        if role:
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def _pg_query(gw: Gateway, rt: SourceRuntime, limit: int | None) -> tuple[pd.DataFrame, int]:
+    import psycopg
+    from psycopg import sql
+
+    source = rt.spec
+    assert isinstance(source, PostgresSource)
+    settings = services(gw).settings()
+    where = f"PostgreSQL source {source.name!r} at {settings.postgres_port and f'127.0.0.1:{settings.postgres_port}'}"
+    try:
+        with psycopg.connect(_user_dsn(gw, rt)) as conn:
+            total = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source.table))
+            ).fetchone()
+            query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(source.table))
+            if limit is not None:
+                query = sql.SQL("{} LIMIT {}").format(query, sql.Literal(limit))
+            cur = conn.execute(query)
+            names = [d.name for d in cur.description or []]
+            frame = pd.DataFrame.from_records(cur.fetchall(), columns=names)
+    except psycopg.OperationalError as e:
+        text = " ".join(str(e).split())
+        if "password authentication failed" in text:
+            _observed(gw, source.name, "credentials_rotated")
+            raise ActionError("auth_failed", f"{where}: login refused: {text}") from None
+        _observed(gw, source.name, "database_down")
+        raise ActionError("source_unavailable", f"{where}: cannot connect: {text}") from None
+    except psycopg.Error as e:
+        raise ActionError("source_error", f"{where}: {type(e).__name__}: {e}") from None
+    for name in frame.columns:  # NULLs make numeric columns object: back to numbers
+        if frame[name].dtype == object:
+            converted = pd.to_numeric(frame[name], errors="coerce")
+            if converted.notna().sum() == frame[name].notna().sum() and frame[name].notna().any():
+                frame[name] = converted
+    return frame, int(total[0]) if total else len(frame)
+
+
+# -------------------------------------------------------------------------------------- fault marks
+
+
+def _observed(gw: Gateway, source: str, kind: str, batch: int | None = None) -> None:
+    """The agent met the symptom of a data fault on ``source``: mark it detected."""
+    from mlsandbox.gateway.packs.sources import faults as sources_faults
+
+    sources_faults.mark(gw, source, kind, "detected", batch)
+
+
+def _overdue(gw: Gateway, source: str, batches: list[int]) -> None:
+    for b in batches:
+        _observed(gw, source, "late_batch", b)
+        _observed(gw, source, "missing_batch", b)
+
+
+def _handled(gw: Gateway, source: str, kinds: tuple[str, ...]) -> None:
+    from mlsandbox.gateway.packs.sources import faults as sources_faults
+
+    for kind in kinds:
+        sources_faults.mark(gw, source, kind, "mitigated")
+
+
+def _refresh(gw: Gateway, rt: SourceRuntime, refresh: bool) -> bool:
+    """Re-read the credentials from the secret store; True when they changed."""
+    if not refresh or rt.cached == rt.secret:
+        return False
+    rt.cached = rt.secret
+    return True
+
+
+# ----------------------------------------------------------------------------------------- handlers
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(frame.to_json(orient="records", date_format="iso", date_unit="s"))  # type: ignore[no-any-return]
+
+
+def _dtypes(frame: pd.DataFrame) -> dict[str, str]:
+    return {str(c): str(frame[c].dtype) for c in frame.columns}
+
+
+def list_sources(gw: Gateway, _: S.ListSources) -> dict[str, Any]:
+    out = []
+    for name, rt in sorted(runtimes(gw).items()):
+        s = rt.spec
+        entry: dict[str, Any] = {"name": name, "kind": s.type, "description": s.description}
+        if isinstance(s, ApiSource):
+            entry.update(
+                endpoint=f"/v1/datasets/{rt.api_id}/records",
+                formats=["json", "csv"],
+                auth="bearer token (from the secret store)",
+                max_page_size=s.max_page_size,
+            )
+        elif isinstance(s, PostgresSource):
+            entry.update(
+                database=rt.database, table=s.table, user=rt.role, auth="password (from the secret store)"
+            )
+        else:
+            entry.update(
+                prefix=f"lake/{s.name}/",
+                format=s.format,
+                period=s.period,
+                schedule=[{"batch": b, "due_step": a} for b, a in enumerate(s.arrivals)],
+                arrived=[
+                    {"batch": b, "dataset": key, "arrived_step": at}
+                    for b, (key, at) in sorted(rt.arrived.items())
+                ],
+            )
+            overdue = [b for b, a in enumerate(s.arrivals) if a <= gw.state.step and b not in rt.arrived]
+            if overdue:
+                entry["overdue"] = overdue
+                _overdue(gw, name, overdue)
+        out.append(entry)
+    return {"sources": out, "step": gw.state.step}
+
+
+def preview_source(gw: Gateway, a: S.PreviewSource) -> dict[str, Any]:
+    rt = source_of(gw, a.source)
+    refreshed = _refresh(gw, rt, a.refresh_credentials)
+    if isinstance(rt.spec, ApiSource):
+        frame, total = _api_preview(gw, rt, a.rows)
+    elif isinstance(rt.spec, PostgresSource):
+        frame, total = _pg_query(gw, rt, a.rows)
+        frame = frame.head(a.rows)
+    else:
+        if not rt.arrived:
+            raise ActionError("not_found", f"lake source {a.source!r}: no batch has arrived yet")
+        key = rt.arrived[max(rt.arrived)][0]
+        full = gw.read(gw.dataset(key))
+        frame, total = full.head(a.rows), len(full)
+    if refreshed:
+        _handled(gw, a.source, ("credentials_rotated",))
+    return {
+        "source": a.source,
+        "kind": rt.spec.type,
+        "columns": _dtypes(frame),
+        "total_rows": total,
+        "rows": _records(frame),
+        "credentials_refreshed": refreshed,
+    }
+
+
+def _output_key(a: S.IngestSource) -> tuple[str, str]:
+    key = a.output or f"sources/{a.source}.parquet"
+    if key.split("/", 1)[0] in ("raw", "lake"):
+        raise ActionError("forbidden_name", f"{key!r}: raw/ and lake/ hold source data and are read-only")
+    try:
+        return key, format_of(key)
+    except ValueError:
+        raise ActionError(
+            "invalid_parameters",
+            f"output {key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
+        ) from None
+
+
+def _lake_parts(gw: Gateway, rt: SourceRuntime, a: S.IngestSource) -> tuple[pd.DataFrame, dict[str, Any]]:
+    wanted = sorted(rt.arrived) if a.batches is None else sorted(set(a.batches))
+    if not wanted:
+        raise ActionError("not_found", f"lake source {a.source!r}: no batch has arrived yet")
+    source = rt.spec
+    assert isinstance(source, LakeSource)
+    unknown = [b for b in wanted if b >= source.batches]
+    if unknown:
+        raise ActionError(
+            "not_found",
+            f"lake source {a.source!r} has no batches {unknown} (batches 0..{source.batches - 1})",
+        )
+    absent = [b for b in wanted if b not in rt.arrived]
+    if absent:
+        _overdue(gw, a.source, [b for b in absent if source.arrivals[b] <= gw.state.step])
+        raise ActionError(
+            "not_found",
+            f"lake source {a.source!r}: batches {absent} have not arrived (arrived: {sorted(rt.arrived)})",
+        )
+    parts = []
+    for b in wanted:
+        frame = gw.read(gw.dataset(rt.arrived[b][0]))
+        unknown = sorted(set(a.rename) - set(frame.columns) - set(a.rename.values()))
+        if len(unknown) == len(a.rename) and a.rename and len(wanted) == 1:
+            raise ActionError(
+                "invalid_parameters", f"rename names columns {unknown} that batch {b} does not have"
+            )
+        parts.append((b, frame.rename(columns={k: v for k, v in a.rename.items() if k in frame.columns})))
+    first_b, first = parts[0]
+    for b, frame in parts[1:]:
+        missing = [c for c in first.columns if c not in frame.columns]
+        extra = [c for c in frame.columns if c not in first.columns]
+        retyped = [
+            c
+            for c in first.columns
+            if c in frame.columns and _kind(first[c]) != _kind(frame[c]) and frame[c].notna().any()
+        ]
+        if missing or extra or retyped:
+            _observed(gw, a.source, "schema_change")
+            problems = []
+            if missing:
+                problems.append(f"lacks {missing}")
+            if extra:
+                problems.append(f"has extra {extra}")
+            if retyped:
+                problems.append(
+                    "changed type of "
+                    + ", ".join(f"{c} ({_kind(first[c])} -> {_kind(frame[c])})" for c in retyped)
+                )
+            raise ActionError(
+                "schema_mismatch",
+                f"lake source {a.source!r}: batch {b} does not match batch {first_b}: {'; '.join(problems)}. "
+                "Use schema_diff to inspect; rename can map renamed columns; or choose other batches",
+            )
+    combined = pd.concat([f[first.columns] for _, f in parts], ignore_index=True)
+    if a.rename:
+        _handled(gw, a.source, ("schema_change",))
+    return combined, {"batches": wanted}
+
+
+def _kind(column: pd.Series) -> str:
+    if pd.api.types.is_bool_dtype(column.dtype):
+        return "boolean"
+    if pd.api.types.is_numeric_dtype(column.dtype):
+        return "numeric"
+    if pd.api.types.is_datetime64_any_dtype(column.dtype):
+        return "datetime"
+    return "text"
+
+
+def ingest_source(gw: Gateway, a: S.IngestSource) -> dict[str, Any]:
+    rt = source_of(gw, a.source)
+    key, fmt = _output_key(a)
+    if a.batches is not None and not isinstance(rt.spec, LakeSource):
+        raise ActionError(
+            "invalid_parameters", f"batches applies to lake sources; {a.source!r} is {rt.spec.type}"
+        )
+    refreshed = _refresh(gw, rt, a.refresh_credentials)
+    details: dict[str, Any]
+    if isinstance(rt.spec, ApiSource):
+        frame, details = _api_fetch(gw, rt)
+        _handled(gw, a.source, ("api_unavailable",))
+    elif isinstance(rt.spec, PostgresSource):
+        frame, total = _pg_query(gw, rt, None)
+        details = {"table": rt.spec.table, "table_rows": total}
+        _handled(gw, a.source, ("database_down",))
+    else:
+        frame, details = _lake_parts(gw, rt, a)
+    if a.rename and not isinstance(rt.spec, LakeSource):
+        unknown = sorted(set(a.rename) - set(frame.columns))
+        if unknown:
+            raise ActionError("invalid_parameters", f"rename names unknown columns {unknown}")
+        frame = frame.rename(columns=a.rename)
+    if refreshed:
+        _handled(gw, a.source, ("credentials_rotated",))
+    payload = to_bytes(frame, fmt)  # type: ignore[arg-type]
+    gw.backend_call(lambda: gw.runtime.object_store.put_object(gw.state.bucket, key, payload))
+    target = rt.target if rt.target in frame.columns else None
+    gw.state.datasets[key] = DatasetRecord(
+        key, fmt, len(payload), target, "ingest_source", f"source:{a.source}"
+    )
+    return {
+        "dataset": key,
+        "source": a.source,
+        "rows": len(frame),
+        "columns": _dtypes(frame),
+        "credentials_refreshed": refreshed,
+        **details,
+    }
+
+
+def sample_dataset(gw: Gateway, a: S.SampleDataset) -> dict[str, Any]:
+    rec = gw.dataset(a.dataset)
+    frame = gw.read(rec)
+    sample = frame.sample(n=min(a.rows, len(frame)), random_state=a.seed) if len(frame) else frame
+    return {"dataset": rec.key, "total_rows": len(frame), "columns": _dtypes(frame), "rows": _records(sample)}
+
+
+def schema_diff(gw: Gateway, a: S.SchemaDiff) -> dict[str, Any]:
+    ref_rec, cur_rec = gw.dataset(a.reference), gw.dataset(a.current)
+    ref, cur = gw.read(ref_rec), gw.read(cur_rec)
+    removed = [str(c) for c in ref.columns if c not in cur.columns]
+    added = [str(c) for c in cur.columns if c not in ref.columns]
+    changed = [
+        {"column": str(c), "reference": str(ref[c].dtype), "current": str(cur[c].dtype)}
+        for c in ref.columns
+        if c in cur.columns and _kind(ref[c]) != _kind(cur[c])
+    ]
+    renames = []
+    for old in removed:
+        for new in added:
+            if _kind(ref[old]) != _kind(cur[new]):
+                continue
+            if _kind(ref[old]) == "numeric":
+                ks = ks_statistic(
+                    ref[old].to_numpy(np.float64, na_value=np.nan),
+                    cur[new].to_numpy(np.float64, na_value=np.nan),
+                )
+                similar = ks is not None and ks < 0.1
+            else:
+                a_vals, b_vals = set(ref[old].dropna().astype(str)), set(cur[new].dropna().astype(str))
+                similar = bool(a_vals) and len(a_vals & b_vals) >= 0.8 * len(a_vals | b_vals)
+            if similar:
+                renames.append({"from": old, "to": new})
+    if removed or added or changed:
+        for rt in runtimes(gw).values():
+            keys = {k for k, _ in rt.arrived.values()}
+            if cur_rec.key in keys or ref_rec.key in keys:
+                _observed(gw, rt.spec.name, "schema_change")
+    return {
+        "reference": ref_rec.key,
+        "current": cur_rec.key,
+        "same_schema": not (removed or added or changed),
+        "removed_columns": removed,
+        "added_columns": added,
+        "type_changes": changed,
+        "likely_renames": renames,
+    }
+
+
+def drift_check(gw: Gateway, a: S.DriftCheck) -> dict[str, Any]:
+    ref_rec, cur_rec = gw.dataset(a.reference), gw.dataset(a.current)
+    ref, cur = gw.read(ref_rec), gw.read(cur_rec)
+    targets = {t for t in (ref_rec.target, cur_rec.target) if t}
+    features = [c for c in ref.columns if c not in targets]
+    stats = column_drift(ref[features], cur[[c for c in cur.columns if c not in targets]])
+    if not stats:
+        raise ActionError(
+            "invalid_parameters", f"{ref_rec.key} and {cur_rec.key} have no feature column in common"
+        )
+
+    def level(psi: float | None) -> str:
+        if psi is None:
+            return "unknown"
+        return "significant" if psi > 0.25 else "moderate" if psi >= 0.1 else "stable"
+
+    columns = {name: {**s, "drift": level(s.get("psi"))} for name, s in stats.items()}
+    out: dict[str, Any] = {
+        "reference": ref_rec.key,
+        "current": cur_rec.key,
+        "columns": columns,
+        "drifted_columns": sorted(n for n, s in columns.items() if s["drift"] == "significant"),
+    }
+    for t in targets:
+        if t in ref.columns and t in cur.columns and pd.api.types.is_numeric_dtype(ref[t]):
+            out["target"] = {
+                "column": t,
+                "reference_positive_rate": round(float(ref[t].mean()), 4),
+                "current_positive_rate": round(float(cur[t].mean()), 4),
+            }
+    return out
+
+
+HANDLERS = {
+    "list_sources": list_sources,
+    "preview_source": preview_source,
+    "ingest_source": ingest_source,
+    "sample_dataset": sample_dataset,
+    "schema_diff": schema_diff,
+    "drift_check": drift_check,
+}

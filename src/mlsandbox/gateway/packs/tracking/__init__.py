@@ -1,0 +1,1 @@
+"""The ``tracking`` action pack: its actions (models, light) and handlers (imported when an episode runs)."""

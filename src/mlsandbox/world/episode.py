@@ -1,0 +1,114 @@
+"""Episode state: everything the world knows about one episode, including the hidden ground truth.
+
+The gateway mutates it through its actions; the evaluator and the fault engine read it. Nothing in here is
+shown to the agent as is: observations are built from it by the gateway, and ``ground_truth`` is never
+part of an observation.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from mlsandbox.scenario.models import Scenario
+
+
+def new_episode_id(seed: int) -> str:
+    return f"{seed % 100000}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class DatasetRecord:
+    """A dataset (object) the agent can use, and where it came from."""
+
+    key: str
+    fmt: str
+    size: int
+    target: str | None
+    origin: str  # "scenario" or "clean_dataset"
+    parent: str | None = None
+
+
+@dataclass
+class JobRecord:
+    """An agent-visible job (``job-N``) and the backend job behind it."""
+
+    job_id: str
+    backend_id: str
+    dataset: str
+    algorithm: str
+    submitted_step: int
+    state: str = "queued"
+    cpu_seconds: float = 0.0
+    run_id: str | None = None
+
+
+@dataclass
+class GroundTruth:
+    """Hidden from the agent: what the scenario generated and injected."""
+
+    manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    holdouts: dict[str, pd.DataFrame] = field(default_factory=dict)
+    faults: list[Any] = field(default_factory=list)
+    """What the perturbation engine injected (``mlsandbox.faults.engine.FaultRecord``), in order."""
+
+
+@dataclass
+class EpisodeState:
+    episode_id: str
+    scenario: Scenario
+    seed: int
+    sandbox: str
+    started_at: float = field(default_factory=time.time)
+    step: int = 0
+    done: bool = False
+    submitted: bool = False
+    invalid_actions: int = 0
+    datasets: dict[str, DatasetRecord] = field(default_factory=dict)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    registered: list[tuple[str, str]] = field(default_factory=list)
+    """(agent-visible name, version) in registration order."""
+    experiment_id: str = ""
+    ground_truth: GroundTruth = field(default_factory=GroundTruth)
+    counters: dict[str, float] = field(default_factory=dict)
+    """Named tallies that packs keep for the reward (e.g. ``risky_deployments``, ``slo_violation_s``,
+    ``idle_reserved_credits``); a missing name counts as 0."""
+    extra_credits: float = 0.0
+    """Credits charged besides the jobs' CPU-seconds (reserved machines, deployments), added by packs."""
+
+    # -- resource names on the backend: one bucket, one experiment, one model-name prefix per episode --
+    @property
+    def bucket(self) -> str:
+        return "ep-" + re.sub(r"[^a-z0-9-]", "-", self.episode_id.lower())
+
+    @property
+    def experiment_name(self) -> str:
+        return f"mlsandbox/{self.sandbox}/{self.episode_id}"
+
+    @property
+    def model_prefix(self) -> str:
+        return f"ep-{self.episode_id}."
+
+    def registry_name(self, name: str) -> str:
+        return self.model_prefix + name
+
+    @property
+    def job_label(self) -> tuple[str, str]:
+        return ("mlsandbox.world.episode", self.episode_id)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(j.cpu_seconds for j in self.jobs.values())
+
+    @property
+    def credits_used(self) -> float:
+        return self.cpu_seconds * self.scenario.budget.credits_per_cpu_second + self.extra_credits
+
+    @property
+    def credits_left(self) -> float:
+        return max(0.0, self.scenario.budget.credits - self.credits_used)
