@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -31,6 +31,7 @@ from mlsandbox.scenario.models import Scenario
 from mlsandbox.world.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
 
 log = logging.getLogger(__name__)
+_S = TypeVar("_S")
 
 _TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
 _LOG_TAIL_LINES = 15
@@ -59,7 +60,8 @@ class Gateway:
         self.catalog = get_catalog()
         self._packs = PackRuntime.load(self.catalog)
         self.ext: dict[str, dict[str, Any]] = {p.name: {} for p in self.catalog.packs}
-        """Per-pack episode state, keyed by pack name (what a pack's handlers and hooks remember)."""
+        """Per-pack episode state, keyed by pack name (being replaced by :meth:`pack_state`)."""
+        self._pack_states: dict[type[Any], Any] = {}
         self.faults: PerturbationEngine | None = None
         """The perturbation engine (None when the scenario has no plan)."""
         self.job_requests: dict[str, A.TrainModel] = {}
@@ -72,6 +74,14 @@ class Gateway:
         """Action types refused by policy (type -> reason): a ``forbidden`` error observation, nothing done."""
 
     # ------------------------------------------------------------------------------------ lifecycle
+
+    def pack_state(self, kind: type[_S]) -> _S:
+        """The episode's state of type ``kind`` (a pack's dataclass or model, made with ``kind()`` on
+        first use): what a pack's handlers and hooks remember between steps, typed."""
+        found = self._pack_states.get(kind)
+        if found is None:
+            found = self._pack_states[kind] = kind()
+        return found  # type: ignore[no-any-return]
 
     def start(self) -> dict[str, Any]:
         """Create the episode's isolated resources and data; return the first observation."""
