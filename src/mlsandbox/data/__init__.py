@@ -1,4 +1,4 @@
-"""Synthetic datasets: specs, generators, file formats, data-quality profiles, cleaning and faults.
+"""Synthetic datasets: specs, generators, file formats, data-quality profiles, cleaning and corruption.
 
 The bottom layer of mlsandbox: it imports nothing else from the package. Names are loaded lazily, so
 importing :mod:`mlsandbox.data.spec` (as scenario models do) does not pull in numpy, pandas or pyarrow.
@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlsandbox.data.clean import STRATEGIES, Strategy, clean_frame
-    from mlsandbox.data.drift import DriftingDataset, GeneratedBatches, generate_batches
-    from mlsandbox.data.drift_stats import column_drift, ks_statistic, psi_categorical, psi_numeric
-    from mlsandbox.data.faults import (
-        FaultResult,
+    from mlsandbox.data.corruption import (
+        Corruption,
         change_schema,
         corrupt_bytes,
         inject_drift,
@@ -23,6 +21,8 @@ if TYPE_CHECKING:
         inject_outliers,
         truncate_bytes,
     )
+    from mlsandbox.data.drift import DriftingDataset, GeneratedBatches, generate_batches
+    from mlsandbox.data.drift_stats import column_drift, ks_statistic, psi_categorical, psi_numeric
     from mlsandbox.data.formats import FORMATS, SUFFIX, Format, format_of, from_bytes, to_bytes
     from mlsandbox.data.images import GeneratedImages, ImageDataset, generate_images
     from mlsandbox.data.profile import iqr_fences, outlier_mask, profile_frame
@@ -46,8 +46,8 @@ _EXPORTS = {
     "clean": ("STRATEGIES", "Strategy", "clean_frame"),
     "drift": ("DriftingDataset", "GeneratedBatches", "generate_batches"),
     "drift_stats": ("column_drift", "ks_statistic", "psi_categorical", "psi_numeric"),
-    "faults": (
-        "FaultResult",
+    "corruption": (
+        "Corruption",
         "change_schema",
         "corrupt_bytes",
         "inject_drift",
@@ -84,11 +84,11 @@ __all__ = [
     "BooleanColumn",
     "CategoricalColumn",
     "Column",
+    "Corruption",
     "DatasetSpec",
     "DatetimeColumn",
     "Defects",
     "DriftingDataset",
-    "FaultResult",
     "Format",
     "GeneratedBatches",
     "GeneratedImages",

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from mlsandbox import httpclients
+from mlsandbox.data.corruption import change_schema
 from mlsandbox.data.drift_stats import column_drift, ks_statistic
-from mlsandbox.data.faults import change_schema
 from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.packs.sources import actions as S

@@ -1,4 +1,4 @@
-"""Data-layer faults as pure functions: each returns the changed data and a ground-truth record.
+"""Data corruption as pure functions: each returns the changed data and a ground-truth record.
 
 Inputs are never modified. Randomness comes from ``seed`` only. Records are JSON-serialisable and carry
 ``fault`` (the function's kind), what was touched (columns, rows, bytes) and the parameters, so a
@@ -18,7 +18,7 @@ from mlsandbox.data.randomness import check_seed, rng_for
 
 
 @dataclass(frozen=True)
-class FaultResult:
+class Corruption:
     data: Any
     """The changed frame or bytes."""
     record: dict[str, Any]
@@ -41,7 +41,7 @@ def _columns(df: pd.DataFrame, columns: list[str] | None) -> list[str]:
     return names
 
 
-def inject_nulls(df: pd.DataFrame, rate: float, seed: int, columns: list[str] | None = None) -> FaultResult:
+def inject_nulls(df: pd.DataFrame, rate: float, seed: int, columns: list[str] | None = None) -> Corruption:
     """Set ``round(rate * rows)`` present cells of each column to missing (MCAR)."""
     check_seed(seed)
     out = df.copy()
@@ -57,12 +57,10 @@ def inject_nulls(df: pd.DataFrame, rate: float, seed: int, columns: list[str] | 
         column.iloc[rows] = None
         out[name] = column
         touched[name] = rows.tolist()
-    return FaultResult(out, {"fault": "nulls", "rate": rate, "rows": touched})
+    return Corruption(out, {"fault": "nulls", "rate": rate, "rows": touched})
 
 
-def inject_outliers(
-    df: pd.DataFrame, rate: float, seed: int, columns: list[str] | None = None
-) -> FaultResult:
+def inject_outliers(df: pd.DataFrame, rate: float, seed: int, columns: list[str] | None = None) -> Corruption:
     """Replace present values of numeric columns by mean ± U(8, 15) std (far outside 1.5 IQR)."""
     check_seed(seed)
     out = df.copy()
@@ -83,10 +81,10 @@ def inject_outliers(
         x[rows] = mean + signs * rng.uniform(*OUTLIER_STD_RANGE, size=rows.size) * std
         out[name] = x
         touched[name] = rows.tolist()
-    return FaultResult(out, {"fault": "outliers", "rate": rate, "rows": touched})
+    return Corruption(out, {"fault": "outliers", "rate": rate, "rows": touched})
 
 
-def inject_label_noise(df: pd.DataFrame, target: str, rate: float, seed: int) -> FaultResult:
+def inject_label_noise(df: pd.DataFrame, target: str, rate: float, seed: int) -> Corruption:
     """Move ``rate`` of the labels to another class present in the column."""
     check_seed(seed)
     _columns(df, [target])
@@ -106,12 +104,12 @@ def inject_label_noise(df: pd.DataFrame, target: str, rate: float, seed: int) ->
     y = y.copy()
     y.iloc[rows] = new
     out[target] = y
-    return FaultResult(out, {"fault": "label_noise", "column": target, "rate": rate, "rows": rows.tolist()})
+    return Corruption(out, {"fault": "label_noise", "column": target, "rate": rate, "rows": rows.tolist()})
 
 
 def inject_drift(
     df: pd.DataFrame, column: str, shift_std: float, seed: int, scale: float = 1.0
-) -> FaultResult:
+) -> Corruption:
     """Covariate shift of a numeric column: ``x -> mean + scale * (x - mean) + shift_std * std``."""
     check_seed(seed)
     _columns(df, [column])
@@ -127,7 +125,7 @@ def inject_drift(
         "mean": mean,
         "std": std,
     }
-    return FaultResult(out, record)
+    return Corruption(out, record)
 
 
 def change_schema(
@@ -136,7 +134,7 @@ def change_schema(
     column: str,
     new_name: str | None = None,
     new_type: Literal["string", "float", "int"] = "string",
-) -> FaultResult:
+) -> Corruption:
     """Rename, drop or retype one column (retype to string writes numbers as text)."""
     _columns(df, [column])
     out = df.copy()
@@ -157,10 +155,10 @@ def change_schema(
         else:
             out[column] = pd.to_numeric(df[column], errors="coerce").round().astype("Int64")
         record.update(old_type=old, new_type=new_type)
-    return FaultResult(out, record)
+    return Corruption(out, record)
 
 
-def corrupt_bytes(data: bytes, seed: int, count: int = 16, skip: int = 0) -> FaultResult:
+def corrupt_bytes(data: bytes, seed: int, count: int = 16, skip: int = 0) -> Corruption:
     """Overwrite ``count`` bytes at random offsets at or after ``skip`` with different random values."""
     check_seed(seed)
     if not 0 <= skip < len(data):
@@ -171,12 +169,12 @@ def corrupt_bytes(data: bytes, seed: int, count: int = 16, skip: int = 0) -> Fau
     buf = bytearray(data)
     for off in offsets.tolist():
         buf[off] = (buf[off] + int(rng.integers(1, 256))) % 256
-    return FaultResult(bytes(buf), {"fault": "corrupt_bytes", "offsets": offsets.tolist(), "size": len(data)})
+    return Corruption(bytes(buf), {"fault": "corrupt_bytes", "offsets": offsets.tolist(), "size": len(data)})
 
 
-def truncate_bytes(data: bytes, keep_fraction: float) -> FaultResult:
+def truncate_bytes(data: bytes, keep_fraction: float) -> Corruption:
     """Keep only the first ``keep_fraction`` of the bytes (an interrupted upload)."""
     if not 0 <= keep_fraction < 1:
         raise ValueError(f"keep_fraction must be in [0, 1), got {keep_fraction}")
     keep = int(len(data) * keep_fraction)
-    return FaultResult(data[:keep], {"fault": "truncate", "kept_bytes": keep, "original_bytes": len(data)})
+    return Corruption(data[:keep], {"fault": "truncate", "kept_bytes": keep, "original_bytes": len(data)})

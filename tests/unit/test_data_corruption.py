@@ -1,4 +1,4 @@
-"""Data-layer faults: pure functions, exact ground truth, visible in the written data."""
+"""Data corruption: pure functions, exact ground truth, visible in the written data."""
 
 from __future__ import annotations
 
