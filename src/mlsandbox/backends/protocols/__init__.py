@@ -8,9 +8,11 @@ from mlsandbox.backends.protocols.common import CAPABILITIES, Model, Support, Un
 from mlsandbox.backends.protocols.config import ConfigStore
 from mlsandbox.backends.protocols.environments import EnvironmentBuildError, EnvironmentInfo, Environments
 from mlsandbox.backends.protocols.faults import (
+    NETWORK_FAULTS,
     FaultControl,
     HttpFault,
     NetworkControl,
+    NoSuchTarget,
     ServiceControl,
     ServiceHealth,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "CAPABILITIES",
     "FEATURE_SERVICE",
     "FLOWS",
+    "NETWORK_FAULTS",
     "ApiDataset",
     "AuditLog",
     "Backend",
@@ -81,6 +84,7 @@ __all__ = [
     "ModelServing",
     "ModelVersionInfo",
     "NetworkControl",
+    "NoSuchTarget",
     "ObjectInfo",
     "ObjectStore",
     "ReplicaRef",
