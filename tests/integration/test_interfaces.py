@@ -110,7 +110,7 @@ def test_in_process_http_and_mcp_stdio_reach_the_same_final_state(sandbox: Any) 
     finally:
         env.close()
     # HTTP gateway (typed client under the remote env).
-    manager = SessionManager(sandbox.runtime(), sandbox.name, Path(sandbox.dir) / "episodes")
+    manager = SessionManager(sandbox.runtime(), sandbox.name)
     with TestClient(create_app(manager, close_sessions_on_shutdown=True)) as tc:
         remote = RemoteMLSandboxEnv(
             client=GatewayClient("http://testserver", http=tc), scenario=SCENARIO, render_mode="ansi"

@@ -65,11 +65,6 @@ def attached_sandbox(
             b.down()
 
 
-def _audit_dir(backend: Backend) -> Path | None:
-    d = getattr(backend, "dir", None)
-    return Path(d) / "episodes" if d is not None else None
-
-
 # ---------------------------------------------------------------------------------------------- commands
 
 
@@ -103,11 +98,10 @@ def serve(
             err=True,
         )
     try:
-        with attached_sandbox(sandbox, backend, start=not no_start) as (b, runtime):
+        with attached_sandbox(sandbox, backend, start=not no_start) as (_, runtime):
             manager = SessionManager(
                 runtime,
                 sandbox,
-                _audit_dir(b),
                 max_sessions=max_sessions,
                 restart_policy="allow" if allow_restart else "deny",
             )
@@ -159,9 +153,9 @@ def mcp(
             def make_host() -> EpisodeHost:
                 # Runs once stdio_server owns fd 0/1: nothing printed here reaches the protocol stream.
                 cm = attached_sandbox(sandbox, backend, start=not no_start)
-                b, runtime = cm.__enter__()
+                _, runtime = cm.__enter__()
                 stack.append(cm)
-                return EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox, audit_dir=_audit_dir(b))
+                return EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox)
 
             try:
                 anyio.run(lambda: serve_stdio(make_host, max_chars=max_chars))
@@ -171,8 +165,8 @@ def mcp(
             return
         import uvicorn
 
-        with attached_sandbox(sandbox, backend, start=not no_start) as (b, runtime):
-            episode = EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox, audit_dir=_audit_dir(b))
+        with attached_sandbox(sandbox, backend, start=not no_start) as (_, runtime):
+            episode = EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox)
             try:
                 app = streamable_http_app(episode, bind_host=host, max_chars=max_chars)
                 typer.echo(f"MCP (streamable HTTP) for {sc.id} on http://{host}:{port}/mcp", err=True)

@@ -78,14 +78,7 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         runtime = self._ensure_runtime()
         self._end_episode()
         ep_seed = episode_seed(seed, self.np_random)
-        backend_dir = getattr(self._backend, "dir", None)
-        self.gateway = Gateway(
-            runtime,
-            self.scenario,
-            seed=ep_seed,
-            sandbox=self.sandbox_name,
-            audit_dir=backend_dir / "episodes" if backend_dir is not None else None,
-        )
+        self.gateway = Gateway(runtime, self.scenario, seed=ep_seed, sandbox=self.sandbox_name)
         obs = self.gateway.start()
         self._last = obs
         info = {

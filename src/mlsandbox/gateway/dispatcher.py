@@ -11,7 +11,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -19,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from mlsandbox.backends.protocols import FaultControl, Runtime
 from mlsandbox.data.formats import SUFFIX, from_bytes, to_bytes
 from mlsandbox.data.tabular import generate_tabular
-from mlsandbox.errors import ActionError
+from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.evaluation.constraints import Violation, check_action, check_budget
 from mlsandbox.evaluation.metrics import episode_metrics
 from mlsandbox.evaluation.reward import Grade, RewardTracker, grade_episode, objective_vector
@@ -38,7 +37,11 @@ _LOG_TAIL_LINES = 15
 
 
 class Gateway:
-    """One episode of one scenario on a running sandbox (a :class:`Runtime`)."""
+    """One episode of one scenario on a running sandbox (a :class:`Runtime`).
+
+    The episode's audit log (every step, as JSON) goes to ``runtime.audit``; the time it reads and the
+    waits it makes go through ``runtime.clock``.
+    """
 
     def __init__(
         self,
@@ -46,17 +49,18 @@ class Gateway:
         scenario: Scenario,
         *,
         seed: int | None = None,
-        sandbox: str = "default",
-        audit_dir: Path | None = None,
+        sandbox: str | None = None,
         denied_actions: dict[str, str] | None = None,
     ) -> None:
         self.runtime = runtime
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.state = EpisodeState(
-            episode_id=new_episode_id(self.seed), scenario=scenario, seed=self.seed, sandbox=sandbox
+            episode_id=new_episode_id(self.seed),
+            scenario=scenario,
+            seed=self.seed,
+            sandbox=runtime.sandbox if sandbox is None else sandbox,
         )
-        self._audit_path = (audit_dir / f"{self.state.episode_id}.jsonl") if audit_dir else None
         self.catalog = get_catalog()
         self._packs = PackRuntime.load(self.catalog)
         self.ext: dict[str, dict[str, Any]] = {p.name: {} for p in self.catalog.packs}
@@ -216,7 +220,10 @@ class Gateway:
                 raise ActionError("constraint_violation", violation.message)
             if self.faults is not None:
                 self.faults.observe_action(action.model_dump())
-            result = self._packs.handlers[action.type](self, action)
+            try:
+                result = self._packs.handlers[action.type](self, action)
+            except Unsupported as e:  # a capability this backend refuses: nothing was changed
+                raise unsupported_error(e) from None
             self.refresh_jobs()
             obs = ok_observation(st.step, action_type, result, self.budget())
             invalid = False
@@ -366,22 +373,41 @@ class Gateway:
                     log.warning("cancel of %s failed: %s", job.job_id, e)
 
     def backend_call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``, its failures as the agent's errors: :class:`Unsupported` -> ``unsupported`` (naming
+        the capability, with the backend and reason in ``details``), :class:`KeyError` -> ``not_found``,
+        anything else -> ``backend_error``."""
         try:
             return fn()
         except ActionError:
             raise
+        except Unsupported as e:
+            raise unsupported_error(e) from None
         except KeyError as e:
             raise ActionError("not_found", f"not found: {e}") from None
         except Exception as e:
             raise ActionError("backend_error", f"{type(e).__name__}: {e}") from None
 
+    @property
+    def audit_location(self) -> str | None:
+        """Where a person finds this episode's audit log (None when the runtime keeps it in memory)."""
+        return self.runtime.audit.location(self.state.episode_id)
+
     def _audit(self, record: dict[str, Any]) -> None:
-        if self._audit_path is None:
-            return
-        self._audit_path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"t": round(time.time(), 3), "episode": self.state.episode_id, **record}
-        with self._audit_path.open("a") as f:
-            f.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+        st = self.state
+        record = {"t": round(self.runtime.clock.time(), 3), "episode": st.episode_id, **record}
+        try:
+            self.runtime.audit.append(st.episode_id, record)
+        except Exception as e:  # the audit log never breaks a step
+            log.warning("episode %s: audit log append failed: %s", st.episode_id, e)
+
+
+def unsupported_error(e: Unsupported) -> ActionError:
+    """The agent's ``unsupported`` error for a capability the backend refuses (nothing was changed)."""
+    return ActionError(
+        "unsupported",
+        str(e),
+        details={"capability": e.capability, "backend": e.backend, "reason": e.reason},
+    )
 
 
 def parse_action(raw: Any) -> BaseModel:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -53,10 +52,9 @@ class EpisodeHost:
         *,
         seed: int | None = None,
         sandbox: str = "default",
-        audit_dir: Path | None = None,
     ) -> None:
         self.scenario = scenario
-        self.gateway = Gateway(runtime, scenario, seed=seed, sandbox=sandbox, audit_dir=audit_dir)
+        self.gateway = Gateway(runtime, scenario, seed=seed, sandbox=sandbox)
         self._lock = threading.Lock()
         try:
             self.observation: dict[str, Any] = self.gateway.start()

@@ -17,7 +17,6 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
@@ -237,7 +236,6 @@ class SessionManager:
         self,
         runtime: Runtime,
         sandbox_name: str,
-        audit_dir: Path | None = None,
         *,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         restart_policy: RestartPolicy = "deny",
@@ -251,7 +249,6 @@ class SessionManager:
         ``restart_service`` is refused (``forbidden`` error observation) unless the policy is ``allow``."""
         self.runtime = runtime
         self.sandbox_name = sandbox_name
-        self.audit_dir = audit_dir
         self.max_sessions = max_sessions
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
@@ -438,7 +435,6 @@ class SessionManager:
             scenario,
             seed=seed,
             sandbox=self.sandbox_name,
-            audit_dir=self.audit_dir,
             denied_actions=denied,
         )
         try:

@@ -26,11 +26,11 @@ from typing import Any, Literal
 
 from mlsandbox import paths
 from mlsandbox.backends.kube.faults.control import SERVICES, KubeFaultControl
-from mlsandbox.backends.protocols import Endpoints, ServiceStatus
+from mlsandbox.backends.protocols import Endpoints, ServiceStatus, Support
 from mlsandbox.errors import BackendError, NotRunningError
 
 from .cluster import ApiRefused, Cluster, TransientApiError
-from .runtime import KubeRuntime, client_endpoints, workload_endpoints
+from .runtime import BACKEND, STATIC_UNSUPPORTED, KubeRuntime, client_endpoints, workload_endpoints
 
 CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
 DEFAULT_CONTROL_NAMESPACE = "mlsandbox"
@@ -78,6 +78,15 @@ class KubeBackend:
 
     def __repr__(self) -> str:
         return f"KubeBackend(name={self.name!r}, namespace={self.namespace!r})"
+
+    @property
+    def kind(self) -> str:
+        return BACKEND
+
+    def support(self) -> Support:
+        """What a kube sandbox refuses whatever its cluster (the runtime's support adds what this
+        cluster lacks)."""
+        return Support(backend=BACKEND, unsupported=dict(STATIC_UNSUPPORTED))
 
     @property
     def cluster(self) -> Cluster:

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from mlsandbox import paths
+from mlsandbox.backends.common.audit import FileAuditLog
 from mlsandbox.backends.common.clients import ServiceClients
+from mlsandbox.backends.common.clock import RealClock
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
-from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.backends.protocols import Endpoints, Support
 from mlsandbox.workloads.contract import endpoint_env
 
 from . import manifests as M
@@ -30,6 +34,11 @@ from .jobs import KubeJobs
 from .secret import S3Secret
 from .serving import FEATURE_PORT, SERVER_PORT, KubeServing
 
+BACKEND = "kube"
+STATIC_UNSUPPORTED: dict[str, str] = {
+    "fault:reset_peer": "Chaos Mesh has no TCP-reset action (use timeout or endpoint_down)",
+}
+"""What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
 KIND_ENDPOINTS = {
     "s3_url": "http://127.0.0.1:9000",
     "mlflow_url": "http://127.0.0.1:5000",
@@ -66,6 +75,12 @@ def client_endpoints(
         if env.get(var):
             values[field] = env[var]
     return Endpoints(**values)
+
+
+def client_state_dir(control_namespace: str, sandbox: str) -> Path:
+    """What this client keeps of the sandbox ``control_namespace/sandbox`` on this machine (the episodes'
+    audit logs)."""
+    return paths.home() / "kube" / control_namespace / paths.validate_sandbox_name(sandbox)
 
 
 def workload_endpoints(
@@ -117,12 +132,41 @@ class KubeRuntime(ServiceClients):
         self.feature_port = feature_port
         self.work_pool = work_pool or os.environ.get(WORK_POOL_ENV) or WORK_POOL
         self._secret = S3Secret(cluster, namespace=namespace, sandbox=sandbox, endpoints=workload_endpoints)
+        self._clock = RealClock()
+        self._audit = FileAuditLog(client_state_dir(control_namespace, sandbox) / "episodes")
         self._jobs: KubeJobs | None = None
         self._serving: KubeServing | None = None
         self._faults: KubeFaultControl | None = None
 
     def __repr__(self) -> str:
         return f"KubeRuntime(sandbox={self.sandbox_name!r}, namespace={self.namespace!r})"
+
+    # ------------------------------------------------------------------------------------ identity
+
+    @property
+    def backend(self) -> str:
+        return BACKEND
+
+    @property
+    def sandbox(self) -> str:
+        return self.sandbox_name
+
+    @property
+    def clock(self) -> RealClock:
+        return self._clock
+
+    @property
+    def audit(self) -> FileAuditLog:
+        """The episodes' audit logs, on this client's machine (under :func:`client_state_dir`)."""
+        return self._audit
+
+    def support(self) -> Support:
+        """The static refusals, and the fault types this cluster lacks (no Chaos Mesh CRDs)."""
+        refused = dict(STATIC_UNSUPPORTED)
+        refused.update({f"fault:{k}": v for k, v in self.faults.unavailable().items()})
+        return Support(backend=BACKEND, unsupported=refused)
+
+    # -------------------------------------------------------------------------------- capabilities
 
     @property
     def jobs(self) -> KubeJobs:

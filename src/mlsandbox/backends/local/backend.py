@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlsandbox import paths
-from mlsandbox.backends.protocols import Endpoints, ServiceStatus
+from mlsandbox.backends.protocols import Endpoints, ServiceStatus, Support
 from mlsandbox.errors import BackendError, NotRunningError, ServiceStartError
 
 from . import services as svc
@@ -44,6 +44,7 @@ from .supervisor import ProcessRecord
 if TYPE_CHECKING:
     from mlsandbox.backends.protocols import Runtime
 
+KIND = "local"
 DEFAULT_HEALTH_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 3.0  # grace between SIGTERM and SIGKILL (the Prefect worker takes ~9 s to exit)
 LOG_TAIL_LINES = 30
@@ -201,6 +202,14 @@ def teardown(
 # --------------------------------------------------------------------------------------- the backend
 
 
+def static_support() -> Support:
+    """What a local sandbox on this machine refuses, known without starting one: fault types whose
+    mechanism is missing here (no Toxiproxy binary, jobs without cgroups)."""
+    from mlsandbox.backends.local.faults.control import unavailable_here
+
+    return Support(backend=KIND, unsupported={f"fault:{k}": v for k, v in unavailable_here().items()})
+
+
 class LocalBackend:
     """A sandbox whose services (MinIO, MLflow, Prefect server and worker) are child processes here.
 
@@ -217,6 +226,13 @@ class LocalBackend:
 
     def __repr__(self) -> str:
         return f"LocalBackend(name={self.name!r}, dir={str(self.dir)!r})"
+
+    @property
+    def kind(self) -> str:
+        return KIND
+
+    def support(self) -> Support:
+        return static_support()
 
     # ---------------------------------------------------------------------------------- lifecycle
 

@@ -4,7 +4,6 @@ tracking, registry, operations and submit."""
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING, Any
 
 from mlsandbox.backends.protocols import JobSpec
@@ -169,18 +168,19 @@ def register_model(gw: Gateway, a: C.RegisterModel) -> dict[str, Any]:
 
 
 def wait(gw: Gateway, a: C.Wait) -> dict[str, Any]:
-    deadline = time.monotonic() + a.seconds
+    clock = gw.runtime.clock
+    deadline = clock.monotonic() + a.seconds
     before = {j.job_id: j.state for j in gw.state.jobs.values()}
     while True:
         gw.refresh_jobs()
         changed = [j for j in gw.state.jobs.values() if j.state != before[j.job_id]]
-        if changed or time.monotonic() >= deadline:
+        if changed or clock.monotonic() >= deadline:
             break
         if not any(s not in _TERMINAL_JOB_STATES for s in before.values()):
             # Nothing running that could change: time passes all the same.
-            time.sleep(max(0.0, deadline - time.monotonic()))
+            clock.sleep(max(0.0, deadline - clock.monotonic()))
             break
-        time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        clock.sleep(min(0.25, max(0.0, deadline - clock.monotonic())))
     return {"jobs": [{"job_id": j.job_id, "state": j.state} for j in gw.state.jobs.values()]}
 
 
