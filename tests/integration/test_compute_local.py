@@ -36,7 +36,7 @@ def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.skipif(not cgroups_available(), reason="memory limits need root and cgroup v1")
 def test_a_job_on_a_machine_cannot_exceed_its_memory(runtime: Any) -> None:
-    pool = P.Pool(ComputePool(machines=[TINY]), runtime.jobs)
+    pool = P.Pool(ComputePool(machines=[TINY]), runtime.jobs, clock=runtime.clock)
     label = {"mlsandbox.test": "compute-oom"}
     spec = JobSpec(
         job_id="compute-oom-1",
@@ -74,7 +74,7 @@ def test_a_job_that_does_not_fit_waits_in_the_queue_and_starts_when_capacity_fre
         assert "1 CPU requested, 0 of 1 free" in queue["queue"][0]["reason"]
         assert queue["pool"]["used_cpus"] == 1
         assert _ok(gw, {"type": "get_job", "job_id": "job-2"})["state"] == "queued"
-        assert gw.runtime.unwrapped.jobs.list(gw.state.job_label)[0].state == "running"  # one real process
+        assert gw.runtime.jobs.list(gw.state.job_label)[0].state == "running"  # one real process
         deadline = time.monotonic() + 240
         while gw.state.jobs["job-2"].state == "queued" and time.monotonic() < deadline:
             _ok(gw, {"type": "wait", "seconds": 10})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
 import pytest
 
@@ -43,6 +43,30 @@ class FakeJobs:
         return self.get(job_id)
 
 
+class ManualClock:
+    """Time that moves only when the test says so (the pool's charges are exact)."""
+
+    virtual = True
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+    def every(self, interval_s: float, fn: Callable[[], None], *, name: str) -> object:
+        raise AssertionError("the pool schedules nothing")
+
+    def after(self, delay_s: float, fn: Callable[[], None], *, name: str) -> object:
+        raise AssertionError("the pool schedules nothing")
+
+
 SMALL = Machine(name="cpu-small", cpus=1, memory_mb=2048, credits_per_second=1.0)
 LARGE = Machine(name="cpu-large", cpus=2, memory_mb=4096, credits_per_second=2.0)
 
@@ -51,11 +75,14 @@ def _spec(n: int, cpus: float = 1, mem: int = 1024) -> JobSpec:
     return JobSpec(job_id=f"j{n}", workload="burn", args=[], cpus=cpus, memory_mb=mem)
 
 
+CLOCK = ManualClock()
+
+
 def _pool(**kw) -> tuple[P.Pool, FakeJobs, list[float]]:
     charged: list[float] = []
     inner = FakeJobs()
     cfg = ComputePool(machines=[SMALL, LARGE], capacity_cpus=2, capacity_memory_mb=4096)
-    return P.Pool(cfg, inner, charge=charged.append, **kw), inner, charged
+    return P.Pool(cfg, inner, clock=CLOCK, charge=charged.append, **kw), inner, charged
 
 
 def test_a_job_that_does_not_fit_waits_and_starts_when_capacity_frees() -> None:
@@ -89,15 +116,16 @@ def test_reservation_holds_capacity_costs_when_idle_and_runs_its_machine_jobs() 
     res = pool.reserve(SMALL)
     with pytest.raises(P.InsufficientResources, match="insufficient resources"):
         pool.reserve(LARGE)  # 2 CPU do not fit next to a held cpu-small
-    time.sleep(0.2)
+    CLOCK.sleep(20)
     pool.pump()
-    assert sum(charged) >= 0.2 * SMALL.credits_per_second * 0.9
+    assert sum(charged) == pytest.approx(20 * SMALL.credits_per_second)
+    assert pool.view(res)["held_s"] == 20 and pool.view(res)["idle_s"] == 20
     spent = sum(charged)
     spec = _spec(1).model_copy(update={"labels": {P.RESERVATION_LABEL: res.reservation_id}})
     assert pool.submit(spec).state == "running"
-    time.sleep(0.1)
+    CLOCK.sleep(10)
     pool.pump()
-    assert sum(charged) == pytest.approx(spent, abs=0.02)  # busy: no idle charge
+    assert sum(charged) == pytest.approx(spent)  # busy: no idle charge
     with pytest.raises(ValueError, match="runs a job"):
         pool.release(res.reservation_id)
     inner.states["j1"] = "succeeded"
@@ -131,7 +159,7 @@ def test_shrink_pool_makes_jobs_queue_until_restored() -> None:
 
 
 def test_unlimited_pool_never_queues() -> None:
-    pool = P.Pool(ComputePool(), FakeJobs())
+    pool = P.Pool(ComputePool(), FakeJobs(), clock=CLOCK)
     assert all(pool.submit(_spec(i, cpus=2, mem=8192)).state == "running" for i in range(5))
 
 

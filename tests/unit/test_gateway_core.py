@@ -27,6 +27,16 @@ class MemoryAudit:
         return None
 
 
+class NoJobs:
+    """No job is ever submitted in these tests: the pool only asks for what runs (nothing)."""
+
+    def list(self, label: Any = None) -> list[Any]:
+        return []
+
+    def cleanup(self, label: Any) -> None:
+        pass
+
+
 class RefusingRuntime:
     """A runtime whose fault control (service health, logs, restarts) this backend refuses."""
 
@@ -36,6 +46,7 @@ class RefusingRuntime:
     def __init__(self) -> None:
         self.clock = RealClock()
         self.audit = MemoryAudit()
+        self.jobs = NoJobs()
 
     @property
     def faults(self) -> Any:

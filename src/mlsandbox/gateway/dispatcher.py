@@ -15,7 +15,7 @@ from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from mlsandbox.backends.protocols import FaultControl, Runtime
+from mlsandbox.backends.protocols import EnvironmentInfo, FaultControl, Jobs, JobSpec, Runtime
 from mlsandbox.data.formats import SUFFIX, from_bytes, to_bytes
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.errors import ActionError, Unsupported
@@ -26,7 +26,9 @@ from mlsandbox.faults.engine import PerturbationEngine
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
 from mlsandbox.gateway.packs.core import actions as A
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
+from mlsandbox.scenario.compute import Machine
 from mlsandbox.scenario.models import Scenario
+from mlsandbox.world import compute as P
 from mlsandbox.world.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,9 @@ class Gateway:
     """One episode of one scenario on a running sandbox (a :class:`Runtime`).
 
     The episode's audit log (every step, as JSON) goes to ``runtime.audit``; the time it reads and the
-    waits it makes go through ``runtime.clock``.
+    waits it makes go through ``runtime.clock``. Every job of the episode goes through its compute pool
+    (:attr:`pool`, a :class:`~mlsandbox.world.compute.Pool` over ``runtime.jobs``: capacity, queue,
+    reservations); handlers reach jobs as :attr:`jobs`.
     """
 
     def __init__(
@@ -60,7 +64,16 @@ class Gateway:
             scenario=scenario,
             seed=self.seed,
             sandbox=runtime.sandbox if sandbox is None else sandbox,
+            started_at=runtime.clock.time(),
         )
+        self.pool = P.Pool(
+            scenario.compute,
+            runtime.jobs,
+            clock=runtime.clock,
+            charge=self._charge_idle,
+            blocked=self._blocked,
+        )
+        """The episode's compute pool: every job goes through it."""
         self.catalog = get_catalog()
         self._packs = PackRuntime.load(self.catalog)
         self.ext: dict[str, dict[str, Any]] = {p.name: {} for p in self.catalog.packs}
@@ -105,6 +118,7 @@ class Gateway:
                 payload = to_bytes(data.train_table, fmt)  # the bytes of the frame, without pandas
                 rt.object_store.put_object(st.bucket, key, payload)
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
+        P.register(st.episode_id, self.pool)  # the compute faults find the episode's pool by its id
         if self.scenario.perturbations:
             self.faults = PerturbationEngine(
                 list(self.scenario.perturbations),
@@ -150,7 +164,8 @@ class Gateway:
                 (f"pack {name}", lambda hook=hook: hook(self))
                 for name, hook in reversed(self._packs.hooks["on_close"])
             ],
-            ("jobs", lambda: rt.jobs.cleanup(st.job_label)),
+            ("jobs", lambda: self.pool.cleanup(st.job_label)),
+            ("pool", self._close_pool),
             ("bucket", lambda: rt.object_store.delete_bucket(st.bucket)),
             ("models", self._delete_models),
             (
@@ -164,6 +179,10 @@ class Gateway:
             except Exception as e:  # cleanup goes on with the rest; gc catches what is left
                 log.warning("episode %s: cleaning %s failed: %s", st.episode_id, what, e)
         self._audit({"event": "close", "faults": [r.as_dict() for r in st.ground_truth.faults]})
+
+    def _close_pool(self) -> None:
+        self.pool.close()
+        P.unregister(self.state.episode_id)
 
     def _recover_faults(self) -> None:
         if self.faults is not None:
@@ -204,6 +223,10 @@ class Gateway:
                 self.faults.tick()  # faults due at this step boundary, before the action is carried out
             except Exception as e:  # the engine never breaks a step
                 log.warning("episode %s: perturbation tick failed: %s", st.episode_id, e)
+        try:
+            self.pool.pump()  # account idle reservations, start queued jobs that now fit
+        except Exception as e:
+            log.warning("episode %s: compute pool pump failed: %s", st.episode_id, e)
         for name, hook in self._packs.hooks["on_step"]:
             try:
                 hook(self)
@@ -355,12 +378,70 @@ class Gateway:
         if status.state == "succeeded":
             job.run_id = status.result.get("run_id")
 
+    @property
+    def jobs(self) -> Jobs:
+        """The episode's jobs, through its compute pool (what handlers submit to, read and cancel)."""
+        return self.pool
+
+    def machine(self, name: str) -> Machine:
+        """The scenario's machine type ``name``; ``not_found`` (naming the machines) otherwise."""
+        try:
+            return self.scenario.compute.machine(name)
+        except KeyError:
+            known = ", ".join(m.name for m in self.scenario.compute.machines)
+            raise ActionError("not_found", f"machine {name!r} does not exist (machines: {known})") from None
+
+    def environment(self, name: str | None) -> EnvironmentInfo | None:
+        """The episode's named environment ``name`` (None for ``default`` or None: the sandbox's own);
+        ``not_found`` for a name the episode has not created (used by training, flows and deployments)."""
+        if name is None or name == "default":
+            return None
+        info = self.state.environments.get(name)
+        if info is None:
+            known = ", ".join(["default", *sorted(self.state.environments)])
+            raise ActionError(
+                "not_found",
+                f"environment {name!r} does not exist (environments: {known}); create it with "
+                "create_environment",
+            )
+        return info
+
+    def place_job(self, spec: JobSpec, *, machine: str | None, environment: str | None) -> JobSpec:
+        """``spec`` on ``machine`` (its limits; an idle reservation of that type when the episode holds
+        one) and in ``environment``; ``not_found`` for an unknown machine or environment."""
+        update: dict[str, Any] = {}
+        labels = dict(spec.labels)
+        if machine is not None:
+            m = self.machine(machine)
+            update.update(cpus=m.cpus, memory_mb=m.memory_mb)
+            labels[P.MACHINE_LABEL] = m.name
+            res = self.pool.idle_reservation(m.name)
+            if res is not None:
+                labels[P.RESERVATION_LABEL] = res.reservation_id
+        info = self.environment(environment)
+        if info is not None:
+            update["environment"] = info.key
+        update["labels"] = labels
+        return spec.model_copy(update=update)
+
+    def _charge_idle(self, credits: float) -> None:
+        """What idle reserved machines cost (the pool's charge)."""
+        self.state.extra_credits += credits
+        c = self.state.counters
+        c["idle_reserved_credits"] = c.get("idle_reserved_credits", 0.0) + credits
+
+    def _blocked(self) -> str | None:
+        """Why no new work may start (the pool's guard): the compute budget is spent."""
+        if self.state.credits_left <= 0:
+            return "compute budget exhausted: no new work can start"
+        return None
+
     def refresh_jobs(self) -> None:
         for job in self.state.jobs.values():
             if job.state in _TERMINAL_JOB_STATES:
                 continue
             try:
-                self.update_job(job, self.runtime.jobs.get(job.backend_id))
+                self.update_job(job, self.pool.get(job.backend_id))
             except Exception as e:  # the next refresh tries again
                 log.debug("refresh of %s failed: %s", job.job_id, e)
 
@@ -368,7 +449,7 @@ class Gateway:
         for job in self.state.jobs.values():
             if job.state not in _TERMINAL_JOB_STATES:
                 try:
-                    self.update_job(job, self.runtime.jobs.cancel(job.backend_id))
+                    self.update_job(job, self.pool.cancel(job.backend_id))
                 except Exception as e:
                     log.warning("cancel of %s failed: %s", job.job_id, e)
 

@@ -7,8 +7,12 @@ frees — the pool is pumped on every ``get``/``list``/``pump``, so a gateway's 
 starts it. A job submitted with the label :data:`RESERVATION_LABEL` runs on that reservation (a machine
 held for the episode) instead of taking new capacity.
 
+The gateway owns one pool per episode, a core service of the world: every job the episode starts goes
+through it, whatever pack asks for it.
+
 Reservations (``reserve``/``release``) hold a whole machine's CPU and memory. A reservation with no job
-on it is idle and costs its machine's ``credits_per_second``, charged through the ``charge`` callback.
+on it is idle and costs its machine's ``credits_per_second`` (seconds on the runtime's clock), charged
+through the ``charge`` callback.
 When ``blocked()`` says new work may not start (budget exhausted), queued jobs are cancelled and
 reservations released. :func:`shrink_pool` takes capacity away (a fault: jobs queue) until
 :func:`restore_pool`.
@@ -18,12 +22,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlsandbox.backends.protocols import Jobs, JobSpec, JobStatus
+from mlsandbox.backends.protocols import Clock, Jobs, JobSpec, JobStatus
 from mlsandbox.scenario.compute import ComputePool, Machine
 
 MACHINE_LABEL = "mlsandbox.machine"
@@ -46,7 +49,8 @@ class Reservation:
     credits: float = 0.0
     _accrued_to: float = 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, now: float) -> dict[str, Any]:
+        """The reservation as the agent sees it, at time ``now`` (the pool's clock)."""
         return {
             "reservation_id": self.reservation_id,
             "machine": self.machine.name,
@@ -54,7 +58,7 @@ class Reservation:
             "memory_mb": self.machine.memory_mb,
             "state": "busy" if self.job_id else "idle",
             "job": self.job_id,
-            "held_s": round(time.time() - self.created_at, 1),
+            "held_s": round(now - self.created_at, 1),
             "idle_s": round(self.idle_s, 1),
             "idle_credits": round(self.credits, 4),
         }
@@ -76,11 +80,12 @@ class _Running:
 
 @dataclass
 class Pool:
-    """See the module docstring. ``charge(credits, what)`` is called for idle reservations; ``blocked()``
-    returns why no new work may start (None: it may)."""
+    """See the module docstring. ``charge(credits)`` is called for idle reservations; ``blocked()``
+    returns why no new work may start (None: it may); ``clock`` is the runtime's."""
 
     config: ComputePool
     inner: Jobs
+    clock: Clock = field(kw_only=True)
     charge: Callable[[float], None] = lambda _c: None
     blocked: Callable[[], str | None] = lambda: None
     shrink_cpus: float = 0.0
@@ -161,7 +166,7 @@ class Pool:
                 )
             if not self.fits(machine.cpus, machine.memory_mb):
                 raise InsufficientResources(self.why_not(machine.cpus, machine.memory_mb))
-            now = time.time()
+            now = self.clock.time()
             res = Reservation(f"res-{next(self._ids)}", machine, now, _accrued_to=now)
             self.reservations[res.reservation_id] = res
             return res
@@ -173,10 +178,14 @@ class Pool:
             res = self.reservations[reservation_id]
             if res.job_id is not None:
                 raise ValueError(f"{reservation_id} runs a job ({res.job_id}): cancel it or let it finish")
-            self._accrue(time.time())
+            self._accrue(self.clock.time())
             del self.reservations[reservation_id]
             self.pump()
             return res
+
+    def view(self, res: Reservation) -> dict[str, Any]:
+        """A reservation as the agent sees it, now."""
+        return res.as_dict(self.clock.time())
 
     def idle_reservation(self, machine: str) -> Reservation | None:
         with self.lock:
@@ -204,7 +213,7 @@ class Pool:
     def pump(self) -> None:
         """Account idle reservations, notice finished jobs, start queued jobs that fit (in order)."""
         with self.lock:
-            now = time.time()
+            now = self.clock.time()
             self._accrue(now)
             for job_id in list(self.running):
                 try:
@@ -265,7 +274,7 @@ class Pool:
                     raise KeyError(f"reservation {rid!r} does not exist")
                 if res.job_id is not None:
                     raise ValueError(f"reservation {rid} already runs {res.job_id}")
-                self._accrue(time.time())
+                self._accrue(self.clock.time())
                 return self._start(spec, res)
             if not self.queue and self.fits(spec.cpus, spec.memory_mb):
                 return self._start(spec, None)
@@ -274,7 +283,7 @@ class Pool:
                 if not self.fits(spec.cpus, spec.memory_mb)
                 else ("waiting behind earlier jobs in the queue")
             )
-            self.queue.append(_Queued(spec, time.time(), note))
+            self.queue.append(_Queued(spec, self.clock.time(), note))
             return JobStatus(job_id=spec.job_id, state="queued")
 
     def get(self, job_id: str) -> JobStatus:
@@ -290,7 +299,7 @@ class Pool:
         with self.lock:
             q = next((q for q in self.queue if q.spec.job_id == job_id), None)
             if q is not None:
-                return f"[mlsandbox] queued for {time.time() - q.queued_at:.0f} s: {q.position_note}\n"
+                return f"[mlsandbox] queued for {self.clock.time() - q.queued_at:.0f} s: {q.position_note}\n"
             if job_id in self.finished:
                 return f"[mlsandbox] {self.notes.get(job_id, 'never started')}\n"
         return self.inner.logs(job_id, tail)
@@ -328,7 +337,7 @@ class Pool:
         with self.lock:
             for job_id in list(self.running):
                 self._forget_running(job_id)
-            self._accrue(time.time())
+            self._accrue(self.clock.time())
 
     def set_resources(
         self, job_id: str, cpus: float | None = None, memory_mb: int | None = None
@@ -351,7 +360,7 @@ class Pool:
     def queue_view(self) -> list[dict[str, Any]]:
         with self.lock:
             self.pump()
-            now = time.time()
+            now = self.clock.time()
             return [
                 {
                     "job": q.spec.job_id,
@@ -368,31 +377,9 @@ class Pool:
     def close(self) -> None:
         """Final accounting; drop the queue and the reservations."""
         with self.lock:
-            self._accrue(time.time())
+            self._accrue(self.clock.time())
             self.queue.clear()
             self.reservations.clear()
-
-
-class PooledRuntime:
-    """A runtime whose ``jobs`` go through a :class:`Pool`; everything else is the wrapped runtime's."""
-
-    def __init__(self, inner: Any, pool: Pool) -> None:
-        self._inner = inner
-        self._pool = pool
-
-    @property
-    def jobs(self) -> Pool:
-        return self._pool
-
-    @property
-    def unwrapped(self) -> Any:
-        return self._inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __repr__(self) -> str:
-        return f"PooledRuntime({self._inner!r})"
 
 
 # ------------------------------------------------------------------------------ pools by episode

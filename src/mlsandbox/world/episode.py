@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from mlsandbox.backends.protocols import EnvironmentInfo
 from mlsandbox.scenario.models import Scenario
 
 
@@ -80,6 +81,9 @@ class EpisodeState:
     ``idle_reserved_credits``); a missing name counts as 0."""
     extra_credits: float = 0.0
     """Credits charged besides the jobs' CPU-seconds (reserved machines, deployments), added by packs."""
+    environments: dict[str, EnvironmentInfo] = field(default_factory=dict)
+    """The episode's named Python environments (the agent's name -> the runtime's environment); jobs,
+    flow runs and deployments name one (``default``, the sandbox's own, is not in here)."""
 
     # -- resource names on the backend: one bucket, one experiment, one model-name prefix per episode --
     @property

@@ -99,15 +99,13 @@ def train_model(gw: Gateway, a: C.TrainModel) -> dict[str, Any]:
         timeout_s=gw.scenario.budget.max_job_seconds,
     )
     if a.machine is not None or a.environment is not None:
-        from mlsandbox.gateway.packs.compute.handlers import place_job
-
-        spec = place_job(gw, spec, machine=a.machine, environment=a.environment)
+        spec = gw.place_job(spec, machine=a.machine, environment=a.environment)
     prefix = gw.ext.get("config", {}).get("prefix")
     if prefix:  # the job reads its endpoints and credentials from the episode's config store
         spec = spec.model_copy(update={"args": [*spec.args, "--config-prefix", prefix]})
     if gw.faults is not None:
         spec = gw.faults.adjust_job(spec, job_id)
-    status = gw.backend_call(lambda: gw.runtime.jobs.submit(spec))
+    status = gw.backend_call(lambda: gw.jobs.submit(spec))
     gw.job_requests[job_id] = a
     st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
     return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
@@ -115,7 +113,7 @@ def train_model(gw: Gateway, a: C.TrainModel) -> dict[str, Any]:
 
 def get_job(gw: Gateway, a: C.GetJob) -> dict[str, Any]:
     job = gw.job(a.job_id)
-    status = gw.backend_call(lambda: gw.runtime.jobs.get(job.backend_id))
+    status = gw.backend_call(lambda: gw.jobs.get(job.backend_id))
     gw.update_job(job, status)
     out: dict[str, Any] = {
         "job_id": job.job_id,
@@ -129,7 +127,7 @@ def get_job(gw: Gateway, a: C.GetJob) -> dict[str, Any]:
         out["run_id"] = status.result.get("run_id")
         out["metrics"] = _round_metrics(status.result.get("metrics", {}))
     elif status.state in ("failed", "cancelled"):
-        out["log_tail"] = gw.backend_call(lambda: gw.runtime.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES))
+        out["log_tail"] = gw.backend_call(lambda: gw.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES))
     return out
 
 
@@ -187,7 +185,7 @@ def wait(gw: Gateway, a: C.Wait) -> dict[str, Any]:
 def get_logs(gw: Gateway, a: C.GetLogs) -> dict[str, Any]:
     if a.target.startswith("job-"):
         job = gw.job(a.target)
-        text = gw.backend_call(lambda: gw.runtime.jobs.logs(job.backend_id, tail=a.tail))
+        text = gw.backend_call(lambda: gw.jobs.logs(job.backend_id, tail=a.tail))
         return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
     service = a.target.removeprefix("service:")
     gw.service(service)
@@ -234,7 +232,7 @@ def set_job_resources(gw: Gateway, a: C.SetJobResources) -> dict[str, Any]:
     if job.state in _TERMINAL_JOB_STATES:
         raise ActionError("conflict", f"{a.job_id} is {job.state}: limits apply to a running job")
     try:
-        status = gw.runtime.jobs.set_resources(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
+        status = gw.jobs.set_resources(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
     except KeyError:
         raise ActionError("not_found", f"job {a.job_id!r} does not exist") from None
     except ValueError as e:
