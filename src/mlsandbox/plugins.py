@@ -16,6 +16,9 @@ group                      an entry point names                                 
                            :class:`mlsandbox.faults.behaviours.Behaviour`       ``fault: {type: NAME}``)
                            subclass; ``Params``: a pydantic model of its
                            parameters)
+``mlsandbox.backends``     a :class:`~mlsandbox.backends.protocols.BackendType` the backend registry
+                           (name, description, typed config, factory), named    (``--backend NAME``
+                           by the entry point                                   everywhere)
 =========================  ===================================================  ==========================
 
 Any other ``mlsandbox.*`` group is listed by ``mlsandbox plugins`` as ``unsupported``.
@@ -50,6 +53,7 @@ GROUPS: dict[str, str] = {
     "mlsandbox.reward_terms": "reward terms: (EpisodeState) -> dict[str, float]",
     "mlsandbox.services": "services the local backend starts (ServiceSpec)",
     "mlsandbox.faults": "fault types of the perturbation engine (Behaviour subclasses)",
+    "mlsandbox.backends": "backends (BackendType: name, typed config, factory)",
 }
 RESERVED_GROUPS: dict[str, str] = {}
 """Groups named but not read yet (listed as ``unsupported``)."""
@@ -211,6 +215,10 @@ def _check(group: str, obj: Any) -> Any:
             raise PluginError(
                 f"expected a callable (EpisodeState) -> dict[str, float], got {type(obj).__name__}"
             )
+        return obj
+    if group == "mlsandbox.backends":  # checked fully by mlsandbox.backends.registry (a layer above)
+        if not all(hasattr(obj, attr) for attr in ("name", "config", "create")):
+            raise PluginError(f"expected a BackendType, got {type(obj).__name__}")
         return obj
     if group == "mlsandbox.action_packs":  # checked fully by mlsandbox.gateway.registry (a layer above)
         if not (hasattr(obj, "models") and hasattr(obj, "implementation")):

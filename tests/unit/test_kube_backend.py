@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mlsandbox.backends import BACKENDS, get_backend
+from mlsandbox.backends import backend_names, get_backend
 from mlsandbox.backends.kube import manifests as M
 from mlsandbox.backends.kube import schemas
 from mlsandbox.backends.kube.backend import KubeBackend, sandbox_namespace
@@ -330,7 +330,7 @@ def test_client_endpoints_default_to_the_kind_node_ports_and_follow_the_environm
 
 
 def test_kube_is_a_registered_backend() -> None:
-    assert "kube" in BACKENDS
+    assert "kube" in backend_names()
     backend = get_backend("kube", "demo")
     assert isinstance(backend, KubeBackend) and backend.name == "demo"
 

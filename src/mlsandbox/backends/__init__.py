@@ -1,21 +1,12 @@
 """Backends: where the sandbox's services run. ``local`` (child processes) is the embedded default;
-``kube`` runs them on a Kubernetes cluster (``make sandbox-up``)."""
+``kube`` runs them on a Kubernetes cluster (``make sandbox-up``); more are plug-ins of the
+``mlsandbox.backends`` entry-point group (:mod:`mlsandbox.backends.registry`)."""
 
 from __future__ import annotations
 
-from mlsandbox.backends.protocols import Backend
+from mlsandbox.backends.registry import BUILTIN_BACKENDS, DEFAULT_BACKEND, backend_names, get_backend
 
-BACKENDS = ("local", "kube")
+BACKENDS: tuple[str, ...] = tuple(BUILTIN_BACKENDS)
+"""The built-in backends' names (:func:`backend_names` lists the plug-ins too)."""
 
-
-def get_backend(kind: str, name: str) -> Backend:
-    """The backend ``kind`` for the sandbox called ``name`` (nothing is started here)."""
-    if kind == "local":
-        from mlsandbox.backends.local.backend import LocalBackend
-
-        return LocalBackend(name)
-    if kind == "kube":
-        from mlsandbox.backends.kube.backend import KubeBackend
-
-        return KubeBackend(name)
-    raise ValueError(f"unknown backend {kind!r}; available: {', '.join(BACKENDS)}")
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_names", "get_backend"]

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mlsandbox.cli.common import BackendOpt
 from mlsandbox.terminal import print_error
 
 console = Console()
@@ -98,7 +99,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         name: Annotated[
             str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
         ] = "default",
-        backend: Annotated[str, typer.Option("--backend")] = "local",
+        backend: BackendOpt = "local",
     ) -> None:
         """Run agents on a scenario suite: JSONL rows, CSV, summary with 95% CIs, an HTML report."""
         from mlsandbox.agents import make_agent
@@ -213,7 +214,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         name: Annotated[
             str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
         ] = "default",
-        backend: Annotated[str, typer.Option("--backend")] = "local",
+        backend: BackendOpt = "local",
     ) -> None:
         """Check that built-in scenarios load and that their reference solution solves them (real episodes)."""
         from mlsandbox.agents.validate import check_loads, validate_scenario

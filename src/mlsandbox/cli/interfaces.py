@@ -17,6 +17,7 @@ import typer
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.protocols import Backend, Runtime
+from mlsandbox.cli.common import BackendOpt, backend_help, check_backend
 from mlsandbox.errors import MLSandboxError, NotRunningError
 from mlsandbox.gateway.tools import TOOL_FORMATS, tools_json
 from mlsandbox.paths import default_sandbox_name
@@ -30,7 +31,6 @@ SandboxOpt = Annotated[
         help="Sandbox to attach to (started for this command if it is not running).",
     ),
 ]
-BackendOpt = Annotated[str, typer.Option("--backend", help="local")]
 NoStartOpt = Annotated[
     bool, typer.Option("--no-start", help="Fail instead of starting a sandbox when none is running.")
 ]
@@ -183,12 +183,36 @@ def tools(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to a file instead of stdout.")
     ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            callback=lambda v: None if v is None else check_backend(v),
+            metavar="BACKEND",
+            help=backend_help("Mark the actions this backend refuses (asked without starting anything)"),
+        ),
+    ] = None,
+    omit_unsupported: Annotated[
+        bool,
+        typer.Option("--omit-unsupported", help="With --backend: leave out the actions it refuses."),
+    ] = False,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="The sandbox's name.")] = None,
 ) -> None:
     """The action catalog as function-calling tool schemas (or one JSON Schema for an action)."""
     if fmt not in TOOL_FORMATS:
         _err(f"unknown format {fmt!r}: use one of {', '.join(TOOL_FORMATS)}")
         raise typer.Exit(code=2)
-    text = tools_json(fmt)
+    if omit_unsupported and backend is None:
+        _err("--omit-unsupported needs --backend")
+        raise typer.Exit(code=2)
+    support = None
+    if backend is not None:
+        try:
+            support = get_backend(backend, name).support()
+        except (MLSandboxError, ValueError) as e:
+            _err(str(e))
+            raise typer.Exit(code=1) from None
+    text = tools_json(fmt, support=support, omit_unsupported=omit_unsupported)
     if output is None:
         typer.echo(text)
     else:

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from mlsandbox import __version__
+from mlsandbox.cli.common import BackendOpt
 from mlsandbox.cli.evaluation import register as register_eval_commands
 from mlsandbox.cli.faults import register as register_fault_commands
 from mlsandbox.cli.interfaces import register as register_interface_commands
@@ -89,46 +90,55 @@ def _human_bytes(n: int | None) -> str:
 # ------------------------------------------------------------------------------------------- lifecycle
 
 
-@app.command()
-def up(name: NameOpt = "default") -> None:
-    """Start the sandbox's services (MinIO, MLflow, Prefect server and worker); attach if running."""
-    from mlsandbox.backends.local.backend import LocalBackend
+def _backend(kind: str, name: str) -> Any:
+    from mlsandbox.backends import get_backend
 
-    _sigterm_as_interrupt()
-    backend = LocalBackend(name)
-    t0 = time.perf_counter()
     try:
-        with console.status(f"starting sandbox [bold]{name}[/] (MinIO, MLflow, Prefect) ..."):
-            backend.up()
+        return get_backend(kind, name)
+    except (MLSandboxError, ValueError) as e:
+        raise _fail(e) from None
+
+
+@app.command()
+def up(name: NameOpt = "default", backend: BackendOpt = "local") -> None:
+    """Start the sandbox's services (local: MinIO, MLflow, Prefect server and worker), or attach to them
+    when they run; on kube, check that the sandbox is ready."""
+    _sigterm_as_interrupt()
+    b = _backend(backend, name)
+    t0 = time.perf_counter()
+    what = " (MinIO, MLflow, Prefect)" if backend == "local" else f" on the {backend} backend"
+    try:
+        with console.status(f"starting sandbox [bold]{name}[/]{what} ..."):
+            b.up()
     except MLSandboxError as e:
         raise _fail(e) from None
     console.print(f"sandbox [bold]{name}[/] up in {time.perf_counter() - t0:.1f} s")
-    _print_status(backend)
+    _print_status(b)
 
 
 @app.command()
-def down(name: NameOpt = "default") -> None:
+def down(name: NameOpt = "default", backend: BackendOpt = "local") -> None:
     """Stop everything the sandbox started (services, jobs) and remove its state."""
-    from mlsandbox.backends.local.backend import LocalBackend
-
-    backend = LocalBackend(name)
-    backend.down()
+    b = _backend(backend, name)
+    try:
+        b.down()
+    except MLSandboxError as e:
+        raise _fail(e) from None
     console.print(f"sandbox [bold]{name}[/] is down")
 
 
 @app.command()
 def status(
     name: NameOpt = "default",
+    backend: BackendOpt = "local",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Each service of the sandbox: state, URL, port, pid, RSS, uptime."""
-    from mlsandbox.backends.local.backend import LocalBackend
-
-    backend = LocalBackend(name)
+    b = _backend(backend, name)
     if as_json:
-        console.print_json(json.dumps([s.model_dump() for s in backend.status()]))
+        console.print_json(json.dumps([s.model_dump() for s in b.status()]))
         return
-    _print_status(backend)
+    _print_status(b)
 
 
 def _print_status(backend: Any) -> None:
@@ -217,7 +227,7 @@ def run(
         int, typer.Option("--episodes", min=1, help="Episodes to run (seeds seed, seed+1, ...).")
     ] = 1,
     name: NameOpt = "default",
-    backend: Annotated[str, typer.Option("--backend", help="local")] = "local",
+    backend: BackendOpt = "local",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step table.")] = False,
 ) -> None:
     """Run episodes of a scenario with a baseline agent; starts a sandbox if none is running."""
@@ -237,7 +247,8 @@ def run(
     results = []
     try:
         if not env.backend.is_alive():
-            with console.status(f"starting sandbox [bold]{name}[/] (MinIO, MLflow, Prefect) ..."):
+            what = "MinIO, MLflow, Prefect" if backend == "local" else f"{backend} backend"
+            with console.status(f"starting sandbox [bold]{name}[/] ({what}) ..."):
                 t0 = time.perf_counter()
                 env.reset(seed=base_seed)  # starts the sandbox; the episode below starts fresh
             console.print(

@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from mlsandbox.backends import get_backend
+from mlsandbox.cli.common import BackendOpt
 from mlsandbox.env.dashboard import from_audit, latest_episode, read_audit, render_dashboard
 from mlsandbox.paths import default_sandbox_name
 
@@ -57,7 +58,7 @@ def watch(
     ] = None,
     interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between refreshes.")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Print the dashboard once and exit.")] = False,
-    backend: Annotated[str, typer.Option("--backend", help="local")] = "local",
+    backend: BackendOpt = "local",
 ) -> None:
     """Show the dashboard of a running episode, live (services, jobs, models, alerts, budget, reward)."""
     if once:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import ModuleType
@@ -57,6 +57,12 @@ class ActionPack:
     """Action types that change nothing (MCP read-only hint)."""
     destructive: frozenset[str] = field(default_factory=frozenset)
     """Action types that may destroy or interrupt something (MCP destructive hint)."""
+    capabilities: Mapping[str, str] = field(default_factory=dict)
+    """Action type -> the Runtime capability it needs, as a key of
+    :class:`~mlsandbox.backends.protocols.Support` (``serving``, ``serving.scale``,
+    ``environments.build``): a backend that refuses it answers the action with an ``unsupported`` error,
+    and ``mlsandbox tools --backend NAME`` marks it. An action absent here needs only what every backend
+    has (the world's own services)."""
     origin: str = "builtin"
 
     @property
@@ -91,6 +97,10 @@ class Catalog:
     def destructive(self) -> frozenset[str]:
         return frozenset().union(*(p.destructive for p in self.packs))
 
+    def capability(self, action_type: str) -> str | None:
+        """The Runtime capability ``action_type`` needs (None: none a backend may refuse)."""
+        return self.pack_of(action_type).capabilities.get(action_type)
+
     def describe(self) -> list[dict[str, Any]]:
         """Every action with its description and the JSON Schema of its parameters."""
         return [
@@ -115,6 +125,11 @@ def _check_pack(pack: Any, where: str) -> ActionPack:
         f = m.model_fields.get("type")
         if f is None or not isinstance(f.default, str):
             raise PackError(f"action pack {pack.name!r}: model {m.__name__} has no literal 'type' field")
+    unknown = sorted(set(pack.capabilities) - set(pack.types))
+    if unknown:
+        raise PackError(
+            f"action pack {pack.name!r}: capabilities name actions it lacks: {', '.join(unknown)}"
+        )
     return pack
 
 

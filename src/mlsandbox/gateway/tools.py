@@ -4,16 +4,21 @@ One tool per action: the tool's name is the action's ``type``, its description t
 its parameters the model's JSON Schema without the ``type`` discriminator (the tool name carries it), with
 ``$defs`` inlined and pydantic's auto-generated ``title`` keywords dropped. A tool call comes back into the
 gateway through :func:`tool_call_to_action`, which puts the tool name back as the ``type``.
+
+Given a backend's :class:`~mlsandbox.backends.protocols.Support`, an action whose capability (declared by
+its pack) the backend refuses is marked (its description starts with ``[unsupported on the NAME backend:
+...]``) or, with ``omit_unsupported``, left out.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, TypeAdapter
 
+from mlsandbox.backends.protocols import Support
 from mlsandbox.gateway.registry import get_catalog
 
 ToolFormat = Literal["openai", "anthropic", "json-schema"]
@@ -51,30 +56,74 @@ def parameters_schema(model: type[BaseModel]) -> dict[str, Any]:
     return _strip_titles(out)
 
 
-def tool_specs() -> list[dict[str, Any]]:
-    """``[{name, description, parameters}]`` for every action, in catalog order."""
+def refusal(model: type[BaseModel], support: Support | None) -> str | None:
+    """Why the backend of ``support`` refuses the action ``model`` (its pack's declared capability), as
+    the mark its tool carries; None when it does not (or no support is given)."""
+    if support is None:
+        return None
+    name = action_type(model)
+    capability = get_catalog().capability(name)
+    why = None if capability is None else support.reason(capability)
+    if why is None:
+        return None
+    return f"[unsupported on the {support.backend} backend ({capability}): {why}]"
+
+
+def _models(support: Support | None, omit_unsupported: bool) -> list[tuple[type[BaseModel], str | None]]:
+    out = []
+    for m in get_catalog().models:
+        mark = refusal(m, support)
+        if mark is None or not omit_unsupported:
+            out.append((m, mark))
+    return out
+
+
+def _described(model: type[BaseModel], mark: str | None) -> str:
+    text = action_description(model)
+    return text if mark is None else f"{mark} {text}"
+
+
+def tool_specs(support: Support | None = None, *, omit_unsupported: bool = False) -> list[dict[str, Any]]:
+    """``[{name, description, parameters}]`` for every action, in catalog order (marked or left out
+    where ``support`` refuses its capability)."""
     return [
-        {"name": action_type(m), "description": action_description(m), "parameters": parameters_schema(m)}
-        for m in get_catalog().models
+        {"name": action_type(m), "description": _described(m, mark), "parameters": parameters_schema(m)}
+        for m, mark in _models(support, omit_unsupported)
     ]
 
 
-def openai_tools() -> list[dict[str, Any]]:
+def openai_tools(support: Support | None = None, *, omit_unsupported: bool = False) -> list[dict[str, Any]]:
     """Chat Completions ``tools``: ``{"type": "function", "function": {name, description, parameters}}``."""
-    return [{"type": "function", "function": spec} for spec in tool_specs()]
+    return [
+        {"type": "function", "function": spec}
+        for spec in tool_specs(support, omit_unsupported=omit_unsupported)
+    ]
 
 
-def anthropic_tools() -> list[dict[str, Any]]:
+def anthropic_tools(
+    support: Support | None = None, *, omit_unsupported: bool = False
+) -> list[dict[str, Any]]:
     """Anthropic Messages ``tools``: ``{name, description, input_schema}``."""
     return [
         {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]}
-        for s in tool_specs()
+        for s in tool_specs(support, omit_unsupported=omit_unsupported)
     ]
 
 
-def action_json_schema() -> dict[str, Any]:
+def action_json_schema(support: Support | None = None, *, omit_unsupported: bool = False) -> dict[str, Any]:
     """One JSON Schema (draft 2020-12) for an action object, ``type`` discriminator included."""
-    schema = get_catalog().adapter.json_schema()
+    catalog = get_catalog()
+    models = _models(support, omit_unsupported)
+    if len(models) == len(catalog.models):
+        schema = catalog.adapter.json_schema()
+    else:
+        union: Any = Union[tuple(m for m, _ in models)] if len(models) > 1 else models[0][0]  # noqa: UP007
+        schema = TypeAdapter(Annotated[union, Field(discriminator="type")]).json_schema()
+    defs = schema.get("$defs", {})
+    for m, mark in models:
+        entry = defs.get(m.__name__)
+        if mark is not None and isinstance(entry, dict):
+            entry["description"] = f"{mark} {entry.get('description', '')}".strip()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "mlsandbox action",
@@ -83,19 +132,30 @@ def action_json_schema() -> dict[str, Any]:
     }
 
 
-def tools_document(fmt: ToolFormat | str) -> Any:
-    """The catalog in one of :data:`TOOL_FORMATS` (a list of tools, or one schema for ``json-schema``)."""
+def tools_document(
+    fmt: ToolFormat | str, support: Support | None = None, *, omit_unsupported: bool = False
+) -> Any:
+    """The catalog in one of :data:`TOOL_FORMATS` (a list of tools, or one schema for ``json-schema``);
+    with ``support``, the actions its backend refuses are marked (or, ``omit_unsupported``, left out)."""
     if fmt == "openai":
-        return openai_tools()
+        return openai_tools(support, omit_unsupported=omit_unsupported)
     if fmt == "anthropic":
-        return anthropic_tools()
+        return anthropic_tools(support, omit_unsupported=omit_unsupported)
     if fmt == "json-schema":
-        return action_json_schema()
+        return action_json_schema(support, omit_unsupported=omit_unsupported)
     raise ValueError(f"unknown tool format {fmt!r}; use one of {', '.join(TOOL_FORMATS)}")
 
 
-def tools_json(fmt: ToolFormat | str, *, indent: int | None = 2) -> str:
-    return json.dumps(tools_document(fmt), indent=indent, ensure_ascii=False)
+def tools_json(
+    fmt: ToolFormat | str,
+    *,
+    indent: int | None = 2,
+    support: Support | None = None,
+    omit_unsupported: bool = False,
+) -> str:
+    return json.dumps(
+        tools_document(fmt, support, omit_unsupported=omit_unsupported), indent=indent, ensure_ascii=False
+    )
 
 
 def tool_call_to_action(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any] | str:
@@ -166,6 +226,7 @@ __all__ = [
     "anthropic_tools",
     "openai_tools",
     "parameters_schema",
+    "refusal",
     "tool_call_to_action",
     "tool_specs",
     "tools_document",

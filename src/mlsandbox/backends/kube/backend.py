@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from mlsandbox import paths
 from mlsandbox.backends.kube.faults.control import SERVICES, KubeFaultControl
-from mlsandbox.backends.protocols import Endpoints, ServiceStatus, Support
+from mlsandbox.backends.protocols import BackendConfig, BackendType, Endpoints, ServiceStatus, Support
 from mlsandbox.errors import BackendError, NotRunningError
 
 from .cluster import ApiRefused, Cluster, TransientApiError
@@ -251,4 +251,44 @@ def _deployment_state(
     return "starting" if (dep.get("status") or {}).get("updatedReplicas") else "unhealthy"
 
 
-__all__ = ["BackendError", "KubeBackend", "sandbox_namespace"]
+# ------------------------------------------------------------------------------------ registration
+
+
+class KubeBackendConfig(BackendConfig):
+    """The kube backend's config: the sandbox (a ``Sandbox`` of the control namespace), the cluster and
+    the images; None takes the environment's value or the default."""
+
+    type: Literal["kube"] = "kube"
+    control_namespace: str | None = None
+    """Where the chart and the ``Sandbox`` objects live (``$MLSANDBOX_CONTROL_NAMESPACE``, ``mlsandbox``)."""
+    namespace: str | None = None
+    """The sandbox's namespace (default: the operator's name for it)."""
+    kubeconfig: str | None = None
+    """The cluster's kubeconfig (default: the client's usual lookup)."""
+    image: str | None = None
+    """The trainer image of Jobs and flow runs."""
+    server_image: str | None = None
+    """The model server image of deployments."""
+
+
+def _create(config: KubeBackendConfig) -> KubeBackend:
+    return KubeBackend(
+        config.name,
+        control_namespace=config.control_namespace,
+        namespace=config.namespace,
+        kubeconfig=config.kubeconfig,
+        image=config.image,
+        server_image=config.server_image,
+    )
+
+
+BACKEND_TYPE = BackendType(
+    name=BACKEND,
+    description="a sandbox on a Kubernetes cluster: services, Jobs, Deployments and Chaos Mesh faults as pods",
+    config=KubeBackendConfig,
+    create=_create,
+)
+"""The ``kube`` entry of the ``mlsandbox.backends`` group."""
+
+
+__all__ = ["BACKEND_TYPE", "BackendError", "KubeBackend", "KubeBackendConfig", "sandbox_namespace"]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlsandbox import paths
-from mlsandbox.backends.protocols import Endpoints, ServiceStatus, Support
+from mlsandbox.backends.protocols import BackendConfig, BackendType, Endpoints, ServiceStatus, Support
 from mlsandbox.errors import BackendError, NotRunningError, ServiceStartError
 
 from . import services as svc
@@ -686,3 +686,25 @@ def _exit_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# ------------------------------------------------------------------------------------ registration
+
+
+class LocalBackendConfig(BackendConfig):
+    """The local backend's config: the sandbox's name (its directory under ``$MLSANDBOX_HOME``)."""
+
+    type: Literal["local"] = "local"
+
+
+def _create(config: LocalBackendConfig) -> LocalBackend:
+    return LocalBackend(config.name)
+
+
+BACKEND_TYPE = BackendType(
+    name=KIND,
+    description="services as supervised processes of this machine (MinIO, MLflow, Prefect), jobs in cgroups",
+    config=LocalBackendConfig,
+    create=_create,
+)
+"""The ``local`` entry of the ``mlsandbox.backends`` group."""

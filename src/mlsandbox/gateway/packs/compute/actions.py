@@ -88,4 +88,9 @@ PACK = ActionPack(
     description="Compute pool (machines, reservations, queue, cancel) and Python environments.",
     read_only=frozenset({"list_machines", "get_queue", "list_environments"}),
     destructive=frozenset({"cancel_job"}),
+    capabilities={
+        "cancel_job": "jobs",
+        "list_environments": "environments",
+        "create_environment": "environments.build",
+    },
 )

@@ -223,6 +223,20 @@ PACK = ActionPack(
         {"list_datasets", "check_data_quality", "get_job", "list_runs", "get_logs", "get_service_health"}
     ),
     destructive=frozenset({"restart_service"}),
+    capabilities={
+        "list_datasets": "object_store",
+        "check_data_quality": "object_store",
+        "clean_dataset": "object_store",
+        "train_model": "jobs",
+        "get_job": "jobs",
+        "list_runs": "tracking",
+        "register_model": "tracking",
+        "get_logs": "jobs",
+        "get_service_health": "faults.services",
+        "restart_service": "faults.services",
+        "retry_job": "jobs",
+        "set_job_resources": "jobs.set_resources",
+    },
 )
 
 CoreAction = Annotated[

@@ -77,4 +77,15 @@ PACK = ActionPack(
     implementation="mlsandbox.gateway.packs.tracking.handlers",
     description="Experiment tracking and model registry: search and compare runs, versions and aliases.",
     read_only=frozenset({"search_runs", "get_run", "compare_runs", "get_model_versions"}),
+    capabilities=dict.fromkeys(
+        (
+            "search_runs",
+            "get_run",
+            "compare_runs",
+            "get_model_versions",
+            "set_model_alias",
+            "delete_model_alias",
+        ),
+        "tracking",
+    ),
 )

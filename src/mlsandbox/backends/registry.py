@@ -1,0 +1,218 @@
+"""Backends as plug-ins: the ``mlsandbox.backends`` entry-point group.
+
+Each entry point names a :class:`~mlsandbox.backends.protocols.BackendType`: the backend's name (the
+entry point's name must be the same), a description, its typed config model (deriving
+:class:`~mlsandbox.backends.protocols.BackendConfig`, with ``type: Literal["<name>"]``) and a factory that
+makes the backend from a config without starting anything. ``local`` and ``kube`` are declared by this
+package the same way (``pyproject.toml``); :data:`BUILTIN_BACKENDS` names them too, so a checkout whose
+installed metadata is older than its code still finds them.
+
+Every interface (the Gymnasium env, the HTTP gateway, MCP, the command line) gets its backend through
+:func:`get_backend`. A plug-in that does not load, or is not a ``BackendType``, or clashes with a backend
+already registered is left out and reported (:func:`broken_backends`, ``mlsandbox plugins``): one broken
+plug-in never takes the others down. A built-in backend that does not load is an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import re
+from dataclasses import dataclass, replace
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from pydantic import ValidationError
+
+from mlsandbox import paths
+from mlsandbox.backends.protocols import Backend, BackendConfig, BackendType
+from mlsandbox.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "mlsandbox.backends"
+BUILTIN_BACKENDS: dict[str, str] = {
+    "local": "mlsandbox.backends.local.backend:BACKEND_TYPE",
+    "kube": "mlsandbox.backends.kube.backend:BACKEND_TYPE",
+}
+"""The backends this package ships (``name -> module:attribute``), in the order they are listed."""
+DEFAULT_BACKEND = "local"
+_OWN_DISTRIBUTION = "mlsandbox"
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+class BackendPluginError(Exception):
+    """A backend plug-in that cannot be used (the message names it and says why)."""
+
+
+@dataclass(frozen=True)
+class BrokenBackend:
+    """A backend plug-in left out of the registry, and why."""
+
+    name: str
+    value: str
+    origin: str
+    error: str
+
+
+def _plugin_entry_points() -> list[EntryPoint]:
+    """The group's entry points of other distributions (this package's own are :data:`BUILTIN_BACKENDS`)."""
+    found = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        if dist is not None and dist.name == _OWN_DISTRIBUTION:
+            continue
+        found.append(ep)
+    return sorted(found, key=lambda e: (e.name, e.value))
+
+
+def _origin(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"plugin:{dist.name}" if dist is not None else f"plugin:{ep.name}"
+
+
+def _check(obj: Any, name: str, where: str) -> BackendType:
+    if not isinstance(obj, BackendType):
+        raise BackendPluginError(f"{where}: expected a BackendType, got {type(obj).__name__}")
+    if obj.name != name:
+        raise BackendPluginError(f"{where}: the entry point is named {name!r} but its backend {obj.name!r}")
+    if not (isinstance(obj.config, type) and issubclass(obj.config, BackendConfig)):
+        raise BackendPluginError(f"{where}: its config must be a BackendConfig subclass")
+    literal = obj.config.model_fields["type"].default
+    if literal != name:
+        raise BackendPluginError(
+            f"{where}: its config's type must default to {name!r} (type: Literal[{name!r}]), got {literal!r}"
+        )
+    if not callable(obj.create):
+        raise BackendPluginError(f"{where}: its create is not callable")
+    return obj
+
+
+def _load_builtin(name: str) -> BackendType:
+    ref = BUILTIN_BACKENDS[name]
+    module, _, attr = ref.partition(":")
+    return _check(getattr(importlib.import_module(module), attr), name, f"built-in backend {name!r} ({ref})")
+
+
+@functools.cache
+def _plugins() -> tuple[dict[str, EntryPoint], tuple[BrokenBackend, ...]]:
+    """The plug-in entry points by name (not loaded), and those refused by their name alone."""
+    usable: dict[str, EntryPoint] = {}
+    broken: list[BrokenBackend] = []
+    for ep in _plugin_entry_points():
+        why = None
+        if not _NAME_RE.match(ep.name):
+            why = f"the entry point's name must match {_NAME_RE.pattern}"
+        elif ep.name in BUILTIN_BACKENDS or ep.name in usable:
+            why = f"a backend named {ep.name!r} is already registered"
+        if why is not None:
+            broken.append(BrokenBackend(ep.name, ep.value, _origin(ep), why))
+            log.warning("backend plug-in %r (%s) left out: %s", ep.name, ep.value, why)
+            continue
+        usable[ep.name] = ep
+    return usable, tuple(broken)
+
+
+_LOAD_ERRORS: dict[str, BrokenBackend] = {}
+
+
+@functools.cache
+def _load_plugin(name: str) -> BackendType | None:
+    ep = _plugins()[0][name]
+    where = f"backend plug-in {name!r} ({ep.value})"
+    try:
+        try:
+            obj = ep.load()
+        except Exception as e:
+            raise BackendPluginError(f"{where} cannot be loaded: {type(e).__name__}: {e}") from e
+        found = _check(obj, name, where)
+    except BackendPluginError as e:
+        log.warning("%s", e)
+        _LOAD_ERRORS[name] = BrokenBackend(name, ep.value, _origin(ep), str(e))
+        return None
+    return replace(found, origin=_origin(ep))
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every registered backend's name (built-in first), without loading any of them."""
+    plugins = [n for n in _plugins()[0] if n not in _LOAD_ERRORS]
+    return (*BUILTIN_BACKENDS, *plugins)
+
+
+def backend_type(name: str) -> BackendType:
+    """The registered backend ``name``; :class:`ValueError` naming the registered ones otherwise (or
+    saying why a plug-in of that name was left out)."""
+    if name in BUILTIN_BACKENDS:
+        return _load_builtin(name)
+    if name in _plugins()[0]:
+        found = _load_plugin(name)
+        if found is not None:
+            return found
+    broken = {b.name: b for b in broken_backends()}
+    if name in broken:
+        raise ValueError(f"backend {name!r} is not available: {broken[name].error}")
+    raise ValueError(f"unknown backend {name!r}; backends: {', '.join(backend_names())}")
+
+
+def backend_types() -> dict[str, BackendType]:
+    """Every backend that loads, by name (each plug-in loaded once; broken ones left out)."""
+    out: dict[str, BackendType] = {}
+    for name in backend_names():
+        try:
+            out[name] = backend_type(name)
+        except ValueError:
+            continue
+    return out
+
+
+def broken_backends() -> list[BrokenBackend]:
+    """Backend plug-ins left out so far, and why (a plug-in that fails to load shows once it was tried:
+    :func:`backend_types` tries them all)."""
+    return [*_plugins()[1], *_LOAD_ERRORS.values()]
+
+
+def backend_config(kind: str, name: str | None = None, **config: Any) -> BackendConfig:
+    """The typed config of backend ``kind`` for the sandbox ``name`` (the default sandbox name when
+    None); :class:`~mlsandbox.errors.ConfigError` naming each bad field."""
+    bt = backend_type(kind)
+    values = {**config, "type": kind, "name": name or paths.default_sandbox_name()}
+    try:
+        return bt.config.model_validate(values)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<config>'}: {err['msg']}"
+            for err in e.errors(include_url=False)
+        )
+        raise ConfigError(f"invalid config for the {kind} backend: {problems}") from None
+
+
+def get_backend(kind: str = DEFAULT_BACKEND, name: str | None = None, **config: Any) -> Backend:
+    """The backend ``kind`` for the sandbox ``name``, configured with ``config`` (its config model's
+    fields); nothing is started. :class:`ValueError` for an unknown backend, :class:`~mlsandbox.errors.
+    ConfigError` for a bad config."""
+    bt = backend_type(kind)
+    return bt.create(backend_config(kind, name, **config))
+
+
+def reset() -> None:
+    """Forget what was discovered (after installing or removing a plug-in in this process; tests)."""
+    _plugins.cache_clear()
+    _load_plugin.cache_clear()
+    _LOAD_ERRORS.clear()
+
+
+__all__ = [
+    "BUILTIN_BACKENDS",
+    "DEFAULT_BACKEND",
+    "ENTRY_POINT_GROUP",
+    "BackendPluginError",
+    "BrokenBackend",
+    "backend_config",
+    "backend_names",
+    "backend_type",
+    "backend_types",
+    "broken_backends",
+    "get_backend",
+    "reset",
+]
