@@ -30,7 +30,8 @@ from rich.table import Table
 
 from mlsandbox.backends.local.backend import LocalBackend
 from mlsandbox.backends.local.jobs import cgroups_available
-from mlsandbox.backends.protocols import JobSpec
+from mlsandbox.backends.protocols import HttpFault, JobSpec
+from mlsandbox.workloads import fault_hook
 
 NAME = f"bench-faults-{os.getpid()}"
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "faults.json"
@@ -86,7 +87,7 @@ def measure(rt: Any, backend: LocalBackend) -> dict[str, dict[str, list[float]]]
             until(gone)
             row["recover_s"].append(time.perf_counter() - t0)
 
-    if c.network is not None:
+    if "latency" not in c.unavailable():
         record(
             "latency 200ms",
             lambda: c.network.add_toxic("minio", "b", "latency", {"latency": 200}),
@@ -164,8 +165,8 @@ def _config_faults(rt: Any, record: Callable[..., None]) -> None:
     import boto3
     from botocore.config import Config
 
-    store, prefix = rt.faults.config, "mls-bench-"
-    store.open_scope(prefix, rt.faults.credentials())
+    store, prefix = rt.config, "mls-bench-"
+    store.open_scope(prefix, store.job_config())
 
     def client_works() -> bool:
         v = {
@@ -219,8 +220,8 @@ def _contention(rt: Any, record: Callable[..., None]) -> None:
         base = sorted(rate() for _ in range(3))[1]
 
         def inject() -> None:
-            c.start_contention("bench", 3)
-            c.pin_to_contention("bench", rt.jobs.pids("bench-cc"))
+            c.start_contention("bench", "jobs", 3)
+            c.refresh_contention("bench", ["bench-cc"])
 
         record(
             "cpu_contention (3 burners)",
@@ -248,7 +249,7 @@ _APP = textwrap.dedent(
 
 
 def _http_errors(c: Any, record: Callable[..., None]) -> None:
-    """A real uvicorn app with the fault hook; the symptom: it answers 503."""
+    """A real uvicorn app with the fault hook (registered as ``http:bench-api``); the symptom: it answers 503."""
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "bench_app.py").write_text(_APP)
         hook = Path(tmp) / "hook.json"
@@ -277,14 +278,18 @@ def _http_errors(c: Any, record: Callable[..., None]) -> None:
 
         try:
             until(lambda: status() == 200, timeout=60, poll=0.1)
+            fault_hook.register_hook("bench-api", hook, scope="bench")
             record(
                 "http_errors (503 via fault hook)",
-                lambda: c.set_http_fault(hook, error_rate=1.0, status=503, delay_ms=0),
+                lambda: c.set_http_fault(
+                    "bench-api", HttpFault(error_rate=1.0, status=503), episode_id="bench"
+                ),
                 lambda: status() == 503,
-                lambda: c.clear_http_fault(hook),
+                lambda: c.clear_http_fault("bench-api", episode_id="bench"),
                 lambda: status() == 200,
             )
         finally:
+            fault_hook.unregister_hook("bench-api", scope="bench")
             proc.terminate()
             proc.wait(10)
 

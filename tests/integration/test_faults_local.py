@@ -33,8 +33,8 @@ needs_cgroups = pytest.mark.skipif(not cgroups_available(), reason="job limits n
 @pytest.fixture(scope="module")
 def control(runtime: Any) -> Any:
     c = runtime.faults
-    if c.network is None:
-        pytest.skip("toxiproxy-server is not installed")
+    if "latency" in c.unavailable():
+        pytest.skip(c.unavailable()["latency"])
     return c
 
 

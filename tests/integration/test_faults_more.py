@@ -29,6 +29,7 @@ from mlsandbox.backends.local.jobs import LocalJobs
 from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.faults.engine import PerturbationEngine, UnavailableFaultError
 from mlsandbox.gateway import Gateway
+from mlsandbox.gateway.packs.config.handlers import episode_prefix
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.loader import parse_scenario
 from mlsandbox.workloads import fault_hook
@@ -89,7 +90,7 @@ def test_rotated_credentials_fail_jobs_until_the_agent_fixes_the_config(episode:
             }
         ]
     )
-    store, prefix = runtime.faults.config, gw.ext["config"]["prefix"]
+    store, prefix = runtime.config, episode_prefix(gw)
     secret = runtime.endpoints.s3_secret_key
     assert gw.step(TRAIN).observation["ok"]
     assert store.get(prefix + "s3_secret_access_key") not in (None, secret)  # the store holds a stale key
@@ -122,7 +123,7 @@ def test_wrong_endpoint_fails_jobs_with_the_connection_error_until_recovered(
     episode: Any, runtime: Any
 ) -> None:
     gw = episode([{"name": "moved", "when": {"at_step": 1}, "fault": {"type": "wrong_endpoint"}}])
-    store, prefix = runtime.faults.config, gw.ext["config"]["prefix"]
+    store, prefix = runtime.config, episode_prefix(gw)
     gw.step(TRAIN)
     wrong = store.get(prefix + "s3_endpoint_url")
     assert wrong != runtime.endpoints.s3_url and wrong.startswith("http://127.0.0.1:")
@@ -276,8 +277,8 @@ def test_http_errors_make_a_real_service_answer_5xx_slowly_then_recover(
 
 def test_time_trigger_fires_between_steps_not_at_the_next_one(sandbox: Any, runtime: Any) -> None:
     control = runtime.faults
-    if control.network is None:
-        pytest.skip("toxiproxy-server is not installed")
+    if "latency" in control.unavailable():
+        pytest.skip(control.unavailable()["latency"])
     sc = _scenario(
         [
             {
@@ -355,6 +356,7 @@ _CRASHER = textwrap.dedent(
     import json, sys, time
     from mlsandbox.backends.local import LocalBackend
     from mlsandbox.gateway import Gateway
+    from mlsandbox.gateway.packs.config.handlers import episode_prefix
     from mlsandbox.scenario import load_builtin
     from mlsandbox.scenario.loader import parse_scenario
     from mlsandbox.workloads.fault_hook import register_hook
@@ -377,7 +379,7 @@ _CRASHER = textwrap.dedent(
     gw.state.step = 1  # the first step boundary (not a whole step: MinIO is frozen from here on)
     gw.faults.tick()
     errors = [r.error for r in gw.state.ground_truth.faults if r.error]
-    info = {"bucket": gw.state.bucket, "prefix": gw.ext["config"]["prefix"], "errors": errors}
+    info = {"bucket": gw.state.bucket, "prefix": episode_prefix(gw), "errors": errors}
     print("READY " + json.dumps(info), flush=True)
     time.sleep(600)
     """
@@ -388,8 +390,8 @@ def test_sigkilled_episode_with_six_concurrent_faults_leaves_nothing_after_gc(
     sandbox: Any, runtime: Any, tmp_path: Path
 ) -> None:
     control = runtime.faults
-    if control.network is None:
-        pytest.skip("toxiproxy-server is not installed")
+    if "latency" in control.unavailable():
+        pytest.skip(control.unavailable()["latency"])
     hook = tmp_path / "crash-api.json"
     proc = subprocess.Popen(
         [sys.executable, "-c", _CRASHER, sandbox.name, str(hook)], stdout=subprocess.PIPE, text=True
@@ -403,7 +405,7 @@ def test_sigkilled_episode_with_six_concurrent_faults_leaves_nothing_after_gc(
         minio = sandbox.state().services["minio"].process
         assert psutil.Process(minio.pid).status() == psutil.STATUS_STOPPED
         assert hook.exists() and control.network.toxics("minio")
-        assert control.config.get(info["prefix"] + "s3_secret_access_key") != runtime.endpoints.s3_secret_key
+        assert runtime.config.get(info["prefix"] + "s3_secret_access_key") != runtime.endpoints.s3_secret_key
         burners = [p for p in psutil.process_iter(["environ"]) if _owned_by(p, proc.pid)]
         assert len(burners) == 2
     finally:
@@ -414,7 +416,7 @@ def test_sigkilled_episode_with_six_concurrent_faults_leaves_nothing_after_gc(
     assert psutil.Process(minio.pid).status() != psutil.STATUS_STOPPED
     runtime.object_store.put_object(info["bucket"], "x", b"payload")  # no quota left
     assert not hook.exists()
-    assert control.config.names(info["prefix"]) == []
+    assert runtime.config.names(info["prefix"]) == []
     assert not [p for p in psutil.process_iter(["environ"]) if _owned_by(p, proc.pid)]
     assert not [p for p in (Path(sandbox.dir) / "faults").glob("*.json") if p.name.startswith(f"{proc.pid}-")]
     runtime.object_store.delete_bucket(info["bucket"])  # the episode's own data is not a fault's

@@ -11,7 +11,6 @@ import pytest
 
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.dispatcher import Gateway
-from mlsandbox.gateway.packs.sources import handlers as sources_impl
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario
 
@@ -105,14 +104,16 @@ def test_plan_database_outage_and_rotated_password(runtime: Any, sandbox: Any) -
     ]
     gw = _start(runtime, sandbox, "data-monthly-drift-retrain", plan)
     try:
-        services = sources_impl.services(gw)
+        services = runtime.faults.services  # the data-source servers are services of the sandbox too
         err = _err(gw, {"type": "preview_source", "source": "history_db"})  # step 1
         assert err["code"] == "source_unavailable" and "cannot connect" in err["message"]
         down = _record(gw, "db-down")
-        assert down.detected_step == 1 and not services.healthy("postgres")
+        assert down.detected_step == 1 and not services.health("postgres").healthy
         _ok(gw, {"type": "wait", "seconds": 0})  # step 2
         rows = _ok(gw, {"type": "preview_source", "source": "history_db", "rows": 2})  # step 3: recovered
-        assert len(rows["rows"]) == 2 and down.recovered_by == "expiry" and services.healthy("postgres")
+        assert (
+            len(rows["rows"]) == 2 and down.recovered_by == "expiry" and services.health("postgres").healthy
+        )
         err = _err(gw, {"type": "preview_source", "source": "history_db"})  # step 4: rotated
         assert err["code"] == "auth_failed"
         rotated = _record(gw, "rotated")

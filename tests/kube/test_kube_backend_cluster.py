@@ -17,7 +17,7 @@ import pytest
 from mlsandbox.backends.kube import manifests as M
 from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.backends.kube.faults import chaos_mesh as C
-from mlsandbox.backends.kube.faults import control as F
+from mlsandbox.backends.kube.faults import native as N
 from mlsandbox.backends.kube.runtime import KubeRuntime
 from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
 
@@ -315,22 +315,22 @@ def test_native_faults_round_trip_and_down_recovers_what_a_crash_left(
     faults.services.kill("mlflow")
     dep = cluster.get("apps/v1", "Deployment", "mls-mlsandbox-mlflow", ctl)
     assert dep is not None and dep["spec"]["replicas"] == 0
-    assert dep["metadata"]["labels"][F.NATIVE_FAULT_LABEL] == "scale_to_zero"
+    assert dep["metadata"]["labels"][N.NATIVE_FAULT_LABEL] == "scale_to_zero"
     faults.services.kill("mlflow")  # twice: the first original (2) is kept
     faults.services.restart("mlflow", wait=False)
     dep = cluster.get("apps/v1", "Deployment", "mls-mlsandbox-mlflow", ctl)
     assert dep is not None and dep["spec"]["replicas"] == 2
-    assert F.NATIVE_FAULT_LABEL not in dep["metadata"]["labels"]
-    assert F.ORIGINAL_ANNOTATION not in (dep["metadata"].get("annotations") or {})
-    assert faults.recover(F.ScaleToZero("mls-mlsandbox-mlflow", ctl)) is False  # idempotent
+    assert N.NATIVE_FAULT_LABEL not in dep["metadata"]["labels"]
+    assert N.ORIGINAL_ANNOTATION not in (dep["metadata"].get("annotations") or {})
+    assert faults.recover(N.ScaleToZero("mls-mlsandbox-mlflow", ctl)) is False  # idempotent
 
     # wrong Service port and wrong image, then a "crash": a new backend object's down() undoes both.
-    faults.inject(F.WrongServicePort("mls-mlsandbox-mlflow", ctl))
-    faults.inject(F.WrongImage("mls-mlsandbox-mlflow", ctl))
+    faults.inject(N.WrongServicePort("mls-mlsandbox-mlflow", ctl))
+    faults.inject(N.WrongImage("mls-mlsandbox-mlflow", ctl))
     svc = cluster.get("v1", "Service", "mls-mlsandbox-mlflow", ctl)
-    assert svc is not None and svc["spec"]["ports"][0]["targetPort"] == F.WRONG_PORT
+    assert svc is not None and svc["spec"]["ports"][0]["targetPort"] == N.WRONG_PORT
     dep = cluster.get("apps/v1", "Deployment", "mls-mlsandbox-mlflow", ctl)
-    assert dep is not None and dep["spec"]["template"]["spec"]["containers"][0]["image"] == F.MISSING_IMAGE
+    assert dep is not None and dep["spec"]["template"]["spec"]["containers"][0]["image"] == N.MISSING_IMAGE
     KubeBackend(backend.name, control_namespace=ctl, api_client=control_plane.api_client).down()
     svc = cluster.get("v1", "Service", "mls-mlsandbox-mlflow", ctl)
     dep = cluster.get("apps/v1", "Deployment", "mls-mlsandbox-mlflow", ctl)
@@ -349,7 +349,7 @@ def test_a_cordoned_node_and_an_exhausted_quota_keep_a_job_from_starting(backend
     node = nodes[0]["metadata"]["name"]
     others = [n["metadata"]["name"] for n in nodes[1:]]
     for name in [node, *others]:
-        faults.inject(F.CordonNode(name))
+        faults.inject(N.CordonNode(name))
     try:
         assert (rt.cluster.get("v1", "Node", node) or {})["spec"]["unschedulable"] is True
         rt.jobs.submit(JobSpec(job_id="cordoned-1", workload="burn", args=[], cpus=0.25, memory_mb=128))
@@ -357,7 +357,7 @@ def test_a_cordoned_node_and_an_exhausted_quota_keep_a_job_from_starting(backend
         assert rt.jobs.get("cordoned-1").state in ("queued", "running")
     finally:
         for name in [node, *others]:
-            faults.recover(F.CordonNode(name))
+            faults.recover(N.CordonNode(name))
     assert not (rt.cluster.get("v1", "Node", node) or {})["spec"].get("unschedulable")
     _running_pod(rt, "cordoned-1")
 
@@ -375,7 +375,7 @@ def test_a_cordoned_node_and_an_exhausted_quota_keep_a_job_from_starting(backend
         ).get("used"),
         "the quota controller to count usage",
     )
-    faults.inject(F.ExhaustQuota("budget", backend.namespace))
+    faults.inject(N.ExhaustQuota("budget", backend.namespace))
     quota = rt.cluster.get("v1", "ResourceQuota", "budget", backend.namespace) or {}
     assert quota["spec"]["hard"]["pods"] == quota["status"]["used"]["pods"] == "1"
     rt.jobs.submit(JobSpec(job_id="over-quota-1", workload="burn", args=[], cpus=0.25, memory_mb=128))
@@ -397,7 +397,8 @@ def test_service_and_network_faults_create_chaos_mesh_objects_with_the_right_sel
     rt.cluster.create(_deployment(ctl, "minio", replicas=1))
     faults = rt.faults
     assert faults.chaos_mesh(), "the control plane serves the Chaos Mesh CRDs"
-    assert set(faults.unavailable()) == {"reset_peer"}
+    assert set(faults.unavailable()) == {"reset_peer", "http_errors"}
+    assert backend.support().reason("fault:latency") is None  # asked of the cluster, without a sandbox
 
     faults.services.freeze("minio")
     chaos = rt.cluster.get(C.API_VERSION, "PodChaos", "mls-freeze-minio", ctl)
@@ -419,11 +420,16 @@ def test_service_and_network_faults_create_chaos_mesh_objects_with_the_right_sel
 
     network.set_enabled("minio", False)
     faults.create_chaos(C.TimeSkew(name="skew", target=C.Target(component="trainer"), offset="-5m"))
+    faults.start_contention("noisy", "service:minio", 2)  # CPU contention: StressChaos on its pods
+    (stress,) = rt.cluster.list(C.API_VERSION, "StressChaos", ctl)
+    assert stress["spec"]["stressors"] == {"cpu": {"workers": 2, "load": 100}}
+    assert stress["spec"]["selector"]["labelSelectors"] == {"app.kubernetes.io/component": "minio"}
     time_chaos = rt.cluster.get(C.API_VERSION, "TimeChaos", "mls-skew", backend.namespace)
     assert time_chaos is not None and time_chaos["spec"]["selector"]["namespaces"] == [backend.namespace]
 
     faults.services.thaw("minio")
     assert rt.cluster.get(C.API_VERSION, "PodChaos", "mls-freeze-minio", ctl) is None
-    backend.down()  # the rest: the endpoint-down NetworkChaos and the TimeChaos
+    backend.down()  # the rest: the endpoint-down NetworkChaos, the TimeChaos and the StressChaos
     assert rt.cluster.list(C.API_VERSION, "NetworkChaos", ctl) == []
     assert rt.cluster.list(C.API_VERSION, "TimeChaos", backend.namespace) == []
+    assert rt.cluster.list(C.API_VERSION, "StressChaos", ctl) == []

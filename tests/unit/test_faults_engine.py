@@ -1,5 +1,7 @@
-"""The perturbation engine's newer parts with a fake backend: refusal of unavailable faults, the timer
-thread (time triggers and second durations between steps), config, HTTP-hook and learning-rate faults."""
+"""The perturbation engine's newer parts with in-memory fakes: refusal of unavailable faults (by the
+fault control or by the runtime's support), time triggers and second durations as clock tickers (a
+manual clock, then the real one against step boundaries), config, HTTP-fault, contention and
+learning-rate faults, and idempotent inject/recover of every fault type."""
 
 from __future__ import annotations
 
@@ -10,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.unit.test_faults_plan import FakeControl, _with_plan
+from tests.unit.fault_fakes import FakeControl, FakeRuntime
+from tests.unit.test_faults_plan import _with_plan
 
+from mlsandbox.backends.common.clock import RealClock
+from mlsandbox.backends.local.faults.hooks import HttpHooks
+from mlsandbox.backends.local.faults.journal import Journal
 from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.errors import ScenarioError
-from mlsandbox.faults.behaviours import BEHAVIOURS
+from mlsandbox.faults.behaviours import BEHAVIOURS, FaultContext, behaviour_for
 from mlsandbox.faults.engine import PerturbationEngine, UnavailableFaultError
 from mlsandbox.scenario.loader import parse_scenario
 from mlsandbox.scenario.perturbations import FAULT_TYPES, config_prefix
@@ -22,37 +28,14 @@ from mlsandbox.workloads import fault_hook
 from mlsandbox.world.episode import EpisodeState, JobRecord
 
 
-class FakeStore:
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-        self.writes = 0
-
-    def get(self, name: str) -> str | None:
-        return self.values.get(name)
-
-    def set(self, name: str, value: str) -> None:
-        self.writes += 1
-        self.values[name] = value
-
-
-class ControlWithConfig(FakeControl):
-    def __init__(self, unavailable: dict[str, str] | None = None) -> None:
-        super().__init__()
-        self.config = FakeStore()
-        self._unavailable = unavailable or {}
-
-    def unavailable(self) -> dict[str, str]:
-        return dict(self._unavailable)
-
-
 def _engine(
-    plan: list[dict[str, Any]], control: Any = None, **kw: Any
+    plan: list[dict[str, Any]], control: Any = None, *, runtime: Any = None, **kw: Any
 ) -> tuple[PerturbationEngine, EpisodeState, Any]:
     sc = parse_scenario(_with_plan(plan))
-    st = EpisodeState(episode_id="7-abc", scenario=sc, seed=7, sandbox="t")
-    control = control or ControlWithConfig()
-    eng = PerturbationEngine(list(sc.perturbations), st, runtime=None, control=control, seed=7, **kw)  # type: ignore[arg-type]
-    return eng, st, control
+    rt = runtime or FakeRuntime(control or FakeControl(refuse={}))
+    st = EpisodeState(episode_id="7-abc", scenario=sc, seed=7, sandbox="t", started_at=rt.clock.time())
+    eng = PerturbationEngine(list(sc.perturbations), st, rt, seed=7, **kw)
+    return eng, st, rt
 
 
 def _until(check: Any, timeout: float = 5.0) -> bool:
@@ -69,7 +52,7 @@ def test_every_fault_type_has_a_behaviour() -> None:
 
 
 def test_a_plan_with_an_unavailable_fault_is_refused_naming_entry_and_reason() -> None:
-    control = ControlWithConfig({"cpu_throttle": "needs cgroup v1 and root"})
+    control = FakeControl({"cpu_throttle": "needs cgroup v1 and root"})
     plan = [{"name": "cut", "when": {"at_step": 1}, "fault": {"type": "cpu_throttle"}}]
     with pytest.raises(
         UnavailableFaultError, match="'cut' uses fault 'cpu_throttle': needs cgroup v1 and root"
@@ -81,8 +64,48 @@ def test_a_plan_with_an_unavailable_fault_is_refused_naming_entry_and_reason() -
     assert eng.records[0].error == "unavailable: needs cgroup v1 and root"
 
 
-def test_time_trigger_fires_between_steps_and_seconds_duration_ends_between_steps() -> None:
-    eng, st, control = _engine(
+def test_a_plan_is_refused_when_the_runtime_refuses_what_its_fault_needs() -> None:
+    """The runtime's support counts too: a fault type it refuses, or a capability the fault acts through."""
+    plan = [
+        {"name": "moved", "when": {"at_step": 1}, "fault": {"type": "wrong_endpoint"}},
+        {"name": "slow", "when": {"at_step": 1}, "target": "endpoint:minio", "fault": {"type": "latency"}},
+        {"name": "full", "when": {"at_step": 1}, "fault": {"type": "disk_full"}},
+    ]
+    rt = FakeRuntime(
+        FakeControl(refuse={}),
+        unsupported={"config": "no config store here", "fault:latency": "no proxy in front of minio"},
+    )
+    with pytest.raises(UnavailableFaultError) as info:
+        _engine(plan, runtime=rt)
+    message = str(info.value)
+    assert "on the fake backend" in message
+    assert (
+        "'moved' uses fault 'wrong_endpoint': it needs config, which the fake backend refuses: no config"
+        in message
+    )
+    assert "'slow' uses fault 'latency': no proxy in front of minio" in message
+    assert "'full'" not in message
+
+
+def test_a_mechanism_refused_at_injection_is_recorded_unavailable_and_changes_nothing() -> None:
+    """A backend may refuse only when asked (Unsupported from the call): the record says why."""
+    control = FakeControl(refuse={}, no_network="toxiproxy is not running")
+    plan = [
+        {"name": "slow", "when": {"at_step": 1}, "target": "endpoint:minio", "fault": {"type": "latency"}},
+        {"name": "full", "when": {"at_step": 1}, "fault": {"type": "disk_full"}},
+    ]
+    eng, st, _ = _engine(plan, control)
+    st.step = 1
+    eng.tick()
+    by = {r.name: r for r in eng.records}
+    assert by["slow"].error == "unavailable: toxiproxy is not running" and not by["slow"].active
+    assert by["full"].error is None and control.quotas == {st.bucket: 1}
+    assert [r.name for r in eng.active_faults] == ["full"]
+
+
+def test_time_trigger_and_seconds_duration_are_clock_tickers() -> None:
+    """On a virtual clock the fault fires and ends inside the clock's sleep, between step boundaries."""
+    eng, st, rt = _engine(
         [
             {
                 "name": "full",
@@ -92,6 +115,71 @@ def test_time_trigger_fires_between_steps_and_seconds_duration_ends_between_step
             }
         ]
     )
+    clock, control = rt.clock, rt.faults
+    st.step = 1
+    eng.tick()  # too early
+    clock.sleep(0.39)
+    assert control.quotas == {} and eng.records == []
+    clock.sleep(0.02)
+    rec = eng.records[0]
+    assert control.quotas == {st.bucket: 1} and rec.injected_step == 1
+    assert rec.injected_at - st.started_at == pytest.approx(0.4)
+    clock.sleep(0.55)
+    assert rec.active
+    clock.sleep(0.1)
+    assert control.quotas == {st.bucket: None} and rec.recovered_by == "expiry"
+    assert rec.recovered_at - rec.injected_at == pytest.approx(0.6)
+    assert rec.time_to_mitigate_s == pytest.approx(0.6)
+    eng.recover_all()
+    assert clock.pending() == 0
+
+
+def test_recover_all_cancels_the_tickers_nothing_fires_after() -> None:
+    eng, st, rt = _engine(
+        [
+            {"name": "later", "when": {"at_time": 5}, "fault": {"type": "disk_full"}},
+            {
+                "name": "now",
+                "when": {"at_step": 1},
+                "target": "endpoint:minio",
+                "fault": {"type": "latency"},
+                "duration": {"seconds": 3},
+            },
+        ]
+    )
+    st.step = 1
+    eng.tick()
+    assert rt.clock.pending() == 2  # the at_time and the expiry
+    eng.recover_all()
+    assert rt.clock.pending() == 0 and not rt.faults.network.toxics
+    rt.clock.sleep(10)
+    assert [r.name for r in eng.records] == ["now"] and rt.faults.quotas == {}
+
+
+def test_without_timer_a_time_trigger_waits_for_a_step_boundary() -> None:
+    eng, st, rt = _engine(
+        [{"name": "later", "when": {"at_time": 1}, "fault": {"type": "disk_full"}}], timer=False
+    )
+    rt.clock.sleep(2)
+    assert eng.records == [] and rt.clock.pending() == 0
+    st.step = 1
+    eng.tick()
+    assert [r.name for r in eng.records] == ["later"]
+
+
+def test_time_trigger_fires_between_steps_on_the_real_clock() -> None:
+    eng, st, rt = _engine(
+        [
+            {
+                "name": "full",
+                "when": {"at_time": 0.4},
+                "fault": {"type": "disk_full"},
+                "duration": {"seconds": 0.6},
+            }
+        ],
+        runtime=FakeRuntime(FakeControl(refuse={}), clock=RealClock()),
+    )
+    control = rt.faults
     try:
         st.step = 1
         eng.tick()  # too early
@@ -103,7 +191,6 @@ def test_time_trigger_fires_between_steps_and_seconds_duration_ends_between_step
         assert rec.recovered_by == "expiry" and rec.recovered_at - rec.injected_at >= 0.6
     finally:
         eng.recover_all()
-    assert eng._thread is not None and not eng._thread.is_alive()
 
 
 def test_timer_and_steps_do_not_race() -> None:
@@ -116,7 +203,7 @@ def test_timer_and_steps_do_not_race() -> None:
         }
         for i in range(6)
     ]
-    eng, st, _ = _engine(plan)
+    eng, st, _ = _engine(plan, runtime=FakeRuntime(FakeControl(refuse={}), clock=RealClock()))
     stop = threading.Event()
 
     def stepper() -> None:
@@ -137,7 +224,7 @@ def test_timer_and_steps_do_not_race() -> None:
 
 
 def test_config_faults_write_a_wrong_value_and_restore_the_original() -> None:
-    eng, st, control = _engine(
+    eng, st, rt = _engine(
         [
             {
                 "name": "stale",
@@ -155,28 +242,28 @@ def test_config_faults_write_a_wrong_value_and_restore_the_original() -> None:
         ]
     )
     prefix = config_prefix(st.episode_id)
-    control.config.values = {
+    rt.config.values = {
         prefix + "s3_secret_access_key": "right-secret",
         prefix + "mlflow_tracking_uri": "http://127.0.0.1:5000",
     }
     st.step = 1
     eng.tick()
-    stale = control.config.values[prefix + "s3_secret_access_key"]
-    moved = control.config.values[prefix + "mlflow_tracking_uri"]
+    stale = rt.config.values[prefix + "s3_secret_access_key"]
+    moved = rt.config.values[prefix + "mlflow_tracking_uri"]
     assert (
         stale != "right-secret" and moved.startswith("http://127.0.0.1:") and moved != "http://127.0.0.1:5000"
     )
     eng.observe_action({"type": "get_config", "key": "s3_secret_access_key"})
     assert eng.records[0].detected_step == 1
-    control.config.values[prefix + "s3_secret_access_key"] = "right-secret"  # the agent fixes it
+    rt.config.values[prefix + "s3_secret_access_key"] = "right-secret"  # the agent fixes it
     st.step = 3
     eng.tick()
     by = {r.name: r for r in eng.records}
     assert by["stale"].recovered_by == "agent" and by["moved"].recovered_by == "expiry"
-    assert control.config.values[prefix + "mlflow_tracking_uri"] == "http://127.0.0.1:5000"
-    writes = control.config.writes
+    assert rt.config.values[prefix + "mlflow_tracking_uri"] == "http://127.0.0.1:5000"
+    writes = rt.config.writes
     eng.recover_all()  # already recovered: nothing written again
-    assert control.config.writes == writes
+    assert rt.config.writes == writes
 
 
 def test_config_fault_without_the_key_is_recorded_unavailable() -> None:
@@ -197,20 +284,24 @@ def test_http_errors_resolve_the_registered_hook_file(tmp_path: Path) -> None:
             "fault": {"type": "http_errors", "error_rate": 0.25, "status": 502, "delay_ms": 40},
         }
     ]
-    eng, st, _ = _engine(plan)
+
+    def control() -> FakeControl:  # the local backend's hook files, journaled in a directory of the test
+        return FakeControl(refuse={}, hooks=HttpHooks(Journal(tmp_path / "sandbox")))
+
+    eng, st, _ = _engine(plan, control())
     st.step = 1
     eng.tick()
     assert "no HTTP service 'demo-api' has registered a fault hook" in (eng.records[0].error or "")
     path = tmp_path / "hook.json"
     fault_hook.register_hook("demo-api", path, scope="7-abc")
     try:
-        eng, st, _ = _engine(plan)
+        eng, st, _ = _engine(plan, control())
         st.step = 1
         eng.tick()
         assert json.loads(path.read_text()) == {"error_rate": 0.25, "status": 502, "delay_ms": 40, "seed": 7}
         eng.recover_all()
         eng.recover_all()
-        assert not path.exists()
+        assert not path.exists() and not list((tmp_path / "sandbox").rglob("*.json"))  # journal emptied
     finally:
         fault_hook.unregister_hook("demo-api", scope="7-abc")
     assert fault_hook.hook_file("demo-api", scope="7-abc") is None
@@ -262,58 +353,6 @@ def test_new_faults_fail_precisely(entry: dict[str, Any], message: str) -> None:
         parse_scenario(_with_plan([{"name": "bad", "when": {"at_step": 1}, **entry}]))
 
 
-class FullControl(ControlWithConfig):
-    """Every mechanism, recording what is in effect (to compare before and after)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.contention: dict[str, set[int]] = {}
-        self.limits: dict[str, dict[str, Any]] = {}
-        self.hooks: dict[str, dict[str, Any]] = {}
-
-    def credentials(self) -> dict[str, str]:
-        return {}
-
-    def start_contention(self, key: str, workers: int, *, pin: bool = True) -> int:
-        self.contention.setdefault(key, set())
-        return 1
-
-    def pin_to_contention(self, key: str, pids: list[int]) -> list[int]:
-        new = [p for p in pids if p not in self.contention[key]]
-        self.contention[key].update(pids)
-        return new
-
-    def stop_contention(self, key: str) -> None:
-        self.contention.pop(key, None)
-
-    def target_pids(self, target: str) -> list[int]:
-        return [hash(target) % 1000 + 2]
-
-    def set_http_fault(self, path: Path, **params: Any) -> None:
-        self.hooks[str(path)] = params
-
-    def clear_http_fault(self, path: Path) -> None:
-        self.hooks.pop(str(path), None)
-
-    def set_job_limits(self, job_id: str, cpus: float | None = None, memory_mb: int | None = None) -> None:
-        self.limits[job_id] = {"cpus": cpus, "memory_mb": memory_mb}
-
-    def restore_job_limits(self, job_id: str, cpus: float | None, memory_mb: int | None) -> None:
-        self.limits.pop(job_id, None)
-
-    def snapshot(self) -> Any:
-        return (
-            dict(self.config.values),
-            {k: set(v) for k, v in self.contention.items()},
-            dict(self.limits),
-            dict(self.hooks),
-            {k: v for k, v in self.quotas.items() if v is not None},
-            dict(self.network.toxics),
-            set(self.network.disabled),
-            set(self.services.down),
-        )
-
-
 SAMPLES: dict[str, dict[str, Any]] = {
     "kill_service": {"target": "service:mlflow"},
     "freeze_service": {"target": "service:minio"},
@@ -336,33 +375,72 @@ SAMPLES: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))
-def test_inject_and_recover_are_idempotent(kind: str, tmp_path: Path) -> None:
+def test_inject_and_recover_are_idempotent(kind: str) -> None:
     """inject twice = inject once; recover twice = recover once; afterwards everything is as before."""
-    from mlsandbox.faults.behaviours import FaultContext, behaviour_for
+    sc = parse_scenario(
+        _with_plan([{"name": "f", "when": {"at_step": 1}, "fault": {"type": kind}, **SAMPLES[kind]}])
+    )
+    st = EpisodeState(episode_id="7-abc", scenario=sc, seed=7, sandbox="t")
+    st.jobs["job-1"] = JobRecord("job-1", "7-abc-job-1", "x", "trainer", 0, state="running")
+    control = FakeControl(refuse={}, http_services=["idem-api"], running_jobs=["7-abc-job-1"])
+    rt = FakeRuntime(control)
+    prefix = config_prefix(st.episode_id)
+    rt.config.values = {prefix + "s3_endpoint_url": "http://s3", prefix + "s3_secret_access_key": "secret-1"}
+    ctx = FaultContext(state=st, runtime=rt, control=control)  # type: ignore[arg-type]
+    ctx.job_resources["7-abc-job-1"] = (1.0, 1024)
 
-    fault_hook.register_hook("idem-api", tmp_path / "hook.json", scope="7-abc")
-    try:
-        sc = parse_scenario(
-            _with_plan([{"name": "f", "when": {"at_step": 1}, "fault": {"type": kind}, **SAMPLES[kind]}])
-        )
-        st = EpisodeState(episode_id="7-abc", scenario=sc, seed=7, sandbox="t")
-        st.jobs["job-1"] = JobRecord("job-1", "7-abc-job-1", "x", "trainer", 0, state="running")
-        control = FullControl()
-        prefix = config_prefix(st.episode_id)
-        control.config.values = {
-            prefix + "s3_endpoint_url": "http://s3",
-            prefix + "s3_secret_access_key": "secret-1",
-        }
-        ctx = FaultContext(state=st, runtime=None, control=control)  # type: ignore[arg-type]
-        ctx.job_resources["7-abc-job-1"] = (1.0, 1024)
-        before = control.snapshot()
-        beh = behaviour_for(sc.perturbations[0])
-        beh.inject(ctx)
-        once = control.snapshot()
-        beh.inject(ctx)
-        assert control.snapshot() == once
-        beh.recover(ctx)
-        beh.recover(ctx)
-        assert control.snapshot() == before
-    finally:
-        fault_hook.unregister_hook("idem-api", scope="7-abc")
+    def snapshot() -> Any:
+        return control.snapshot(), dict(rt.config.values)
+
+    before = snapshot()
+    beh = behaviour_for(sc.perturbations[0])
+    beh.inject(ctx)
+    once = snapshot()
+    beh.inject(ctx)
+    assert snapshot() == once
+    if kind not in ("job_timeout", "divergent_learning_rate"):  # these change jobs as they start only
+        assert once != before, "the fault changed nothing"
+    beh.recover(ctx)
+    beh.recover(ctx)
+    assert snapshot() == before
+
+
+def test_contention_on_jobs_catches_each_running_job_once_and_stops() -> None:
+    eng, st, rt = _engine(
+        [{"name": "noisy", "when": {"at_step": 1}, "fault": {"type": "cpu_contention", "workers": 2}}]
+    )
+    control = rt.faults
+    st.jobs["job-1"] = JobRecord("job-1", "7-abc-job-1", "x", "trainer", 0, state="running")
+    control.running_jobs = {"7-abc-job-1"}
+    st.step = 1
+    eng.tick()
+    rec = eng.records[0]
+    ((target, workers, caught),) = control.contention.values()
+    assert (target, workers, caught) == ("jobs", 2, {"7-abc-job-1"}) and rec.affected_jobs == ["job-1"]
+    st.jobs["job-2"] = JobRecord("job-2", "7-abc-job-2", "x", "trainer", 1, state="running")
+    control.running_jobs.add("7-abc-job-2")
+    st.step = 2
+    eng.tick()  # a job that started meanwhile is caught at the next boundary
+    assert rec.affected_jobs == ["job-1", "job-2"]
+    eng.observe_action({"type": "get_job", "job_id": "job-2"})
+    assert rec.detected_step == 2
+    eng.recover_all()
+    assert control.contention == {} and rec.recovered_by == "episode_end"
+
+
+def test_contention_on_a_service_names_the_service_target() -> None:
+    eng, st, rt = _engine(
+        [
+            {
+                "name": "noisy",
+                "when": {"at_step": 1},
+                "target": "service:mlflow",
+                "fault": {"type": "cpu_contention"},
+            }
+        ]
+    )
+    st.step = 1
+    eng.tick()
+    assert [t for t, _, _ in rt.faults.contention.values()] == ["service:mlflow"]
+    eng.observe_action({"type": "get_service_health", "service": "mlflow"})
+    assert eng.records[0].detected_step == 1

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.unit.fault_fakes import FakeControl, FakeRuntime, ManualClock
 
-from mlsandbox.backends.protocols import JobSpec, ServiceHealth
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.errors import ScenarioError
 from mlsandbox.faults.curriculum import LEVELS, apply_level
 from mlsandbox.faults.engine import PerturbationEngine, draw, preview_schedule
@@ -84,94 +85,14 @@ def test_duplicate_names_and_defaults() -> None:
 # ------------------------------------------------------------------------------------------ fake backend
 
 
-class FakeServices:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.down: set[str] = set()
-
-    def names(self) -> list[str]:
-        return ["minio", "mlflow"]
-
-    def kill(self, service: str) -> None:
-        self.calls.append(("kill", service))
-        self.down.add(service)
-
-    def freeze(self, service: str) -> None:
-        self.calls.append(("freeze", service))
-        self.down.add(service)
-
-    def thaw(self, service: str) -> None:
-        self.calls.append(("thaw", service))
-        self.down.discard(service)
-
-    def restart(self, service: str, *, wait: bool = True, timeout: float = 90.0) -> ServiceHealth:
-        self.calls.append(("restart", service))
-        self.down.discard(service)
-        return ServiceHealth(service=service, healthy=True)
-
-    def health(self, service: str, *, timeout: float = 5.0) -> ServiceHealth:
-        return ServiceHealth(service=service, healthy=service not in self.down)
-
-    def logs(self, service: str, tail: int = 50) -> str:
-        return ""
-
-
-class FakeNetwork:
-    def __init__(self) -> None:
-        self.toxics: dict[tuple[str, str], dict[str, Any]] = {}
-        self.disabled: set[str] = set()
-
-    def endpoints(self) -> list[str]:
-        return ["minio", "mlflow"]
-
-    def add_toxic(
-        self, endpoint: str, name: str, kind: str, attributes: dict[str, Any], *, stream: str = "downstream"
-    ) -> None:
-        self.toxics[(endpoint, name)] = {"type": kind, **attributes}
-
-    def remove_toxic(self, endpoint: str, name: str) -> None:
-        self.toxics.pop((endpoint, name), None)
-
-    def set_enabled(self, endpoint: str, enabled: bool) -> None:
-        (self.disabled.discard if enabled else self.disabled.add)(endpoint)
-
-    def reset(self) -> None:
-        self.toxics.clear()
-        self.disabled.clear()
-
-
-class FakeControl:
-    def __init__(self) -> None:
-        self.services = FakeServices()
-        self.network = FakeNetwork()
-        self.quotas: dict[str, int | None] = {}
-
-    def set_bucket_quota(self, bucket: str, quota_bytes: int | None) -> None:
-        self.quotas[bucket] = quota_bytes
-
-    def set_job_limits(
-        self, job_id: str, cpus: float | None = None, memory_mb: int | None = None
-    ) -> None: ...
-    def restore_job_limits(self, job_id: str, cpus: float | None, memory_mb: int | None) -> None: ...
-    def unavailable(self) -> dict[str, str]:
-        return {"bandwidth": "not here"}
-
-
 def _engine(
     plan: list[dict[str, Any]], seed: int = 1, max_steps: int = 30, strict: bool = False
 ) -> tuple[PerturbationEngine, EpisodeState, FakeControl]:
     sc = parse_scenario(_with_plan(plan, max_steps=max_steps))
-    st = EpisodeState(episode_id="e1", scenario=sc, seed=seed, sandbox="t")
-    control = FakeControl()
-    eng = PerturbationEngine(
-        list(sc.perturbations),
-        st,
-        runtime=None,  # type: ignore[arg-type]
-        control=control,  # type: ignore[arg-type]
-        seed=seed,
-        strict=strict,
-    )
-    return eng, st, control
+    rt = FakeRuntime()
+    st = EpisodeState(episode_id="e1", scenario=sc, seed=seed, sandbox="t", started_at=rt.clock.time())
+    eng = PerturbationEngine(list(sc.perturbations), st, rt, seed=seed, strict=strict)  # type: ignore[arg-type]
+    return eng, st, rt.faults
 
 
 def _run(eng: PerturbationEngine, st: EpisodeState, steps: int) -> list[tuple[int, str]]:
@@ -506,8 +427,7 @@ def _source_engine(
     eng = PerturbationEngine(
         list(sc.perturbations),
         st,
-        runtime=None,  # type: ignore[arg-type]
-        control=FakeControl(),  # type: ignore[arg-type]
+        FakeRuntime(),  # type: ignore[arg-type]
         seed=1,
         strict=strict,
         timer=False,
@@ -580,8 +500,8 @@ def test_pool_shrinks_add_up_and_each_gives_back_its_own_share() -> None:
         )
     )
     st = EpisodeState(episode_id="e3", scenario=sc, seed=1, sandbox="t")
-    pool = CP.Pool(ComputePool(**compute), Jobs())  # type: ignore[arg-type]
-    eng = PerturbationEngine(list(sc.perturbations), st, None, None, seed=1, timer=False)  # type: ignore[arg-type]
+    pool = CP.Pool(ComputePool(**compute), Jobs(), clock=ManualClock())  # type: ignore[arg-type]
+    eng = PerturbationEngine(list(sc.perturbations), st, FakeRuntime(), seed=1, timer=False)  # type: ignore[arg-type]
     st.step = 1
     eng.tick()
     assert (
@@ -591,7 +511,7 @@ def test_pool_shrinks_add_up_and_each_gives_back_its_own_share() -> None:
     CP.register("e3", pool)
     try:
         eng, st.ground_truth.faults = (
-            PerturbationEngine(list(sc.perturbations), st, None, None, seed=1, timer=False),  # type: ignore[arg-type]
+            PerturbationEngine(list(sc.perturbations), st, FakeRuntime(), seed=1, timer=False),  # type: ignore[arg-type]
             [],
         )
         eng.tick()

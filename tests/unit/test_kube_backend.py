@@ -18,6 +18,7 @@ from mlsandbox.backends.kube import schemas
 from mlsandbox.backends.kube.backend import KubeBackend, sandbox_namespace
 from mlsandbox.backends.kube.faults import chaos_mesh as C
 from mlsandbox.backends.kube.faults import control as F
+from mlsandbox.backends.kube.faults import native as N
 from mlsandbox.backends.kube.runtime import client_endpoints, workload_endpoints
 from mlsandbox.backends.protocols import Endpoints, JobSpec
 from mlsandbox.errors import MissingToolError, NotRunningError
@@ -191,44 +192,44 @@ def _merge(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-CASES: list[tuple[F.NativeFault, dict[str, Any], dict[str, Any]]] = [
-    (F.ScaleToZero("mls-mlsandbox-mlflow", "mlsandbox"), DEPLOYMENT, {"spec": {"replicas": 0}}),
+CASES: list[tuple[N.NativeFault, dict[str, Any], dict[str, Any]]] = [
+    (N.ScaleToZero("mls-mlsandbox-mlflow", "mlsandbox"), DEPLOYMENT, {"spec": {"replicas": 0}}),
     (
-        F.WrongImage("mls-mlsandbox-mlflow", "mlsandbox"),
+        N.WrongImage("mls-mlsandbox-mlflow", "mlsandbox"),
         DEPLOYMENT,
-        {"spec": {"template": {"spec": {"containers": [{"name": "mlflow", "image": F.MISSING_IMAGE}]}}}},
+        {"spec": {"template": {"spec": {"containers": [{"name": "mlflow", "image": N.MISSING_IMAGE}]}}}},
     ),
     (
-        F.WrongServicePort("mls-mlsandbox-minio", "mlsandbox"),
+        N.WrongServicePort("mls-mlsandbox-minio", "mlsandbox"),
         SERVICE,
         {"spec": {"ports": [{"port": 9000, "targetPort": 1}, {"port": 9001, "targetPort": 1}]}},
     ),
     (
-        F.ExhaustQuota("budget", "sbx-mlsandbox-demo"),
+        N.ExhaustQuota("budget", "sbx-mlsandbox-demo"),
         QUOTA,
         {"spec": {"hard": {"pods": "2", "requests.cpu": "500m", "limits.memory": "0"}}},
     ),
-    (F.CordonNode("kwok-node-0"), NODE, {"spec": {"unschedulable": True}}),
+    (N.CordonNode("kwok-node-0"), NODE, {"spec": {"unschedulable": True}}),
 ]
 
 
 @pytest.mark.parametrize(("fault", "obj", "change"), CASES, ids=[type(c[0]).type for c in CASES])
 def test_each_native_fault_records_the_original_and_recovers_it(
-    fault: F.NativeFault, obj: dict[str, Any], change: dict[str, Any]
+    fault: N.NativeFault, obj: dict[str, Any], change: dict[str, Any]
 ) -> None:
-    patch = F.inject_patch(fault, obj, "demo")
+    patch = N.inject_patch(fault, obj, "demo")
     meta = patch.pop("metadata")
     assert patch == change
-    assert meta["labels"] == {F.NATIVE_FAULT_LABEL: fault.type}
-    assert meta["annotations"][F.SANDBOX_ANNOTATION] == "demo"
-    assert json.loads(meta["annotations"][F.ORIGINAL_ANNOTATION]) == fault.original(obj)
-    faulty = _merge(obj, F.inject_patch(fault, obj, "demo"))
+    assert meta["labels"] == {N.NATIVE_FAULT_LABEL: fault.type}
+    assert meta["annotations"][N.SANDBOX_ANNOTATION] == "demo"
+    assert json.loads(meta["annotations"][N.ORIGINAL_ANNOTATION]) == fault.original(obj)
+    faulty = _merge(obj, N.inject_patch(fault, obj, "demo"))
     # Injecting again (e.g. after a crash and a retry) keeps the first original.
-    again = F.inject_patch(fault, faulty, "demo")
+    again = N.inject_patch(fault, faulty, "demo")
     assert (
-        again["metadata"]["annotations"][F.ORIGINAL_ANNOTATION] == meta["annotations"][F.ORIGINAL_ANNOTATION]
+        again["metadata"]["annotations"][N.ORIGINAL_ANNOTATION] == meta["annotations"][N.ORIGINAL_ANNOTATION]
     )
-    recovered = _merge(faulty, F.recover_patch(faulty) or {})
+    recovered = _merge(faulty, N.recover_patch(faulty) or {})
     for part in ("labels", "annotations"):
         assert not {
             k: v for k, v in (recovered["metadata"].get(part) or {}).items() if k.startswith("mlsandbox.dev/")
@@ -236,18 +237,18 @@ def test_each_native_fault_records_the_original_and_recovers_it(
     assert recovered["spec"] == _merge(obj, {})["spec"] | (
         {"unschedulable": False} if fault.kind == "Node" else {}
     )
-    assert F.recover_patch(recovered) is None  # idempotent: nothing recorded, nothing to do
+    assert N.recover_patch(recovered) is None  # idempotent: nothing recorded, nothing to do
 
 
 def test_a_second_native_fault_on_the_same_object_is_refused() -> None:
-    faulty = _merge(DEPLOYMENT, F.inject_patch(F.ScaleToZero("d", "ns"), DEPLOYMENT, "demo"))
+    faulty = _merge(DEPLOYMENT, N.inject_patch(N.ScaleToZero("d", "ns"), DEPLOYMENT, "demo"))
     with pytest.raises(ValueError, match="already carries the scale_to_zero fault"):
-        F.inject_patch(F.WrongImage("d", "ns"), faulty, "demo")
+        N.inject_patch(N.WrongImage("d", "ns"), faulty, "demo")
 
 
 def test_wrong_image_names_a_missing_container_clearly() -> None:
     with pytest.raises(ValueError, match="no container 'sidecar'"):
-        F.inject_patch(F.WrongImage("d", "ns", container="sidecar"), DEPLOYMENT, "demo")
+        N.inject_patch(N.WrongImage("d", "ns", container="sidecar"), DEPLOYMENT, "demo")
 
 
 # ------------------------------------------------------------------------------- chaos mesh mapping

@@ -1,4 +1,5 @@
-"""CLI commands of the fault engine: ``mlsandbox curriculum show`` and ``mlsandbox faults catalog``.
+"""CLI commands of the fault engine: ``mlsandbox curriculum show`` and ``mlsandbox faults catalog
+[--backend X]``.
 
 ``register(app)`` adds them to the main ``mlsandbox`` Typer app.
 """
@@ -10,10 +11,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from mlsandbox.backends import DEFAULT_BACKEND, get_backend
+from mlsandbox.backends.protocols import Support
+from mlsandbox.cli.common import backend_option
 from mlsandbox.faults.curriculum import LEVELS, level
-from mlsandbox.scenario.perturbations import FAULT_MODELS
+from mlsandbox.scenario.perturbations import FAULT_MODELS, refusal
 
 console = Console()
 curriculum_app = typer.Typer(help="Curricula of perturbations, simple to combined.", no_args_is_help=True)
@@ -55,33 +60,75 @@ def curriculum_show(
         console.print(f"[bold]{lv.name}[/]: {lv.description}")
 
 
-@faults_app.command("catalog")
-def faults_catalog() -> None:
-    """Every fault type with its target kinds, parameters, and whether it can be made real here."""
-    from mlsandbox.backends.local.faults.control import unavailable_here
-
-    missing = unavailable_here()
-    table = Table(title="fault catalog")
-    for col in ("type", "category", "targets", "parameters", "here", "what happens"):
-        table.add_column(col)
+def catalog_rows(support: Support) -> list[dict[str, object]]:
+    """Every fault type of the catalog with what ``support`` says of it: ``available`` (``yes``, ``no``,
+    or ``partly`` when only some of its target kinds are refused) and the reason per refused target."""
+    rows: list[dict[str, object]] = []
     for model in FAULT_MODELS:
         kind = model.model_fields["type"].default
-        params = ", ".join(
-            f"{k} (required)" if v.is_required() else f"{k}={v.default!r}"
-            for k, v in model.model_fields.items()
-            if k != "type"
+        refused = {t: why for t in model.targets if (why := refusal(kind, t, support)) is not None}
+        reasons = list(dict.fromkeys(refused.values()))
+        available = "no" if len(refused) == len(model.targets) else "partly" if refused else "yes"
+        if available == "partly":
+            reasons = [f"on {t} targets: {why}" for t, why in refused.items()]
+        rows.append(
+            {
+                "type": kind,
+                "category": model.category,
+                "targets": list(model.targets),
+                "parameters": {
+                    k: "required" if v.is_required() else v.default
+                    for k, v in model.model_fields.items()
+                    if k != "type"
+                },
+                "available": available,
+                "reasons": reasons,
+                "description": " ".join((model.__doc__ or "").split()),
+            }
         )
+    return rows
+
+
+@faults_app.command("catalog")
+def faults_catalog(
+    backend: Annotated[str, backend_option("The backend to ask", "-b")] = DEFAULT_BACKEND,
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="The sandbox's name (default: the default sandbox).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Every fault type with its target kinds, parameters, and whether the backend can make it real here
+    (asked of the backend without starting anything: binaries and cgroups on local, the cluster's Chaos
+    Mesh on kube) and, if not, why."""
+    try:
+        chosen = get_backend(backend, name)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--backend") from None
+    support = chosen.support()
+    rows = catalog_rows(support)
+    if as_json:
+        typer.echo(json.dumps({"backend": support.backend, "faults": rows}, indent=2, default=str))
+        return
+    table = Table(title=f"fault catalog ({support.backend} backend)")
+    for col in ("type", "category", "targets", "parameters", support.backend, "what happens"):
+        table.add_column(col)
+    marks = {"yes": "yes", "no": "[red]no[/]", "partly": "[yellow]partly[/]"}
+    for row in rows:
+        params = row["parameters"]
+        assert isinstance(params, dict)
         table.add_row(
-            kind,
-            model.category,
-            ", ".join(model.targets),
-            params or "-",
-            "[red]unavailable[/]" if kind in missing else "yes",
-            " ".join((model.__doc__ or "").split()),
+            str(row["type"]),
+            str(row["category"]),
+            ", ".join(row["targets"]),  # type: ignore[arg-type]
+            ", ".join(f"{k} (required)" if v == "required" else f"{k}={v!r}" for k, v in params.items())
+            or "-",
+            marks[str(row["available"])],
+            str(row["description"]),
         )
     console.print(table)
-    for kind, reason in sorted(missing.items()):
-        console.print(f"[bold]{kind}[/] unavailable: {reason}")
+    for row in rows:
+        for reason in row["reasons"]:  # type: ignore[attr-defined]
+            console.print(f"[bold]{row['type']}[/] unavailable on {support.backend}: {escape(reason)}")
     console.print(
         "Targets: source:NAME is a data source the scenario declares (sources:); pool is the episode's "
         "compute pool (compute:, with a capacity)."

@@ -1,9 +1,12 @@
 """What each fault of the catalog does: ``inject``/``recover`` (both idempotent), its per-step effect, how
 it changes jobs started while it is active, which agent actions address it, and when its symptom is gone.
 
-The mechanisms themselves belong to the backend (:class:`~mlsandbox.backends.protocols.FaultControl`); the
-object-level faults (a missing column) act through the runtime's object store; a pool shrink through the
-episode's compute pool (:mod:`mlsandbox.world.compute`). Faults on a data source (``source:NAME``) need a
+The mechanisms themselves belong to the backend: behaviours call the declared operations of
+:class:`~mlsandbox.backends.protocols.FaultControl` (``ctx.control``, the runtime's ``faults``) and of the
+runtime's other capabilities only: the object-level faults (a missing column) act through its object
+store, the config faults through its config store; a pool shrink through the episode's compute pool
+(:mod:`mlsandbox.world.compute`). A mechanism the backend refuses
+(:class:`~mlsandbox.errors.Unsupported`) makes the fault unavailable, with the backend's reason. Faults on a data source (``source:NAME``) need a
 mechanism of the layer above: whoever makes the engine supplies a :data:`Supplied` registry of behaviours
 for them (the gateway's sources pack does); without one they are unavailable. Nothing here is shown to
 the agent: it sees symptoms only.
@@ -17,14 +20,24 @@ import secrets
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from mlsandbox.backends.protocols import FaultControl, JobSpec, Runtime
+from mlsandbox.backends.protocols import (
+    ConfigStore,
+    FaultControl,
+    HttpFault,
+    JobSpec,
+    NetworkControl,
+    NoSuchTarget,
+    Runtime,
+)
 from mlsandbox.data.formats import from_bytes, to_bytes
+from mlsandbox.errors import Unsupported
 from mlsandbox.scenario import perturbations as P
 from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SERVICE_ACTIONS = ("get_service_health", "get_logs", "restart_service")
 CONFIG_ACTIONS = ("get_config", "set_config")
@@ -35,22 +48,26 @@ JOB_ACTIONS = ("get_job", "get_logs", "retry_job", "set_job_resources")
 
 @dataclass
 class FaultContext:
-    """What a fault acts on: the episode, the runtime, the backend's fault mechanisms (None: none here)."""
+    """What a fault acts on: the episode, the runtime, the backend's fault mechanisms (``runtime.faults``
+    unless the engine was given another control)."""
 
     state: EpisodeState
     runtime: Runtime
-    control: FaultControl | None
+    control: FaultControl
     job_resources: dict[str, tuple[float, int]] = field(default_factory=dict)
     """Backend job id -> (cpus, memory_mb) as requested, before any fault cut them."""
-
-    def require_control(self) -> FaultControl:
-        if self.control is None:
-            raise FaultUnavailable("this backend has no fault mechanisms")
-        return self.control
 
 
 class FaultUnavailable(Exception):
     """The fault cannot be made real on this backend or machine (the reason is the message)."""
+
+
+def _supported(fn: Callable[[], _T]) -> _T:
+    """``fn()``, a refusal of the backend (:class:`Unsupported`) as :class:`FaultUnavailable`."""
+    try:
+        return fn()
+    except Unsupported as e:
+        raise FaultUnavailable(e.reason) from None
 
 
 class Behaviour:
@@ -61,6 +78,8 @@ class Behaviour:
         self.fault: Any = entry.fault
         self.affected_jobs: list[str] = []
         """Agent-visible job ids this fault touched (for detection)."""
+        self.injected_step: int | None = None
+        """The step at whose boundary the engine injected it."""
 
     @property
     def target_name(self) -> str:
@@ -99,30 +118,30 @@ class _ServiceBehaviour(Behaviour):
         return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
-        return ctx.require_control().services.health(self.target_name, timeout=1.0).healthy
+        return ctx.control.services.health(self.target_name, timeout=1.0).healthy
 
 
 class KillService(_ServiceBehaviour):
     def inject(self, ctx: FaultContext) -> None:
-        ctx.require_control().services.kill(self.target_name)
+        ctx.control.services.kill(self.target_name)
 
     def recover(self, ctx: FaultContext) -> None:
-        services = ctx.require_control().services
+        services = ctx.control.services
         if not services.health(self.target_name, timeout=2.0).healthy:
             services.restart(self.target_name, wait=True)
 
 
 class FreezeService(_ServiceBehaviour):
     def inject(self, ctx: FaultContext) -> None:
-        ctx.require_control().services.freeze(self.target_name)
+        ctx.control.services.freeze(self.target_name)
 
     def recover(self, ctx: FaultContext) -> None:
-        ctx.require_control().services.thaw(self.target_name)
+        ctx.control.services.thaw(self.target_name)
 
 
 class RestartService(_ServiceBehaviour):
     def inject(self, ctx: FaultContext) -> None:
-        ctx.require_control().services.restart(self.target_name, wait=False)
+        ctx.control.services.restart(self.target_name, wait=False)
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
         return True
@@ -130,7 +149,7 @@ class RestartService(_ServiceBehaviour):
 
 class CrashLoop(KillService):
     def on_tick(self, ctx: FaultContext) -> None:
-        services = ctx.require_control().services
+        services = ctx.control.services
         if services.health(self.target_name, timeout=1.0).healthy:  # brought back: it dies again
             services.kill(self.target_name)
 
@@ -155,7 +174,7 @@ class _JobBehaviour(Behaviour):
         )
 
     def _injected_step(self, ctx: FaultContext) -> int:
-        return getattr(self, "injected_step", ctx.state.step)
+        return ctx.state.step if self.injected_step is None else self.injected_step
 
     def _running(self, ctx: FaultContext) -> list[Any]:
         return [j for j in ctx.state.jobs.values() if j.state in ("queued", "running")]
@@ -166,7 +185,7 @@ class _LimitBehaviour(_JobBehaviour):
         raise NotImplementedError
 
     def inject(self, ctx: FaultContext) -> None:
-        control = ctx.require_control()
+        control = ctx.control
         for job in self._running(ctx):
             try:
                 control.set_job_limits(job.backend_id, **self.limits())
@@ -176,7 +195,7 @@ class _LimitBehaviour(_JobBehaviour):
                 log.debug("limits of %s not cut: %s", job.job_id, e)
 
     def recover(self, ctx: FaultContext) -> None:
-        control = ctx.require_control()
+        control = ctx.control
         for job in ctx.state.jobs.values():
             if job.job_id in self.affected_jobs and job.backend_id in ctx.job_resources:
                 cpus, memory_mb = ctx.job_resources[job.backend_id]
@@ -215,10 +234,10 @@ class JobTimeout(_JobBehaviour):
 
 class DiskFull(Behaviour):
     def inject(self, ctx: FaultContext) -> None:
-        ctx.require_control().set_bucket_quota(ctx.state.bucket, self.fault.quota_bytes)
+        ctx.control.set_bucket_quota(ctx.state.bucket, self.fault.quota_bytes)
 
     def recover(self, ctx: FaultContext) -> None:
-        ctx.require_control().set_bucket_quota(ctx.state.bucket, None)
+        ctx.control.set_bucket_quota(ctx.state.bucket, None)
 
     def addresses(self, action: dict[str, Any]) -> bool:
         return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == "minio"
@@ -240,11 +259,8 @@ class Network(Behaviour):
     def toxic_name(self) -> str:
         return f"mlsandbox-{self.entry.name}"
 
-    def _network(self, ctx: FaultContext) -> Any:
-        control = ctx.require_control()
-        if control.network is None:
-            raise FaultUnavailable(control.unavailable().get(self.fault.type, "no network fault mechanism"))
-        return control.network
+    def _network(self, ctx: FaultContext) -> NetworkControl:
+        return _supported(lambda: ctx.control.network)
 
     def inject(self, ctx: FaultContext) -> None:
         net = self._network(ctx)
@@ -315,40 +331,41 @@ class MissingColumn(_JobBehaviour):
 
 
 class CpuContention(_JobBehaviour):
-    """Burners pinned with the target's processes to one CPU; new jobs of the episode pinned as they come."""
-
-    def _control(self, ctx: FaultContext) -> Any:
-        control = ctx.require_control()
-        if not hasattr(control, "start_contention"):
-            raise FaultUnavailable("this backend has no CPU contention mechanism")
-        return control
+    """CPU burners competing with the target (a service, or the episode's running jobs, caught as they
+    start) for one CPU; the backend keeps the burners and what it pinned under the fault's key."""
 
     @property
     def key(self) -> str:
         return f"{id(self):x}-{self.entry.name}"
 
+    @property
+    def target(self) -> str:
+        return f"service:{self.target_name}" if self.entry.target_kind == "service" else "jobs"
+
     def inject(self, ctx: FaultContext) -> None:
-        self._control(ctx).start_contention(self.key, self.fault.workers, pin=self.fault.pin)
-        self._pin(ctx)
+        control = ctx.control
+        _supported(
+            lambda: control.start_contention(self.key, self.target, self.fault.workers, pin=self.fault.pin)
+        )
+        self._catch(ctx)
 
     def on_tick(self, ctx: FaultContext) -> None:
-        self._pin(ctx)
+        self._catch(ctx)
 
-    def _pin(self, ctx: FaultContext) -> None:
-        control = self._control(ctx)
-        if self.entry.target_kind == "service":
-            control.pin_to_contention(self.key, control.target_pids(f"service:{self.target_name}"))
-            return
-        for job in self._running(ctx):
-            try:
-                pids = control.target_pids(job.backend_id)
-            except KeyError:
-                continue
-            if control.pin_to_contention(self.key, pids) and job.job_id not in self.affected_jobs:
-                self.affected_jobs.append(job.job_id)
+    def _catch(self, ctx: FaultContext) -> None:
+        """Processes of the target that started since (the episode's jobs that run now)."""
+        jobs = (
+            {}
+            if self.entry.target_kind == "service"
+            else {j.backend_id: j.job_id for j in self._running(ctx)}
+        )
+        for backend_id in ctx.control.refresh_contention(self.key, list(jobs)):
+            job_id = jobs.get(backend_id)
+            if job_id is not None and job_id not in self.affected_jobs:
+                self.affected_jobs.append(job_id)
 
     def recover(self, ctx: FaultContext) -> None:
-        self._control(ctx).stop_contention(self.key)
+        ctx.control.stop_contention(self.key)
 
     def addresses(self, action: dict[str, Any]) -> bool:
         if self.entry.target_kind == "service":
@@ -363,50 +380,21 @@ class CpuContention(_JobBehaviour):
 
 
 class HttpErrors(Behaviour):
-    """Writes the target service's fault-hook control file (registered in mlsandbox.workloads.fault_hook)."""
-
-    def __init__(self, entry: P.Perturbation) -> None:
-        super().__init__(entry)
-        self.path: Any = None
-
-    def _resolve(self, ctx: FaultContext) -> Any:
-        from mlsandbox.workloads.fault_hook import hook_file, registered_hooks
-
-        path = hook_file(self.target_name, scope=ctx.state.episode_id)
-        if path is None:
-            known = ", ".join(registered_hooks(scope=ctx.state.episode_id)) or "none"
-            raise FaultUnavailable(
-                f"no HTTP service {self.target_name!r} has registered a fault hook (registered: {known})"
-            )
-        return path
+    """One of the sandbox's own HTTP services (``http:NAME``) answers errors, or slowly, through the fault
+    mechanism the backend has for it (the service's fault hook on local)."""
 
     def inject(self, ctx: FaultContext) -> None:
-        from mlsandbox.workloads.fault_hook import write_fault
-
-        self.path = self.path or self._resolve(ctx)
         f = self.fault
-        params = {
-            "error_rate": f.error_rate,
-            "status": f.status,
-            "delay_ms": f.delay_ms,
-            "seed": ctx.state.seed,
-        }
-        setter = getattr(ctx.control, "set_http_fault", None)
-        if setter is not None:
-            setter(self.path, **params)
-        else:
-            write_fault(self.path, **params)
+        fault = HttpFault(error_rate=f.error_rate, status=f.status, delay_ms=f.delay_ms, seed=ctx.state.seed)
+        try:
+            _supported(
+                lambda: ctx.control.set_http_fault(self.target_name, fault, episode_id=ctx.state.episode_id)
+            )
+        except NoSuchTarget as e:
+            raise FaultUnavailable(str(e)) from None
 
     def recover(self, ctx: FaultContext) -> None:
-        from mlsandbox.workloads.fault_hook import clear_fault
-
-        if self.path is None:
-            return
-        clearer = getattr(ctx.control, "clear_http_fault", None)
-        if clearer is not None:
-            clearer(self.path)
-        else:
-            clear_fault(self.path)
+        ctx.control.clear_http_fault(self.target_name, episode_id=ctx.state.episode_id)
 
     def addresses(self, action: dict[str, Any]) -> bool:
         return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
@@ -431,11 +419,8 @@ class ConfigValue(Behaviour):
         self.original: str | None = None
         self.bad: str | None = None
 
-    def _store(self, ctx: FaultContext) -> Any:
-        store = getattr(ctx.require_control(), "config", None)
-        if store is None:
-            raise FaultUnavailable("this backend has no config store")
-        return store
+    def _store(self, ctx: FaultContext) -> ConfigStore:
+        return _supported(lambda: ctx.runtime.config)
 
     def _name(self, ctx: FaultContext) -> str:
         return P.config_prefix(ctx.state.episode_id) + self.target_name

@@ -10,15 +10,18 @@ end, close, reset); every ``inject``/``recover`` is idempotent and a failing one
 
 Triggers are deterministic by seed: the draw of a probability trigger at step ``s`` is a function of
 ``(seed, entry name, s)`` only, so the same seed gives the same schedule whatever the agent does. Time
-triggers (``at_time``) and second-based durations are also watched by a background timer thread, so they
-fire between steps (during a long ``wait``, while a job runs), not only at the next step boundary. Every
-entry point (tick, timer, observe_action, adjust_job, recover_all) holds the engine's lock.
+triggers (``at_time``, seconds after ``state.started_at``) and second-based durations are also one-shot
+tickers of the runtime's clock (``runtime.clock.after``), so they fire between steps (during a long
+``wait``, while a job runs), not only at the next step boundary; on a virtual clock they fire inside the
+clock's ``sleep``. Every entry point (tick, the tickers, observe_action, adjust_job, recover_all) holds the
+engine's lock.
 
-A plan that uses a fault the backend cannot make real here (``FaultControl.unavailable()``: no Toxiproxy,
-no cgroups) is refused when the engine is made (:class:`UnavailableFaultError`, naming each entry and the
-reason) unless ``strict=False``, which records the entry as not injected instead. The same holds for a
-fault on a target whose mechanism lives above this layer (``source:NAME``) when the engine was made
-without a ``supplied`` behaviour for it (the gateway passes those of its packs).
+A plan that uses a fault the backend refuses (its ``support()`` and its fault control's
+``unavailable()``: no Toxiproxy, no cgroups, no Chaos Mesh, no config store) is refused when the engine
+is made (:class:`UnavailableFaultError`, naming each entry and the reason) unless ``strict=False``, which
+records the entry as not injected instead. The same holds for a fault on a target whose mechanism lives
+above this layer (``source:NAME``) when the engine was made without a ``supplied`` behaviour for it (the
+gateway passes those of its packs).
 
 Ground truth goes to ``state.ground_truth.faults`` (one :class:`FaultRecord` per injection); it is never
 part of an observation.
@@ -30,12 +33,11 @@ import hashlib
 import logging
 import random
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mlsandbox.backends.protocols import FaultControl, JobSpec, Runtime
-from mlsandbox.errors import ConfigError
+from mlsandbox.backends.protocols import FaultControl, JobSpec, Runtime, Support, Ticker
+from mlsandbox.errors import ConfigError, Unsupported
 from mlsandbox.faults.behaviours import (
     Behaviour,
     FaultContext,
@@ -48,9 +50,6 @@ from mlsandbox.scenario import perturbations as P
 from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
-
-TIMER_POLL_S = 0.5
-"""Longest the timer thread sleeps between checks (it wakes at the next due time when sooner)."""
 
 
 class UnavailableFaultError(ConfigError):
@@ -126,37 +125,42 @@ class PerturbationEngine:
         plan: list[P.Perturbation],
         state: EpisodeState,
         runtime: Runtime,
-        control: FaultControl | None,
+        control: FaultControl | None = None,
         *,
         seed: int,
-        clock: Any = time.time,
         strict: bool = True,
         timer: bool = True,
         supplied: Supplied | None = None,
     ) -> None:
-        """``supplied``: behaviours of faults whose mechanism lives above this layer, keyed by (fault
-        type, target kind) (see :data:`~mlsandbox.faults.behaviours.Supplied`)."""
+        """``control``: the fault mechanisms to use (default: ``runtime.faults``). ``timer``: time
+        triggers and second durations also act between steps (tickers of ``runtime.clock``); without it
+        only at step boundaries. ``supplied``: behaviours of faults whose mechanism lives above this
+        layer, keyed by (fault type, target kind) (see :data:`~mlsandbox.faults.behaviours.Supplied`)."""
         self.state = state
         self.supplied: Supplied = dict(supplied or {})
         self.seed = seed
-        self.clock = clock
-        self.ctx = FaultContext(state=state, runtime=runtime, control=control)
+        self.clock = runtime.clock
+        self.control = runtime.faults if control is None else control
+        self.ctx = FaultContext(state=state, runtime=runtime, control=self.control)
         self.slots = [_Slot(entry) for entry in plan]
         self.records: list[FaultRecord] = []
-        self._unavailable: dict[str, str] = {}
         self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if control is not None:
-            try:
-                self._unavailable = dict(control.unavailable())
-            except Exception as e:  # pragma: no cover - defensive
-                log.warning("fault control cannot say what is unavailable: %s", e)
+        self._stopped = False
+        self._timer = timer
+        self._tickers: list[Ticker] = []
+        self.support = self._support(runtime)
+        """What the backend refuses (its runtime's support and the control's unavailable faults)."""
+        self._unavailable: dict[str, str] = {}
+        """Entry name -> why its fault cannot be made real here."""
+        for entry in plan:
+            why = P.unsupported_reason(entry, self.support)
+            if why is not None:
+                self._unavailable[entry.name] = why
         if strict:
             bad = [
-                f"perturbation {e.name!r} uses fault {e.fault.type!r}: {self._unavailable[e.fault.type]}"
+                f"perturbation {e.name!r} uses fault {e.fault.type!r}: {self._unavailable[e.name]}"
                 for e in plan
-                if e.fault.type in self._unavailable
+                if e.name in self._unavailable
             ]
             bad += [
                 f"perturbation {e.name!r} uses fault {e.fault.type!r} on {e.target}: its mechanism is "
@@ -165,56 +169,72 @@ class PerturbationEngine:
                 if supplied_missing(e, self.supplied)
             ]
             if bad:
-                raise UnavailableFaultError("faults unavailable on this machine: " + "; ".join(bad))
-        if timer and any(self._timed(s.entry) for s in self.slots):
-            self._thread = threading.Thread(target=self._timer_loop, name="perturbation-timer", daemon=True)
-            self._thread.start()
+                raise UnavailableFaultError(
+                    f"faults unavailable on the {self.support.backend} backend: " + "; ".join(bad)
+                )
+        if timer:
+            now = self.clock.time()
+            for slot in self.slots:
+                w = slot.entry.when
+                if isinstance(w, P.AtTime):
+                    self._schedule(state.started_at + w.at_time - now, slot, None, "at")
+
+    def _support(self, runtime: Runtime) -> Support:
+        refused = {f"fault:{k}": v for k, v in self.control.unavailable().items()}
+        try:
+            base = runtime.support()
+        except Exception as e:  # a runtime that cannot say: only the control's refusals count
+            log.warning("the runtime cannot say what it supports: %s", e)
+            return Support(backend="unknown", unsupported=refused)
+        return Support(backend=base.backend, unsupported={**base.unsupported, **refused})
 
     # ------------------------------------------------------------------------------------------ timer
 
-    @staticmethod
-    def _timed(entry: P.Perturbation) -> bool:
-        return isinstance(entry.when, P.AtTime) or (
-            entry.duration is not None and entry.duration.seconds is not None
-        )
+    def _schedule(self, delay_s: float, slot: _Slot, record: FaultRecord | None, what: str) -> None:
+        """A one-shot ticker of the clock: ``at`` injects ``slot`` (its at_time came), ``expiry`` recovers
+        ``record`` (its seconds ran out). Call with the lock held (or before any ticker runs)."""
+        if self._stopped or not self._timer:
+            return
 
-    def _next_deadline(self) -> float | None:
-        times = []
-        for slot in self.slots:
-            w, d = slot.entry.when, slot.entry.duration
-            if slot.active is None and isinstance(w, P.AtTime) and not slot.fired_once:
-                times.append(self.state.started_at + w.at_time)
-            rec = slot.record
-            if (
-                slot.active is not None
-                and rec is not None
-                and d is not None
-                and d.seconds is not None
-                and slot.entry.recovery == "auto"
-            ):
-                times.append(rec.injected_at + d.seconds)
-        return min(times) if times else None
+        def fire() -> None:
+            self._fire(slot, record, what)
 
-    def _timer_loop(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                deadline = self._next_deadline()
-            now = self.clock()
-            if deadline is not None and deadline <= now:
-                try:
-                    self.timer_tick()
-                except Exception as e:  # the timer never dies of a fault
-                    log.warning("perturbation timer: %s", e)
-                continue
-            pause = TIMER_POLL_S if deadline is None else min(TIMER_POLL_S, max(0.0, deadline - now))
-            self._stop.wait(pause)
+        name = f"fault:{self.state.episode_id}:{slot.entry.name}:{what}"
+        self._tickers.append(self.clock.after(max(0.0, delay_s), fire, name=name))
+
+    def _fire(self, slot: _Slot, record: FaultRecord | None, what: str) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            now = self.clock.time()
+            if what == "at":
+                w = slot.entry.when
+                if slot.active is not None or slot.fired_once or not isinstance(w, P.AtTime):
+                    return
+                due = self.state.started_at + w.at_time
+                if now < due:  # the ticker woke a little early (another clock's rounding): wait on
+                    self._schedule(due - now, slot, None, what)
+                    return
+                self._inject(slot, now)
+                return
+            if record is None or slot.record is not record or slot.active is None:
+                return  # recovered meanwhile (a step boundary, the agent), or injected again since
+            d = slot.entry.duration
+            if d is None or d.seconds is None:
+                return
+            due = record.injected_at + d.seconds
+            if now < due:
+                self._schedule(due - now, slot, record, what)
+                return
+            self._recover(slot, "expiry")
 
     def timer_tick(self) -> None:
-        """Between steps: recover faults whose seconds ran out, inject the ``at_time`` entries now due."""
+        """Between steps: recover faults whose seconds ran out, inject the ``at_time`` entries now due
+        (what the tickers do, all at once)."""
         with self._lock:
-            if self._stop.is_set():
+            if self._stopped:
                 return
-            now = self.clock()
+            now = self.clock.time()
             for slot in self.slots:
                 d = slot.entry.duration
                 timed = slot.active is not None and d is not None and d.seconds is not None
@@ -225,11 +245,12 @@ class PerturbationEngine:
                     self._inject(slot, now)
 
     def stop_timer(self) -> None:
-        """Stop the timer thread (idempotent); no fault fires between steps any more."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5.0)
+        """Cancel the tickers (idempotent); no fault fires between steps any more."""
+        with self._lock:
+            self._stopped = True
+            tickers, self._tickers = self._tickers, []
+        for ticker in tickers:  # outside the lock: a ticker waiting for it then sees _stopped and returns
+            ticker.cancel()
 
     # ------------------------------------------------------------------------------------------ ticks
 
@@ -239,7 +260,7 @@ class PerturbationEngine:
             self._tick()
 
     def _tick(self) -> None:
-        now = self.clock()
+        now = self.clock.time()
         for slot in self.slots:
             if slot.active is not None:
                 self._check_mitigated(slot, now)
@@ -264,7 +285,7 @@ class PerturbationEngine:
             self._observe_action(action)
 
     def _observe_action(self, action: dict[str, Any]) -> None:
-        now = self.clock()
+        now = self.clock.time()
         for slot in self.slots:
             rec, beh = slot.record, slot.active
             if rec is None or rec.error is not None or rec.detected_step is not None or beh is None:
@@ -296,7 +317,7 @@ class PerturbationEngine:
         return spec
 
     def recover_all(self, reason: str = "episode_end") -> None:
-        """Stop the timer, then undo every active fault, newest first. Idempotent."""
+        """Stop the tickers, then undo every active fault, newest first. Idempotent."""
         self.stop_timer()
         with self._lock:
             for slot in reversed(self.slots):
@@ -353,15 +374,17 @@ class PerturbationEngine:
         self.state.ground_truth.faults.append(rec)
         slot.record = rec
         beh = behaviour_for(entry, self.supplied)
-        beh.injected_step = self.state.step  # type: ignore[attr-defined]
-        if entry.fault.type in self._unavailable:
-            rec.error = f"unavailable: {self._unavailable[entry.fault.type]}"
+        beh.injected_step = self.state.step
+        if entry.name in self._unavailable:
+            rec.error = f"unavailable: {self._unavailable[entry.name]}"
             log.warning("fault %s (%s) not injected: %s", entry.name, entry.fault.type, rec.error)
             return
         try:
             beh.inject(self.ctx)
         except FaultUnavailable as e:
             rec.error = f"unavailable: {e}"
+        except Unsupported as e:
+            rec.error = f"unavailable: {e.reason}"
         except Exception as e:
             rec.error = f"injection failed: {type(e).__name__}: {e}"
             log.warning("fault %s: injection failed: %s", entry.name, e)
@@ -375,6 +398,10 @@ class PerturbationEngine:
         slot.active = beh
         if entry.fault.instant:
             self._finish(slot, "expiry", now)
+            return
+        d = entry.duration
+        if d is not None and d.seconds is not None and entry.recovery == "auto":
+            self._schedule(d.seconds, slot, rec, "expiry")
 
     def _recover(self, slot: _Slot, reason: str) -> None:
         beh = slot.active
@@ -386,7 +413,7 @@ class PerturbationEngine:
             log.warning("fault %s: recovery failed: %s", slot.entry.name, e)
             if slot.record is not None and slot.record.error is None:
                 slot.record.error = f"recovery failed: {type(e).__name__}: {e}"
-        self._finish(slot, reason, self.clock())
+        self._finish(slot, reason, self.clock.time())
 
     def _finish(self, slot: _Slot, reason: str, now: float) -> None:
         rec = slot.record

@@ -25,9 +25,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+if TYPE_CHECKING:
+    from mlsandbox.backends.protocols import Support
 
 SERVICES: tuple[str, ...] = ("minio", "mlflow", "prefect-server", "prefect-worker")
 """Services a service fault may target."""
@@ -692,6 +695,46 @@ def check_plan(
                 )
         if isinstance(p.fault, PoolShrinkFault):
             _check_pool_shrink(p.fault, where, compute)
+
+
+# ------------------------------------------------------------------------------------ what a backend does
+
+
+def capabilities_of(fault_type: str, target_kind: str) -> tuple[str, ...]:
+    """The runtime capabilities a fault of ``fault_type`` on a ``target_kind`` target acts through, besides
+    the backend's mechanism for the fault type itself (``fault:TYPE``): a source fault needs the data
+    sources, a config fault the config store, a dataset fault the object store, a job fault the jobs, the
+    others fault control; a pool shrink acts on the world's compute pool and a plug-in's fault on what it
+    chooses, so they need nothing declared here."""
+    if target_kind == "source":
+        return ("sources",)
+    if target_kind == "config":
+        return ("config",)
+    if target_kind == "dataset":
+        return ("object_store",)
+    if target_kind == "pool" or fault_type not in FAULT_TYPES:
+        return ()
+    if fault_type in ("job_timeout", "divergent_learning_rate"):
+        return ("jobs",)
+    return ("faults",)
+
+
+def refusal(fault_type: str, target_kind: str, support: Support) -> str | None:
+    """Why the backend described by ``support`` cannot make a ``fault_type`` fault on a ``target_kind``
+    target real, or None when it can."""
+    why = support.reason(f"fault:{fault_type}")
+    if why is not None:
+        return why
+    for capability in capabilities_of(fault_type, target_kind):
+        why = support.reason(capability)
+        if why is not None:
+            return f"it needs {capability}, which the {support.backend} backend refuses: {why}"
+    return None
+
+
+def unsupported_reason(entry: Perturbation, support: Support) -> str | None:
+    """Why the backend described by ``support`` cannot make ``entry``'s fault real, or None."""
+    return refusal(entry.fault.type, entry.target_kind, support)
 
 
 _SOURCE_KINDS: dict[str, tuple[str, ...]] = {

@@ -84,9 +84,18 @@ class KubeBackend:
         return BACKEND
 
     def support(self) -> Support:
-        """What a kube sandbox refuses whatever its cluster (the runtime's support adds what this
-        cluster lacks)."""
-        return Support(backend=BACKEND, unsupported=dict(STATIC_UNSUPPORTED))
+        """What a kube sandbox refuses, known without a sandbox: the static refusals, and the fault types
+        whose mechanism the cluster lacks (no Chaos Mesh CRDs; with no cluster reachable, those are
+        marked as needing Chaos Mesh). The runtime's support adds what the running sandbox lacks."""
+        from mlsandbox.backends.kube.faults.control import unavailable_on
+
+        try:
+            cluster: Cluster | None = self.cluster
+        except NotRunningError:
+            cluster = None
+        refused = dict(STATIC_UNSUPPORTED)
+        refused.update({f"fault:{kind}": why for kind, why in unavailable_on(cluster).items()})
+        return Support(backend=BACKEND, unsupported=refused)
 
     @property
     def cluster(self) -> Cluster:
@@ -117,7 +126,7 @@ class KubeBackend:
         except (TransientApiError, ApiRefused, NotRunningError):
             return  # no cluster: nothing of ours can be left on it
         runtime = self._runtime(check=False)
-        runtime.faults.recover_everything()
+        runtime.faults.recover_all()
         runtime.model_serving.cleanup()
         runtime.flow_cleanup()
         runtime.jobs.delete_all()

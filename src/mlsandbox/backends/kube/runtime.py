@@ -24,6 +24,7 @@ from mlsandbox import paths
 from mlsandbox.backends.common.audit import FileAuditLog
 from mlsandbox.backends.common.clients import ServiceClients
 from mlsandbox.backends.common.clock import RealClock
+from mlsandbox.backends.kube.faults.control import UNAVAILABLE as FAULTS_UNAVAILABLE
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
 from mlsandbox.backends.protocols import Endpoints, Support
 from mlsandbox.workloads.contract import endpoint_env
@@ -36,7 +37,7 @@ from .serving import FEATURE_PORT, SERVER_PORT, KubeServing
 
 BACKEND = "kube"
 STATIC_UNSUPPORTED: dict[str, str] = {
-    "fault:reset_peer": "Chaos Mesh has no TCP-reset action (use timeout or endpoint_down)",
+    **{f"fault:{kind}": why for kind, why in FAULTS_UNAVAILABLE.items()},
 }
 """What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
 KIND_ENDPOINTS = {

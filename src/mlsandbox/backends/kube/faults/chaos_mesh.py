@@ -54,15 +54,18 @@ class _Model(BaseModel):
 
 
 class Target(_Model):
-    """Pods of one component of the sandbox: all of them, or some (``mode`` and ``value``)."""
+    """Pods of one component of the sandbox: all of them, or some (``mode`` and ``value``); ``labels``
+    narrow them further (one job's pods)."""
 
     component: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     mode: Mode = "all"
     value: str | None = None
     """For ``fixed`` (a count) and the percent modes (a percentage)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """More labels the pods carry (besides the component's)."""
 
     def selector(self, namespace: str) -> dict[str, Any]:
-        return {"namespaces": [namespace], "labelSelectors": {COMPONENT_LABEL: self.component}}
+        return {"namespaces": [namespace], "labelSelectors": {COMPONENT_LABEL: self.component, **self.labels}}
 
     def fields(self, namespace: str) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, "selector": self.selector(namespace)}

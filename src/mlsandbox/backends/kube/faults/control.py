@@ -1,18 +1,9 @@
 """Faults on the kube backend: the :class:`~mlsandbox.backends.protocols.FaultControl` over Kubernetes.
 
-Two mechanisms:
-
-- **Kubernetes-native faults** (no add-on needed): :class:`ScaleToZero`, :class:`WrongImage`,
-  :class:`WrongServicePort`, :class:`ExhaustQuota`, :class:`CordonNode`. Each is a change to one object;
-  :func:`inject_patch` builds the strategic-merge patch that makes the change *and* records the original
-  value on the object itself (annotation :data:`ORIGINAL_ANNOTATION`, JSON) with the label
-  :data:`NATIVE_FAULT_LABEL` = fault type (so a crashed run leaves a record that :func:`recover_all`
-  finds by label). Injecting twice keeps the first original; :func:`recover_patch` puts the original back
-  and removes the record, and is a no-op (None) on an object without one: recovery is idempotent.
-- **Chaos Mesh** resources (:mod:`.chaos`): created with the sandbox's label, deleted to recover.
-
-How the backend-neutral operations map (``services`` are the chart's Deployments in the control namespace,
-found by their ``app.kubernetes.io/component`` label):
+Two mechanisms: the Kubernetes-native faults of :mod:`.native` (each a recorded change to one object, no
+add-on needed) and Chaos Mesh objects (:mod:`.chaos_mesh`), created with the sandbox's label and deleted
+to recover. How the backend-neutral operations map (``services`` are the chart's Deployments in the
+control namespace, found by their ``app.kubernetes.io/component`` label):
 
 ====================  ==========================================================================
 operation             on kube
@@ -25,283 +16,86 @@ network latency       NetworkChaos ``delay`` on the endpoint's pods
 network bandwidth     NetworkChaos ``bandwidth`` (Toxiproxy KB/s x 8 = kbps)
 network timeout       NetworkChaos ``loss`` 100 % (connections hang until the client times out)
 endpoint down         NetworkChaos ``loss`` 100 % (set_enabled(False); True deletes it)
-reset_peer            unavailable (Chaos Mesh has no TCP reset action)
+reset_peer            unsupported (Chaos Mesh has no TCP reset action)
 bucket quota          MinIO's admin API on the S3 endpoint (as on ``local``)
 job limits            in-place pod resize (``KubeJobs.set_resources``), originals in an annotation
+cpu contention        StressChaos ``cpu`` stressors on the service's pods, or on each job's pods
+http faults           unsupported (the services' fault hooks are inside their pods, and HTTPChaos
+                      cannot fail a share of the requests with a status)
 ====================  ==========================================================================
+
+Without the Chaos Mesh CRDs in the cluster, what needs them raises
+:class:`~mlsandbox.errors.Unsupported` and :meth:`KubeFaultControl.unavailable` says so;
+:func:`unavailable_on` answers the same for a cluster (or none reachable) without a sandbox.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import httpx
 
 from mlsandbox import httpclients
 from mlsandbox.backends.kube.cluster import ApiRefused, Cluster, TransientApiError
 from mlsandbox.backends.kube.faults import chaos_mesh as C
+from mlsandbox.backends.kube.faults.native import (
+    NativeFault,
+    ScaleToZero,
+    inject_native,
+    recover_native,
+)
+from mlsandbox.backends.kube.faults.native import recover_all as recover_all_native
 from mlsandbox.backends.kube.jobs import JOB_API, KubeJobs
-from mlsandbox.backends.protocols import Endpoints, ServiceHealth
+from mlsandbox.backends.protocols import NETWORK_FAULTS, Endpoints, HttpFault, ServiceHealth
+from mlsandbox.errors import Unsupported
 
-NATIVE_FAULT_LABEL = "mlsandbox.dev/native-fault"
-ORIGINAL_ANNOTATION = "mlsandbox.dev/native-fault-original"
-SANDBOX_ANNOTATION = "mlsandbox.dev/native-fault-sandbox"
+BACKEND = "kube"
 JOB_LIMITS_ANNOTATION = "mlsandbox.dev/original-limits"
-MISSING_IMAGE = "registry.invalid/mlsandbox/missing:0"
-WRONG_PORT = 1
 CHAOS_KINDS = ("PodChaos", "NetworkChaos", "StressChaos", "HTTPChaos", "IOChaos", "TimeChaos")
 SERVICES = ("minio", "mlflow", "prefect-server", "prefect-worker")
 PROXIED = ("minio", "mlflow")
 """The endpoints network faults apply to (as the local backend's Toxiproxy proxies)."""
-NEEDS_CHAOS_MESH = ("freeze_service", "latency", "bandwidth", "timeout", "endpoint_down", "crash_loop")
+
+NO_RESET_PEER = "Chaos Mesh has no TCP-reset action (use timeout or endpoint_down)"
+NO_HTTP_FAULT = (
+    "the HTTP services' fault hooks are inside their pods, and Chaos Mesh's HTTPChaos cannot fail a "
+    "share of the requests with a status"
+)
+UNAVAILABLE: dict[str, str] = {"reset_peer": NO_RESET_PEER, "http_errors": NO_HTTP_FAULT}
+"""Fault types the kube backend refuses whatever its cluster has."""
+NEEDS_CHAOS_MESH: tuple[str, ...] = (
+    "freeze_service",
+    *(f for f in NETWORK_FAULTS if f != "reset_peer"),
+    "cpu_contention",
+)
+"""Fault types made real by Chaos Mesh objects."""
+NO_CHAOS_MESH = (
+    "the Chaos Mesh CRDs (chaos-mesh.org) are not installed in the cluster (make sandbox-up installs them)"
+)
+UNKNOWN_CHAOS_MESH = "needs Chaos Mesh in the cluster (no cluster is reachable to check for its CRDs)"
 
 Manifest = dict[str, Any]
 
 
-# ---------------------------------------------------------------------------------- native faults
-
-
-@dataclass(frozen=True)
-class NativeFault:
-    """One change to one object; subclasses say which object, what to remember and what to set."""
-
-    type: ClassVar[str]
-    api_version: ClassVar[str]
-    kind: ClassVar[str]
-    name: str
-    namespace: str | None
-
-    def original(self, obj: Mapping[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def change(self, obj: Mapping[str, Any]) -> Manifest:
-        raise NotImplementedError
-
-    @classmethod
-    def restore(cls, original: Any) -> Manifest:
-        raise NotImplementedError
-
-
-def _containers(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return list(((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [])
-
-
-@dataclass(frozen=True)
-class ScaleToZero(NativeFault):
-    """A Deployment scaled to zero replicas (remembers its replica count)."""
-
-    type: ClassVar[str] = "scale_to_zero"
-    api_version: ClassVar[str] = "apps/v1"
-    kind: ClassVar[str] = "Deployment"
-
-    def original(self, obj: Mapping[str, Any]) -> Any:
-        return {"replicas": (obj.get("spec") or {}).get("replicas", 1)}
-
-    def change(self, obj: Mapping[str, Any]) -> Manifest:
-        return {"spec": {"replicas": 0}}
-
-    @classmethod
-    def restore(cls, original: Any) -> Manifest:
-        return {"spec": {"replicas": int(original["replicas"])}}
-
-
-@dataclass(frozen=True)
-class WrongImage(NativeFault):
-    """A Deployment's container set to an image that cannot be pulled (remembers the image)."""
-
-    type: ClassVar[str] = "wrong_image"
-    api_version: ClassVar[str] = "apps/v1"
-    kind: ClassVar[str] = "Deployment"
-    container: str | None = None
-    image: str = MISSING_IMAGE
-
-    def _container(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        containers = _containers(obj)
-        for c in containers:
-            if self.container is None or c.get("name") == self.container:
-                return c
-        raise ValueError(f"{self.kind} {self.name} has no container {self.container!r}")
-
-    def original(self, obj: Mapping[str, Any]) -> Any:
-        c = self._container(obj)
-        return {"container": c["name"], "image": c["image"]}
-
-    def change(self, obj: Mapping[str, Any]) -> Manifest:
-        name = self._container(obj)["name"]
-        return {"spec": {"template": {"spec": {"containers": [{"name": name, "image": self.image}]}}}}
-
-    @classmethod
-    def restore(cls, original: Any) -> Manifest:
-        containers = [{"name": original["container"], "image": original["image"]}]
-        return {"spec": {"template": {"spec": {"containers": containers}}}}
-
-
-@dataclass(frozen=True)
-class WrongServicePort(NativeFault):
-    """A Service whose ports all point at the wrong container port (remembers each targetPort)."""
-
-    type: ClassVar[str] = "wrong_service_port"
-    api_version: ClassVar[str] = "v1"
-    kind: ClassVar[str] = "Service"
-    target_port: int = WRONG_PORT
-
-    def original(self, obj: Mapping[str, Any]) -> Any:
-        ports = (obj.get("spec") or {}).get("ports") or []
-        return {"ports": [{"port": p["port"], "targetPort": p.get("targetPort", p["port"])} for p in ports]}
-
-    def change(self, obj: Mapping[str, Any]) -> Manifest:
-        ports = (obj.get("spec") or {}).get("ports") or []
-        return {"spec": {"ports": [{"port": p["port"], "targetPort": self.target_port} for p in ports]}}
-
-    @classmethod
-    def restore(cls, original: Any) -> Manifest:
-        return {"spec": {"ports": [dict(p) for p in original["ports"]]}}
-
-
-@dataclass(frozen=True)
-class ExhaustQuota(NativeFault):
-    """A ResourceQuota whose every hard limit is set to what is used now: nothing more fits."""
-
-    type: ClassVar[str] = "exhaust_quota"
-    api_version: ClassVar[str] = "v1"
-    kind: ClassVar[str] = "ResourceQuota"
-
-    def original(self, obj: Mapping[str, Any]) -> Any:
-        return {"hard": dict((obj.get("spec") or {}).get("hard") or {})}
-
-    def change(self, obj: Mapping[str, Any]) -> Manifest:
-        hard = (obj.get("spec") or {}).get("hard") or {}
-        used = (obj.get("status") or {}).get("used") or {}
-        return {"spec": {"hard": {key: str(used.get(key, "0")) for key in hard}}}
-
-    @classmethod
-    def restore(cls, original: Any) -> Manifest:
-        return {"spec": {"hard": dict(original["hard"])}}
-
-
-@dataclass(frozen=True)
-class CordonNode(NativeFault):
-    """A node marked unschedulable (remembers whether it already was)."""
-
-    type: ClassVar[str] = "cordon_node"
-    api_version: ClassVar[str] = "v1"
-    kind: ClassVar[str] = "Node"
-    namespace: str | None = None
-
-    def original(self, obj: Mapping[str, Any]) -> Any:
-        return {"unschedulable": bool((obj.get("spec") or {}).get("unschedulable", False))}
-
-    def change(self, obj: Mapping[str, Any]) -> Manifest:
-        return {"spec": {"unschedulable": True}}
-
-    @classmethod
-    def restore(cls, original: Any) -> Manifest:
-        return {"spec": {"unschedulable": bool(original["unschedulable"])}}
-
-
-NATIVE_FAULTS: dict[str, type[NativeFault]] = {
-    f.type: f for f in (ScaleToZero, WrongImage, WrongServicePort, ExhaustQuota, CordonNode)
-}
-
-
-def _record(obj: Mapping[str, Any]) -> tuple[str | None, Any]:
-    meta = obj.get("metadata") or {}
-    kind = (meta.get("labels") or {}).get(NATIVE_FAULT_LABEL)
-    raw = (meta.get("annotations") or {}).get(ORIGINAL_ANNOTATION)
-    return kind, (json.loads(raw) if raw else None)
-
-
-def _deep_merge(a: Manifest, b: Mapping[str, Any]) -> Manifest:
-    out = dict(a)
-    for key, value in b.items():
-        out[key] = (
-            _deep_merge(out[key], value)
-            if isinstance(value, Mapping) and isinstance(out.get(key), dict)
-            else value
-        )
+def unavailable_on(cluster: Cluster | None) -> dict[str, str]:
+    """Fault types a kube sandbox on ``cluster`` cannot make real, checked without a sandbox (None, or a
+    cluster that does not answer: the Chaos Mesh faults are marked as needing it)."""
+    out = dict(UNAVAILABLE)
+    served: bool | None = None
+    if cluster is not None:
+        try:
+            cluster.version()
+            served = cluster.serves(C.API_VERSION, "PodChaos")
+        except Exception:  # no answer (refused, timed out, no credentials): unknown
+            served = None
+    if not served:
+        out.update(dict.fromkeys(NEEDS_CHAOS_MESH, NO_CHAOS_MESH if served is False else UNKNOWN_CHAOS_MESH))
     return out
-
-
-def inject_patch(fault: NativeFault, obj: Mapping[str, Any], sandbox: str) -> Manifest:
-    """The patch applying ``fault`` to ``obj`` and recording its original value on it. An object already
-    carrying a record of this fault keeps that (first) original; :class:`ValueError` when it carries
-    another fault's record (two native faults on one object are refused)."""
-    kind, original = _record(obj)
-    if kind is not None and kind != fault.type:
-        raise ValueError(f"{fault.kind} {fault.name} already carries the {kind} fault; recover it first")
-    if original is None:
-        original = fault.original(obj)
-    record = {
-        "metadata": {
-            "labels": {NATIVE_FAULT_LABEL: fault.type},
-            "annotations": {
-                ORIGINAL_ANNOTATION: json.dumps(original, sort_keys=True),
-                SANDBOX_ANNOTATION: sandbox,
-            },
-        }
-    }
-    return _deep_merge(record, fault.change(obj))
-
-
-def recover_patch(obj: Mapping[str, Any]) -> Manifest | None:
-    """The patch putting back what the recorded fault changed and removing the record; None without one."""
-    kind, original = _record(obj)
-    if kind is None or kind not in NATIVE_FAULTS:
-        return None
-    erase = {
-        "metadata": {
-            "labels": {NATIVE_FAULT_LABEL: None},
-            "annotations": {ORIGINAL_ANNOTATION: None, SANDBOX_ANNOTATION: None},
-        }
-    }
-    if original is None:
-        return erase
-    restore = NATIVE_FAULTS[kind].restore(original)
-    return _deep_merge(erase, restore)
-
-
-def inject_native(cluster: Cluster, fault: NativeFault, sandbox: str) -> dict[str, Any]:
-    """Apply ``fault`` (idempotent); :class:`KeyError` when its object does not exist."""
-    obj = cluster.get(fault.api_version, fault.kind, fault.name, fault.namespace)
-    if obj is None:
-        raise KeyError(f"{fault.kind} {fault.name} not found")
-    patched = cluster.patch(
-        fault.api_version, fault.kind, fault.name, fault.namespace, inject_patch(fault, obj, sandbox)
-    )
-    return patched or obj
-
-
-def recover_native(cluster: Cluster, api_version: str, kind: str, name: str, namespace: str | None) -> bool:
-    """Undo the fault recorded on an object; False when there was nothing to undo (or no object)."""
-    obj = cluster.get(api_version, kind, name, namespace)
-    patch = recover_patch(obj) if obj is not None else None
-    if patch is None:
-        return False
-    cluster.patch(api_version, kind, name, namespace, patch)
-    return True
-
-
-def recover_all(cluster: Cluster, namespaces: list[str], sandbox: str | None = None) -> list[str]:
-    """Undo every recorded native fault in ``namespaces`` and on nodes (only ``sandbox``'s when given)."""
-    recovered: list[str] = []
-    for fault_type in NATIVE_FAULTS.values():
-        scopes: list[str | None] = [None] if fault_type.kind == "Node" else list(namespaces)
-        for ns in scopes:
-            for obj in cluster.list(fault_type.api_version, fault_type.kind, ns, selector=NATIVE_FAULT_LABEL):
-                meta = obj["metadata"]
-                if sandbox is not None and (meta.get("annotations") or {}).get(SANDBOX_ANNOTATION) not in (
-                    None,
-                    sandbox,
-                ):
-                    continue
-                if recover_native(cluster, fault_type.api_version, fault_type.kind, meta["name"], ns):
-                    recovered.append(f"{fault_type.kind}/{meta['name']}")
-    return recovered
 
 
 # --------------------------------------------------------------------------------------- chaos mesh
@@ -378,6 +172,7 @@ class KubeServiceControl:
 
     def freeze(self, service: str) -> None:
         self.deployment(service)
+        self.control.require_chaos_mesh("freeze_service")
         self.control.create_chaos(freeze_fault(service), namespace=self.control.control_namespace)
 
     def thaw(self, service: str) -> None:
@@ -461,6 +256,8 @@ class KubeNetworkControl:
     ) -> None:
         """``stream`` is ignored: NetworkChaos shapes the pods' traffic in both directions."""
         self._check(endpoint)
+        if kind == "reset_peer":
+            raise Unsupported("fault:reset_peer", BACKEND, NO_RESET_PEER)
         fault = network_fault(chaos_name(f"{endpoint}-{name}"), endpoint, kind, attributes)
         self.control.create_chaos(fault, namespace=self.control.control_namespace)
 
@@ -505,6 +302,8 @@ class KubeFaultControl:
         self.jobs = jobs
         self._services = KubeServiceControl(self)
         self._chaos_mesh: bool | None = None
+        self._contention: dict[str, tuple[str, int, set[str]]] = {}
+        """Contention key -> (target, workers, jobs caught)."""
 
     # ------------------------------------------------------------------------------------ protocol
 
@@ -513,8 +312,10 @@ class KubeFaultControl:
         return self._services
 
     @property
-    def network(self) -> KubeNetworkControl | None:
-        return KubeNetworkControl(self) if self.chaos_mesh() else None
+    def network(self) -> KubeNetworkControl:
+        if not self.chaos_mesh():
+            raise Unsupported("faults.network", BACKEND, NO_CHAOS_MESH)
+        return KubeNetworkControl(self)
 
     def set_bucket_quota(self, bucket: str, quota_bytes: int | None) -> None:
         from mlsandbox.backends.common.minio import set_bucket_quota
@@ -551,19 +352,91 @@ class KubeFaultControl:
             {"metadata": {"annotations": {JOB_LIMITS_ANNOTATION: None}}},
         )
 
+    def set_http_fault(self, target: str, fault: HttpFault, *, episode_id: str) -> None:
+        raise Unsupported("fault:http_errors", BACKEND, NO_HTTP_FAULT)
+
+    def clear_http_fault(self, target: str, *, episode_id: str) -> None:
+        """Nothing to clear: no HTTP fault is ever set here."""
+
+    def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
+        """StressChaos ``cpu`` stressors (``workers`` of them, full load) in the pods of a service
+        (``service:NAME``); for ``jobs``, one per job as :meth:`refresh_contention` is told of it.
+        ``pin`` has no meaning here: the stressors run in the pods' own CPU allowance."""
+        self.require_chaos_mesh("cpu_contention")
+        if target != "jobs":
+            kind, _, service = target.partition(":")
+            if kind != "service":
+                raise ValueError(f"a contention target is service:NAME or jobs, got {target!r}")
+            self.services.deployment(service)  # an unknown service fails here
+        if key in self._contention:
+            return
+        self._contention[key] = (target, workers, set())
+        if target != "jobs":
+            stress = C.StressCpu(
+                name=self._stress_name(key),
+                target=C.Target(component=target.split(":", 1)[1]),
+                workers=workers,
+            )
+            self.create_chaos(stress, namespace=self.control_namespace)
+
+    def refresh_contention(self, key: str, jobs: Sequence[str] = ()) -> list[str]:
+        """New job pods get their own StressChaos (a service's pods are selected by label already)."""
+        from mlsandbox.backends.kube import manifests as M
+
+        found = self._contention.get(key)
+        if found is None or found[0] != "jobs":
+            return []
+        _, workers, caught = found
+        new = []
+        for job_id in dict.fromkeys(jobs):
+            if job_id in caught:
+                continue
+            try:
+                status = self.jobs.get(job_id)
+            except KeyError:
+                continue
+            if status.state != "running":
+                continue
+            pod = self.jobs.pod(job_id)
+            component = ((pod or {}).get("metadata") or {}).get("labels", {}).get(M.COMPONENT_LABEL)
+            if not component:
+                continue
+            target = C.Target(component=component, labels={M.JOB_ID_LABEL: M.job_name(job_id)})
+            stress = C.StressCpu(name=self._stress_name(key, job_id), target=target, workers=workers)
+            self.create_chaos(stress, namespace=self.namespace)
+            caught.add(job_id)
+            new.append(job_id)
+        return new
+
+    def stop_contention(self, key: str) -> None:
+        found = self._contention.pop(key, None)
+        if found is None:
+            return
+        target, _, caught = found
+        if target != "jobs":
+            self.delete_named_chaos("StressChaos", self._stress_name(key), self.control_namespace)
+        for job_id in caught:
+            self.delete_named_chaos("StressChaos", self._stress_name(key, job_id), self.namespace)
+
+    @staticmethod
+    def _stress_name(key: str, job_id: str | None = None) -> str:
+        digest = hashlib.sha256(f"{key}/{job_id or ''}".encode()).hexdigest()[:12]
+        return f"cpu-{digest}"
+
+    def recover_all(self) -> list[str]:
+        """Every chaos object and native change of this sandbox, undone (``down``, a reset, after a
+        crash: what it finds on the cluster by label, whoever made it)."""
+        self._contention.clear()
+        deleted = self.delete_all_chaos()
+        recovered = recover_all_native(
+            self.cluster, list(dict.fromkeys((self.namespace, self.control_namespace))), self.sandbox
+        )
+        return [*recovered, *([f"{deleted} Chaos Mesh object(s)"] if deleted else [])]
+
     def unavailable(self) -> dict[str, str]:
-        out = {"reset_peer": "Chaos Mesh has no TCP-reset action (use timeout or endpoint_down)"}
+        out = dict(UNAVAILABLE)
         if not self.chaos_mesh():
-            reason = "the Chaos Mesh CRDs (chaos-mesh.org) are not installed in the cluster (make sandbox-up installs them)"
-            out.update(dict.fromkeys(NEEDS_CHAOS_MESH, reason))
-            out.update(
-                dict.fromkeys(
-                    ("pod_kill", "pod_failure", "container_kill", "stress_cpu", "stress_memory"), reason
-                )
-            )
-            out.update(
-                dict.fromkeys(("http_abort", "http_delay", "io_latency", "io_fault", "time_skew"), reason)
-            )
+            out.update(dict.fromkeys(NEEDS_CHAOS_MESH, NO_CHAOS_MESH))
         return out
 
     # --------------------------------------------------------------------------------- chaos mesh
@@ -577,10 +450,14 @@ class KubeFaultControl:
     def chaos_manifest(self, fault: C.ChaosFault, *, namespace: str | None = None) -> Manifest:
         return C.chaos_resource(fault, namespace=namespace or self.namespace, sandbox=self.sandbox)
 
-    def create_chaos(self, fault: C.ChaosFault, *, namespace: str | None = None) -> Manifest:
-        """Create (or update) the Chaos Mesh object of ``fault``; :class:`ApiRefused` without Chaos Mesh."""
+    def require_chaos_mesh(self, fault_type: str) -> None:
+        """:class:`Unsupported` (``fault:TYPE``) when the cluster has no Chaos Mesh."""
         if not self.chaos_mesh():
-            raise ApiRefused(404, self.unavailable()["pod_kill"])
+            raise Unsupported(f"fault:{fault_type}", BACKEND, NO_CHAOS_MESH)
+
+    def create_chaos(self, fault: C.ChaosFault, *, namespace: str | None = None) -> Manifest:
+        """Create (or update) the Chaos Mesh object of ``fault``; :class:`Unsupported` without Chaos Mesh."""
+        self.require_chaos_mesh(fault.type)
         manifest = self.chaos_manifest(fault, namespace=namespace)
         self.cluster.apply(manifest)
         return manifest
@@ -621,14 +498,6 @@ class KubeFaultControl:
 
     def recover(self, fault: NativeFault) -> bool:
         return recover_native(self.cluster, fault.api_version, fault.kind, fault.name, fault.namespace)
-
-    def recover_everything(self) -> list[str]:
-        """Every chaos object and native change this sandbox made, undone (``down`` and resets)."""
-        deleted = self.delete_all_chaos()
-        recovered = recover_all(
-            self.cluster, list(dict.fromkeys((self.namespace, self.control_namespace))), self.sandbox
-        )
-        return [*recovered, *([f"{deleted} Chaos Mesh object(s)"] if deleted else [])]
 
     def probe_url(self, service: str) -> str | None:
         """Where a client checks the service answers (None: readiness of its Deployment only)."""
