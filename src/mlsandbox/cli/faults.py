@@ -18,7 +18,7 @@ from mlsandbox.backends import DEFAULT_BACKEND, get_backend
 from mlsandbox.backends.protocols import Support
 from mlsandbox.cli.common import backend_option
 from mlsandbox.faults.curriculum import LEVELS, level
-from mlsandbox.scenario.perturbations import FAULT_MODELS, refusal
+from mlsandbox.scenario.perturbations import FAULT_MODELS, Perturbation, refusal
 
 console = Console()
 curriculum_app = typer.Typer(help="Curricula of perturbations, simple to combined.", no_args_is_help=True)
@@ -47,7 +47,7 @@ def curriculum_show(
     for col in ("level", "difficulty", "budget", "fault", "target", "when", "duration", "recovery"):
         table.add_column(col)
     for lv in levels:
-        rows = lv.plan or [None]
+        rows: list[Perturbation | None] = [*lv.plan] or [None]
         for i, p in enumerate(rows):
             head = [lv.name, str(lv.difficulty), f"x{lv.budget_factor:g}"] if i == 0 else ["", "", ""]
             if p is None:

@@ -22,6 +22,7 @@ mechanisms of the layer above the engine: the gateway's sources pack supplies th
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
 from collections.abc import Sequence
@@ -80,8 +81,8 @@ class AtStep(_Model):
 
 
 class AtTime(_Model):
-    """Once, ``at_time`` seconds after the episode started: fired by the engine's timer between steps
-    (or at the next step boundary, whichever comes first)."""
+    """Once, ``at_time`` seconds after the episode started: fired by a ticker of the runtime's clock
+    between steps (or at the next step boundary, whichever comes first)."""
 
     at_time: float = Field(gt=0)
 
@@ -131,7 +132,8 @@ When = Annotated[
 
 
 class Duration(_Model):
-    """How long an injected fault lasts: ``steps`` step boundaries or ``seconds`` of wall clock."""
+    """How long an injected fault lasts: ``steps`` step boundaries or ``seconds`` of the runtime's clock
+    (the wall clock on local and kube, virtual time on sim)."""
 
     steps: int | None = Field(default=None, ge=1)
     seconds: float | None = Field(default=None, gt=0)
@@ -508,7 +510,7 @@ class PluginFault(_Fault):
         return self
 
     @property
-    def behaviour(self) -> type:
+    def behaviour(self) -> builtins.type[Any]:
         """The plug-in's behaviour class."""
         return plugin_fault_types()[self.type]
 
@@ -519,16 +521,18 @@ class PluginFault(_Fault):
         extra = dict(self.model_extra or {})
         return params.model_validate(extra) if params is not None else extra
 
+    # A plug-in's fault reads what the built-in ones declare as class variables from its behaviour class.
+
     @property
-    def targets(self) -> tuple[str, ...]:
+    def targets(self) -> tuple[TargetKind, ...]:  # type: ignore[override]
         return tuple(self.behaviour.targets)
 
     @property
-    def default_target(self) -> str | None:
+    def default_target(self) -> str | None:  # type: ignore[override]
         return getattr(self.behaviour, "default_target", None)
 
     @property
-    def instant(self) -> bool:
+    def instant(self) -> bool:  # type: ignore[override]
         return bool(getattr(self.behaviour, "instant", False))
 
 

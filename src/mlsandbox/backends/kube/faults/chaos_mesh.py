@@ -43,6 +43,7 @@ SANDBOX_LABEL = "mlsandbox.dev/sandbox"
 FAULT_LABEL = "mlsandbox.dev/fault"
 
 Mode = Literal["one", "all", "fixed", "fixed-percent", "random-max-percent"]
+ClockId = Literal["CLOCK_REALTIME", "CLOCK_MONOTONIC", "CLOCK_BOOTTIME"]
 _DURATION = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)$"
 _NAME = r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$"
 
@@ -192,9 +193,7 @@ class TimeSkew(_Fault):
     target: Target
     offset: str = Field(pattern=r"^-?([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")
     """How far the clocks move (Go duration, e.g. ``-10m``, ``2h30m``)."""
-    clock_ids: list[Literal["CLOCK_REALTIME", "CLOCK_MONOTONIC", "CLOCK_BOOTTIME"]] = Field(
-        default_factory=lambda: ["CLOCK_REALTIME"]
-    )
+    clock_ids: list[ClockId] = Field(default_factory=lambda: list[ClockId](["CLOCK_REALTIME"]))
     containers: list[str] = Field(default_factory=list)
 
 
@@ -232,7 +231,7 @@ def _spec(fault: ChaosFault, namespace: str) -> tuple[str, dict[str, Any]]:
         case KillService():
             return "PodChaos", {"action": "pod-kill", **Target(component=fault.service).fields(namespace)}
         case PodKill():
-            spec = {"action": "pod-kill", **fault.target.fields(namespace)}
+            spec: dict[str, Any] = {"action": "pod-kill", **fault.target.fields(namespace)}
             if fault.grace_period_s:
                 spec["gracePeriod"] = fault.grace_period_s
             return "PodChaos", spec
@@ -272,7 +271,8 @@ def _spec(fault: ChaosFault, namespace: str) -> tuple[str, dict[str, Any]]:
             stressors = {"cpu": {"workers": fault.workers, "load": fault.load}}
             return "StressChaos", {**fault.target.fields(namespace), "stressors": stressors}
         case StressMemory():
-            stressors = {"memory": {"workers": fault.workers, "size": fault.size}}
+            memory: dict[str, Any] = {"workers": fault.workers, "size": fault.size}
+            stressors = {"memory": memory}
             return "StressChaos", {**fault.target.fields(namespace), "stressors": stressors}
         case HttpAbort() | HttpDelay():
             spec = {
