@@ -120,6 +120,38 @@ def test_frozen_service_hangs_until_thawed(control: Any) -> None:
     assert control.services.health("minio").healthy
 
 
+def test_recover_all_undoes_what_this_process_changed(runtime: Any, control: Any) -> None:
+    """The backstop of the engine's own recovery: every journaled change of this process, undone."""
+    store, bucket = runtime.object_store, "faults-recover-all"
+    store.create_bucket(bucket)
+    journal = control.journal.path
+    try:
+        control.network.add_toxic("minio", "t-all", "latency", {"latency": 300})
+        control.network.set_enabled("mlflow", False)
+        control.set_bucket_quota(bucket, 1)
+        control.services.freeze("prefect-worker")
+        control.start_contention("t-all", "service:prefect-server", 1)
+        burners = [
+            p
+            for p in psutil.Process().children()
+            if "mlsandbox.workloads.burn" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        assert len(burners) == 1 and journal.exists()
+        done = control.recover_all()
+        assert {"toxic:minio:t-all", "proxy:mlflow", f"quota:{bucket}", "frozen:prefect-worker"} <= set(done)
+        assert "contention:t-all" in done
+        assert control.network.toxics("minio") == [] and control.services.health("mlflow").healthy
+        worker = control.services._record("prefect-worker")
+        assert psutil.Process(worker.pid).status() != psutil.STATUS_STOPPED
+        store.put_object(bucket, "x", b"payload")  # no quota left
+        assert not any(b.is_running() and b.status() != psutil.STATUS_ZOMBIE for b in burners)
+        assert [k for k in control.journal.entry_keys() if not k.startswith("config:")] == []
+        assert control.recover_all() == []  # (episodes' config scopes are their config store's)
+    finally:
+        control.recover_all()
+        store.delete_bucket(bucket)
+
+
 def _burn(runtime: Any, job_id: str, *args: str, memory_mb: int = 512, cpus: float = 1.0) -> Any:
     spec = JobSpec(
         job_id=job_id,

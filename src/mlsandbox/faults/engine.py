@@ -228,22 +228,6 @@ class PerturbationEngine:
                 return
             self._recover(slot, "expiry")
 
-    def timer_tick(self) -> None:
-        """Between steps: recover faults whose seconds ran out, inject the ``at_time`` entries now due
-        (what the tickers do, all at once)."""
-        with self._lock:
-            if self._stopped:
-                return
-            now = self.clock.time()
-            for slot in self.slots:
-                d = slot.entry.duration
-                timed = slot.active is not None and d is not None and d.seconds is not None
-                if timed and self._expired(slot, now):
-                    self._recover(slot, "expiry")
-            for slot in self.slots:
-                if slot.active is None and isinstance(slot.entry.when, P.AtTime) and self._due(slot, now):
-                    self._inject(slot, now)
-
     def stop_timer(self) -> None:
         """Cancel the tickers (idempotent); no fault fires between steps any more."""
         with self._lock:
