@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+from tests.helpers import ok
 
 from mlsandbox.backends.local.jobs import cgroups_available
 from mlsandbox.backends.protocols import JobSpec
@@ -26,12 +27,6 @@ def _gateway(runtime: Any, sandbox: Any, compute: ComputePool, **update: Any) ->
     gw = Gateway(runtime, sc, seed=5, sandbox=sandbox.name)
     gw.start()
     return gw
-
-
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], obs["error"]
-    return obs["result"]
 
 
 @pytest.mark.skipif(not cgroups_available(), reason="memory limits need root and cgroup v1")
@@ -66,25 +61,25 @@ def test_a_job_that_does_not_fit_waits_in_the_queue_and_starts_when_capacity_fre
     gw = _gateway(runtime, sandbox, ComputePool(machines=[SMALL], capacity_cpus=1, capacity_memory_mb=4096))
     try:
         train = {"type": "train_model", "dataset": "raw/customers.parquet", "algorithm": "gradient_boosting"}
-        first = _ok(gw, {**train, "machine": "cpu-small", "hyperparams": {"max_iter": 50}})
-        second = _ok(gw, {**train, "machine": "cpu-small"})
+        first = ok(gw, {**train, "machine": "cpu-small", "hyperparams": {"max_iter": 50}})
+        second = ok(gw, {**train, "machine": "cpu-small"})
         assert first["state"] == "running" and second["state"] == "queued"
-        queue = _ok(gw, {"type": "get_queue"})
+        queue = ok(gw, {"type": "get_queue"})
         assert [q["job"] for q in queue["queue"]] == ["job-2"]
         assert "1 CPU requested, 0 of 1 free" in queue["queue"][0]["reason"]
         assert queue["pool"]["used_cpus"] == 1
-        assert _ok(gw, {"type": "get_job", "job_id": "job-2"})["state"] == "queued"
+        assert ok(gw, {"type": "get_job", "job_id": "job-2"})["state"] == "queued"
         assert gw.runtime.jobs.list(gw.state.job_label)[0].state == "running"  # one real process
         deadline = time.monotonic() + 240
         while gw.state.jobs["job-2"].state == "queued" and time.monotonic() < deadline:
-            _ok(gw, {"type": "wait", "seconds": 10})
+            ok(gw, {"type": "wait", "seconds": 10})
         assert gw.state.jobs["job-1"].state == "succeeded"
         assert gw.state.jobs["job-2"].state in ("running", "succeeded")
-        assert _ok(gw, {"type": "get_queue"})["queue"] == []
+        assert ok(gw, {"type": "get_queue"})["queue"] == []
         # Cancelling a queued job: it never starts.
-        _ok(gw, {**train, "machine": "cpu-small"})
+        ok(gw, {**train, "machine": "cpu-small"})
         if gw.state.jobs["job-3"].state == "queued":
-            assert _ok(gw, {"type": "cancel_job", "job_id": "job-3"})["state"] == "cancelled"
+            assert ok(gw, {"type": "cancel_job", "job_id": "job-3"})["state"] == "cancelled"
             assert gw.state.jobs["job-3"].state == "cancelled"
     finally:
         gw.close()
@@ -97,23 +92,23 @@ def test_idle_reservations_cost_credits_and_an_exhausted_budget_stops_new_work(
     pool = ComputePool(machines=[SMALL], capacity_cpus=2, capacity_memory_mb=4096)
     gw = _gateway(runtime, sandbox, pool, budget=Budget(credits=2.0, max_job_seconds=60))
     try:
-        res = _ok(gw, {"type": "request_resources", "machine": "cpu-small"})
+        res = ok(gw, {"type": "request_resources", "machine": "cpu-small"})
         assert res["reservation_id"] == "res-1" and res["state"] == "idle"
         bad = gw.step({"type": "request_resources", "machine": "cpu-large"}).observation
         assert bad["error"]["code"] == "not_found"
-        _ok(gw, {"type": "wait", "seconds": 2})
-        listed = _ok(gw, {"type": "list_machines"})
+        ok(gw, {"type": "wait", "seconds": 2})
+        listed = ok(gw, {"type": "list_machines"})
         (held,) = listed["reservations"]
         assert held["idle_credits"] >= 2 * SMALL.credits_per_second * 0.9
         assert gw.state.counters["idle_reserved_credits"] == pytest.approx(gw.state.extra_credits)
         assert listed["pool"]["free_cpus"] == 1
-        _ok(gw, {"type": "wait", "seconds": 3})  # 2.5+ credits by now: the budget is gone
+        ok(gw, {"type": "wait", "seconds": 3})  # 2.5+ credits by now: the budget is gone
         obs = gw.step({"type": "request_resources", "machine": "cpu-small"}).observation
         assert obs["error"]["code"] == "budget_exhausted"
         obs = gw.step(
             {"type": "train_model", "dataset": "raw/customers.csv", "algorithm": "gradient_boosting"}
         ).observation
         assert obs["error"]["code"] == "budget_exhausted"
-        assert _ok(gw, {"type": "list_machines"})["reservations"] == []  # released when credits ran out
+        assert ok(gw, {"type": "list_machines"})["reservations"] == []  # released when credits ran out
     finally:
         gw.close()

@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 import pytest
+from tests.helpers import err as _err
+from tests.helpers import ok as _ok
 
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.dispatcher import Gateway
@@ -23,18 +25,6 @@ def _start(runtime: Any, sandbox: Any, scenario: str, plan: list[dict[str, Any]]
     gw = Gateway(runtime, Scenario.model_validate(data), sandbox=sandbox.name)
     gw.start()
     return gw
-
-
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], obs["error"]
-    return obs["result"]
-
-
-def _err(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert not obs["ok"], obs["result"]
-    return obs["error"]
 
 
 def _record(gw: Gateway, name: str) -> FaultRecord:

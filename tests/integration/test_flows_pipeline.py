@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from tests.helpers import ok
 
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
@@ -18,20 +19,14 @@ SCENARIO = "pipeline-failure-upstream"
 TERMINAL = ("Completed", "Failed", "Crashed", "Cancelled")
 
 
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], obs["error"]
-    return obs["result"]
-
-
 def _finished(gw: Gateway, fr: str, timeout: float = 240) -> dict[str, Any]:
     """Wait (with the agent's own actions) until the flow run is in a final state."""
     deadline = time.monotonic() + timeout
     while True:
-        run = _ok(gw, {"type": "get_flow_run", "flow_run_id": fr, "log_lines": 200})
+        run = ok(gw, {"type": "get_flow_run", "flow_run_id": fr, "log_lines": 200})
         if run["state"] in TERMINAL or time.monotonic() > deadline:
             return run
-        _ok(gw, {"type": "wait", "seconds": 15})
+        ok(gw, {"type": "wait", "seconds": 15})
 
 
 @pytest.fixture()
@@ -43,7 +38,7 @@ def gw(runtime: Any, sandbox: Any) -> Any:
 
 
 def test_pipeline_failure_scenario_scripted_solution(gw: Gateway, runtime: Any) -> None:
-    flows = _ok(gw, {"type": "list_flows"})
+    flows = ok(gw, {"type": "list_flows"})
     assert {f["name"] for f in flows["flows"]} == {"ingestion", "training", "batch-scoring"}
     assert [r["flow_run_id"] for r in flows["runs"]] == ["fr-1", "fr-2"]
     assert {"lake/customers/2026-11-26.parquet", "upstream/customers/2026-11-28.csv"} <= set(
@@ -64,14 +59,14 @@ def test_pipeline_failure_scenario_scripted_solution(gw: Gateway, runtime: Any) 
     assert any("upstream object upstream/customers/2026-11-29.csv is missing" in m for m in missing["logs"])
 
     # 2. The upstream inspected: the 28th's batch renamed a column.
-    profile = _ok(gw, {"type": "check_data_quality", "dataset": "upstream/customers/2026-11-28.csv"})
+    profile = ok(gw, {"type": "check_data_quality", "dataset": "upstream/customers/2026-11-28.csv"})
     assert "tenure_mo" in profile["profile"]["column_profiles"]
 
     # 3. Recover: the late batch arrives (at step 3): retry its run; re-run the 28th with the mapping.
     assert gw.state.step >= 3 and "upstream/customers/2026-11-29.csv" in gw.state.datasets
-    retried = _ok(gw, {"type": "retry_flow_run", "flow_run_id": "fr-2"})
+    retried = ok(gw, {"type": "retry_flow_run", "flow_run_id": "fr-2"})
     assert retried["previous_state"] == "Failed" and retried["state"] != "Failed"
-    fixed = _ok(
+    fixed = ok(
         gw,
         {
             "type": "run_flow",
@@ -91,7 +86,7 @@ def test_pipeline_failure_scenario_scripted_solution(gw: Gateway, runtime: Any) 
     assert lake == [f"lake/customers/2026-11-{d}.parquet" for d in (26, 27, 28, 29)]
 
     # 4. Train -> evaluate -> register through the training pipeline.
-    started = _ok(
+    started = ok(
         gw,
         {
             "type": "run_flow",
@@ -102,9 +97,9 @@ def test_pipeline_failure_scenario_scripted_solution(gw: Gateway, runtime: Any) 
     trained = _finished(gw, started["flow_run_id"], timeout=300)
     assert trained["state"] == "Completed", trained["logs"][-10:]
     assert any("evaluation gate passed" in line for line in trained["logs"])
-    versions = _ok(gw, {"type": "get_model_versions", "name": "churn"})["versions"]
+    versions = ok(gw, {"type": "get_model_versions", "name": "churn"})["versions"]
     assert [v["version"] for v in versions] == [1]
-    _ok(gw, {"type": "set_model_alias", "name": "churn", "version": 1, "alias": "production"})
+    ok(gw, {"type": "set_model_alias", "name": "churn", "version": 1, "alias": "production"})
 
     res = gw.step({"type": "submit"})
     assert res.terminated and res.info["grade"]["success"], res.info["grade"]
@@ -135,7 +130,7 @@ def test_flow_parameters_are_checked_and_runs_are_per_episode(
         }
     ).observation
     assert bad["error"]["code"] == "invalid_parameters" and "bucket" in bad["error"]["message"]
-    started = _ok(
+    started = ok(
         gw, {"type": "run_flow", "name": "ingestion", "parameters": {"dataset": "customers", "batch": "x"}}
     )
     bad = gw.step({"type": "retry_flow_run", "flow_run_id": started["flow_run_id"]}).observation
@@ -145,6 +140,6 @@ def test_flow_parameters_are_checked_and_runs_are_per_episode(
     try:
         obs = other.step({"type": "get_flow_run", "flow_run_id": "fr-1"}).observation
         assert obs["error"]["code"] == "not_found"
-        assert _ok(other, {"type": "list_flows"})["runs"] == []
+        assert ok(other, {"type": "list_flows"})["runs"] == []
     finally:
         other.close()

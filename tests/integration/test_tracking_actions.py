@@ -6,23 +6,12 @@ from typing import Any
 
 import pytest
 from mlflow import MlflowClient
+from tests.helpers import err, ok
 
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 
 pytestmark = pytest.mark.services
-
-
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], obs["error"]
-    return obs["result"]
-
-
-def _err(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert not obs["ok"], obs["result"]
-    return obs["error"]
 
 
 def _run(client: MlflowClient, gw: Gateway, name: str, algorithm: str, auc: float, loss: float) -> str:
@@ -65,7 +54,7 @@ def test_tracking_actions_are_real_and_isolated_per_episode(episodes: Any, sandb
     a3 = _run(client, a, "job-3", "random_forest", 0.78, 0.50)
     b1 = _run(client, b, "job-1", "random_forest", 0.99, 0.10)
 
-    found = _ok(
+    found = ok(
         a,
         {
             "type": "search_runs",
@@ -74,30 +63,30 @@ def test_tracking_actions_are_real_and_isolated_per_episode(episodes: Any, sandb
         },
     )
     assert [r["run_id"] for r in found["runs"]] == [a1, a3]  # b's better run is not visible
-    best = _ok(a, {"type": "search_runs", "order_by": ["metrics.val_auc DESC"], "max_results": 1})
+    best = ok(a, {"type": "search_runs", "order_by": ["metrics.val_auc DESC"], "max_results": 1})
     assert [r["run_id"] for r in best["runs"]] == [a2]
-    bad = _err(a, {"type": "search_runs", "filter": "metrics.val_auc >>> 1"})
+    bad = err(a, {"type": "search_runs", "filter": "metrics.val_auc >>> 1"})
     assert bad["code"] == "invalid_parameters"
 
-    run = _ok(a, {"type": "get_run", "run_id": a2})
+    run = ok(a, {"type": "get_run", "run_id": a2})
     assert run["metrics"]["val_auc"] == 0.86 and run["params"] == {"algorithm": "logistic_regression"}
-    assert _err(a, {"type": "get_run", "run_id": b1})["code"] == "not_found"
+    assert err(a, {"type": "get_run", "run_id": b1})["code"] == "not_found"
 
-    cmp = _ok(a, {"type": "compare_runs", "run_ids": [a1, a2, a3]})
+    cmp = ok(a, {"type": "compare_runs", "run_ids": [a1, a2, a3]})
     assert cmp["differing_params"] == ["algorithm"]
     assert cmp["best_run_by_metric"] == {"val_auc": a2, "val_log_loss": a2}
     assert cmp["metrics"]["val_auc"][a3] == 0.78
-    assert _err(a, {"type": "compare_runs", "run_ids": [a1, b1]})["code"] == "not_found"
+    assert err(a, {"type": "compare_runs", "run_ids": [a1, b1]})["code"] == "not_found"
 
     assert _version(client, a, "churn", a1) == "1"
     assert _version(client, a, "churn", a2) == "2"
     _version(client, b, "churn", b1)
-    moved = _ok(a, {"type": "set_model_alias", "name": "churn", "version": 1, "alias": "production"})
+    moved = ok(a, {"type": "set_model_alias", "name": "churn", "version": 1, "alias": "production"})
     assert moved["aliases"] == ["production"] and moved["previous_version"] is None
-    moved = _ok(a, {"type": "set_model_alias", "name": "churn", "version": 2, "alias": "production"})
+    moved = ok(a, {"type": "set_model_alias", "name": "churn", "version": 2, "alias": "production"})
     assert moved["previous_version"] == 1
-    _ok(a, {"type": "set_model_alias", "name": "churn", "version": 1, "alias": "staging"})
-    versions = _ok(a, {"type": "get_model_versions", "name": "churn"})["versions"]
+    ok(a, {"type": "set_model_alias", "name": "churn", "version": 1, "alias": "staging"})
+    versions = ok(a, {"type": "get_model_versions", "name": "churn"})["versions"]
     assert [(v["version"], v["aliases"], v["run_id"]) for v in versions] == [
         (1, ["staging"], a1),
         (2, ["production"], a2),
@@ -105,13 +94,13 @@ def test_tracking_actions_are_real_and_isolated_per_episode(episodes: Any, sandb
     # The real registry agrees; the other episode's model of the same name is untouched.
     mv = client.get_model_version_by_alias(a.state.registry_name("churn"), "production")
     assert mv.version == "2"
-    (b_version,) = _ok(b, {"type": "get_model_versions", "name": "churn"})["versions"]
+    (b_version,) = ok(b, {"type": "get_model_versions", "name": "churn"})["versions"]
     assert b_version["aliases"] == [] and b_version["run_id"] == b1
     assert (
-        _err(a, {"type": "set_model_alias", "name": "churn", "version": 9, "alias": "staging"})["code"]
+        err(a, {"type": "set_model_alias", "name": "churn", "version": 9, "alias": "staging"})["code"]
         == "not_found"
     )
-    assert _err(a, {"type": "get_model_versions", "name": "fraud"})["code"] == "not_found"
-    _ok(a, {"type": "delete_model_alias", "name": "churn", "alias": "staging"})
-    assert _err(a, {"type": "delete_model_alias", "name": "churn", "alias": "staging"})["code"] == "not_found"
+    assert err(a, {"type": "get_model_versions", "name": "fraud"})["code"] == "not_found"
+    ok(a, {"type": "delete_model_alias", "name": "churn", "alias": "staging"})
+    assert err(a, {"type": "delete_model_alias", "name": "churn", "alias": "staging"})["code"] == "not_found"
     assert client.get_model_version(a.state.registry_name("churn"), "1").aliases == []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends.local.jobs import (
     AS_ALLOWANCE_MB,
@@ -27,15 +28,8 @@ from mlsandbox.backends.local.jobs import (
     tail_lines,
     thread_env,
 )
-from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
+from mlsandbox.backends.protocols import JobSpec, JobStatus
 
-ENDPOINTS = Endpoints(
-    s3_url="http://127.0.0.1:9",
-    s3_access_key="key",
-    s3_secret_key="secret",
-    mlflow_url="http://127.0.0.1:9",
-    prefect_api_url="http://127.0.0.1:9/api",
-)
 needs_cgroups = pytest.mark.skipif(not cgroups_available(), reason="needs root and cgroup v1")
 
 
@@ -135,7 +129,7 @@ def test_environment_carries_endpoints_marker_and_threads(jobs: LocalJobs) -> No
     assert environ["MLSANDBOX_HOME"] == jobs.home
     assert environ["MLFLOW_TRACKING_URI"] == ENDPOINTS.mlflow_url
     assert environ["MLSANDBOX_S3_URL"] == ENDPOINTS.s3_url
-    assert environ["AWS_ACCESS_KEY_ID"] == "key"
+    assert environ["AWS_ACCESS_KEY_ID"] == ENDPOINTS.s3_access_key
     assert environ["OMP_NUM_THREADS"] == "2"
     assert environ["EXTRA"] == "1"
     assert os.getpgid(pid) == pid  # its own process group

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends.kube import schemas
 from mlsandbox.backends.kube.faults import chaos_mesh as chaos
@@ -23,18 +24,11 @@ from mlsandbox.backends.kube.manifests import (
     oom_killed,
     training_job,
 )
-from mlsandbox.backends.protocols import Endpoints, JobSpec
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.cli.kube import chaos_example_text
 from mlsandbox.errors import MissingToolError
 from mlsandbox.workloads.contract import endpoint_env, thread_env
 
-ENDPOINTS = Endpoints(
-    s3_url="http://mls-mlsandbox-minio:9000",
-    s3_access_key="mlsandbox",
-    s3_secret_key="secret-secret",
-    mlflow_url="http://mls-mlsandbox-mlflow:5000",
-    prefect_api_url="http://mls-mlsandbox-prefect-server:4200/api",
-)
 TRAINER_ARGS = [
     "--bucket",
     "ep-1",

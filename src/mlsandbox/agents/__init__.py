@@ -47,10 +47,10 @@ def _load(ref: str, name: str) -> Any:
 
 def make_agent(name: str, seed: int | None = None) -> Agent:
     if ":" in name:
-        return _load(name, name)(seed=seed)  # type: ignore[no-any-return]
+        return _load(name, name)(seed=seed)
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; available: {', '.join(AGENTS)} or module:attribute")
-    return _load(AGENTS[name], name)(seed=seed)  # type: ignore[no-any-return]
+    return _load(AGENTS[name], name)(seed=seed)
 
 
 def __getattr__(name: str) -> Any:

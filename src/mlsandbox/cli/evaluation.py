@@ -283,17 +283,21 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         except ValueError as e:
             raise _fail(e) from None
         if as_json:
-            for e in entries:
+            for entry in entries:
                 print(
                     json.dumps(
-                        {"family": e.family, "split": e.split, "scenario": e.scenario.model_dump(mode="json")}
+                        {
+                            "family": entry.family,
+                            "split": entry.split,
+                            "scenario": entry.scenario.model_dump(mode="json"),
+                        }
                     )
                 )
             return
         table = Table(title=f"suite {suite}: {len(entries)} scenarios")
         for col in ("scenario", "family", "difficulty", "seed", "faults"):
             table.add_column(col)
-        for e in entries:
-            faults = ", ".join(p.fault.type for p in e.scenario.perturbations) or "-"
-            table.add_row(e.id, e.family, str(e.difficulty), str(e.scenario.seed), faults)
+        for entry in entries:
+            faults = ", ".join(p.fault.type for p in entry.scenario.perturbations) or "-"
+            table.add_row(entry.id, entry.family, str(entry.difficulty), str(entry.scenario.seed), faults)
         console.print(table)

@@ -55,7 +55,7 @@ def attached_sandbox(
                 f"sandbox {name!r} is not running: start it with `mlsandbox up --name {name}`"
             )
         typer.echo(f"starting sandbox {name!r} (stopped on exit) ...", err=True)
-        b.up(ephemeral=True)  # type: ignore[call-arg]
+        b.up(ephemeral=True)
         owns = True
     try:
         yield b, b.runtime()

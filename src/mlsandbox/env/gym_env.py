@@ -128,7 +128,7 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
                     f"sandbox {self.sandbox_name!r} is not running: start it with `mlsandbox up --name {self.sandbox_name}`"
                     " or create the env with start_sandbox=True"
                 )
-            self._backend.up(ephemeral=True)  # type: ignore[call-arg]
+            self._backend.up(ephemeral=True)
             self._owns_sandbox = True
         self._runtime = self._backend.runtime()
         return self._runtime

@@ -45,6 +45,7 @@ env (:class:`~mlsandbox.env.gym_env.MLSandboxEnv`): the state they read is not s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
@@ -213,7 +214,7 @@ def _gateway_of(env: gym.Env[Any, Any]) -> Gateway:
     gw = inner.gateway
     if gw is None:
         raise gym.error.ResetNeeded("call reset() first")
-    return gw  # type: ignore[no-any-return]
+    return gw
 
 
 class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
@@ -244,7 +245,8 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             raise ValueError(f"unknown action types {unknown}; the catalog has {list(catalog)}")
         if not types:
             raise ValueError("action_types is empty")
-        self._options = dict(
+        self._probe = SlotContext(
+            None,  # type: ignore[arg-type]  # counting slots needs the options only
             max_datasets=max_datasets,
             max_jobs=max_jobs,
             wait_seconds=tuple(float(s) for s in wait_seconds),
@@ -254,11 +256,10 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         table = {**TEMPLATES, **(templates or {})}
         self.templates: list[tuple[str, Template]] = [(t, table.get(t) or _masked_fallback(t)) for t in types]
         self.curated = frozenset(t for t in types if t in table)
-        probe = SlotContext(None, **self._options)  # type: ignore[arg-type]  # counts need options only
         self.slot_types: list[str] = []
         self._index: list[tuple[Template, int]] = []
         for t, tpl in self.templates:
-            for i in range(tpl.count(probe)):
+            for i in range(tpl.count(self._probe)):
                 self.slot_types.append(t)
                 self._index.append((tpl, i))
         self.action_space = spaces.Discrete(len(self._index))
@@ -267,7 +268,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
 
     def slots(self) -> list[Slot]:
         """Every slot's concrete action and validity in the current state."""
-        ctx = SlotContext(_gateway_of(self.env), **self._options)
+        ctx = dataclasses.replace(self._probe, gateway=_gateway_of(self.env))
         out: list[Slot] = []
         for tpl, i in self._index:
             action, ok = tpl.build(ctx, i)
@@ -304,14 +305,16 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         index = int(action)
-        if not 0 <= index < self.action_space.n:
-            raise ValueError(f"action {index} is outside Discrete({self.action_space.n})")
+        n = len(self._index)
+        if not 0 <= index < n:
+            raise ValueError(f"action {index} is outside Discrete({n})")
         chosen, ok = self.slots()[index]
-        obs, reward, terminated, truncated, info = self.env.step(chosen if ok else MASKED_ACTION)
+        inner: gym.Env[Any, Any] = self.env
+        obs, reward, terminated, truncated, info = inner.step(chosen if ok else MASKED_ACTION)
         info["slot"] = index
         info["masked_choice"] = not ok
         info["action_mask"] = self.action_masks()
-        return obs, reward, terminated, truncated, info
+        return obs, float(reward), terminated, truncated, info
 
 
 def _violates(scenario: Any, action: dict[str, Any]) -> bool:

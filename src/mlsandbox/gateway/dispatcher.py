@@ -98,7 +98,7 @@ class Gateway:
         found = self._pack_states.get(kind)
         if found is None:
             found = self._pack_states[kind] = kind()
-        return found  # type: ignore[no-any-return]
+        return found
 
     def start(self) -> dict[str, Any]:
         """Create the episode's isolated resources and data; return the first observation."""
@@ -235,7 +235,7 @@ class Gateway:
         violation: Violation | None = None
         try:
             action = parse_action(raw)
-            action_type = action.type
+            action_type = type_of(action)
             if action_type in self.denied_actions:
                 raise ActionError("forbidden", self.denied_actions[action_type])
             violation = check_action(self.scenario, action.model_dump(mode="json"))
@@ -244,7 +244,7 @@ class Gateway:
             if self.faults is not None:
                 self.faults.observe_action(action.model_dump())
             try:
-                result = self._packs.handlers[action.type](self, action)
+                result = self._packs.handlers[action_type](self, action)
             except Unsupported as e:  # a capability this backend refuses: nothing was changed
                 raise unsupported_error(e) from None
             self.refresh_jobs()
@@ -489,6 +489,11 @@ def unsupported_error(e: Unsupported) -> ActionError:
         str(e),
         details={"capability": e.capability, "backend": e.backend, "reason": e.reason},
     )
+
+
+def type_of(action: BaseModel) -> str:
+    """An action model's ``type`` (the literal default of its ``type`` field, as the catalog reads it)."""
+    return str(type(action).model_fields["type"].default)
 
 
 def parse_action(raw: Any) -> BaseModel:

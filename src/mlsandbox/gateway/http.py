@@ -171,7 +171,7 @@ def create_app(manager: SessionManager, *, close_sessions_on_shutdown: bool = Tr
                     "parameters), or the raw action text as a JSON string. An invalid action is answered with "
                     "200 and an error observation (`observation.ok` false), never with an HTTP error."
                 ),
-                openapi_examples=ACTION_BODY_EXAMPLES,  # type: ignore[arg-type]
+                openapi_examples=ACTION_BODY_EXAMPLES,
             ),
         ],
     ) -> Response:

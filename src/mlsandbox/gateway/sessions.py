@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, field_validator
 
 from mlsandbox import __version__
 from mlsandbox.backends.protocols import Runtime
@@ -67,6 +67,11 @@ class SessionStartError(SessionError):
 # ------------------------------------------------------------------------------------------ wire models
 
 
+def _scenario_ids() -> list[JsonValue]:
+    """The built-in scenario ids, as a JSON Schema ``enum``."""
+    return list(catalog_ids())
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -86,7 +91,7 @@ class CreateSessionRequest(_Wire):
     scenario: str = Field(
         default="tabular-quality-basic",
         description="A built-in scenario id (see `mlsandbox scenarios list`).",
-        json_schema_extra={"enum": catalog_ids()},
+        json_schema_extra={"enum": _scenario_ids()},
     )
     seed: StrictInt | None = Field(  # JSON true is not seed 1
         default=None, ge=0, le=MAX_SEED, description="Episode seed; the scenario's own seed when omitted."
@@ -103,7 +108,7 @@ class ResetRequest(_Wire):
     scenario: str | None = Field(
         default=None,
         description="Switch to another built-in scenario; the session's current one when omitted.",
-        json_schema_extra={"anyOf": [{"type": "string", "enum": catalog_ids()}, {"type": "null"}]},
+        json_schema_extra={"anyOf": [{"type": "string", "enum": _scenario_ids()}, {"type": "null"}]},
     )
     seed: StrictInt | None = Field(
         default=None, ge=0, le=MAX_SEED, description="The scenario's seed when omitted."

@@ -20,6 +20,7 @@ reservations released. :func:`shrink_pool` takes capacity away (a fault: jobs qu
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import threading
 from collections.abc import Callable
@@ -357,7 +358,7 @@ class Pool:
                 run.memory_mb = memory_mb if memory_mb is not None else run.memory_mb
         return status
 
-    def queue_view(self) -> list[dict[str, Any]]:
+    def queue_view(self) -> builtins.list[dict[str, Any]]:
         with self.lock:
             self.pump()
             now = self.clock.time()

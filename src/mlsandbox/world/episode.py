@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from mlsandbox.backends.protocols import EnvironmentInfo
+from mlsandbox.data.formats import Format
 from mlsandbox.scenario.models import Scenario
 
 
@@ -28,7 +29,7 @@ class DatasetRecord:
     """A dataset (object) the agent can use, and where it came from."""
 
     key: str
-    fmt: str
+    fmt: Format
     size: int
     target: str | None
     origin: str  # "scenario" or "clean_dataset"

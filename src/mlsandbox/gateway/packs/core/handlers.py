@@ -196,7 +196,7 @@ def get_logs(gw: Gateway, a: C.GetLogs) -> dict[str, Any]:
 def get_service_health(gw: Gateway, a: C.GetServiceHealth) -> dict[str, Any]:
     extra = gw.service(a.service)
     if extra is not None:
-        return gw.backend_call(extra.health).model_dump()  # type: ignore[no-any-return]
+        return gw.backend_call(extra.health).model_dump()
     health = gw.backend_call(lambda: gw.control().services.health(a.service))
     return health.model_dump()
 

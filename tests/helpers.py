@@ -1,0 +1,47 @@
+"""Helpers every test tier shares: one step helper pair for gateway episodes, one set of endpoints.
+
+``ok(gw, action)`` takes a step that must succeed and returns its result; ``err(gw, action)`` takes a
+step that must fail and returns its error (``code``, ``message``, ``details``). ``ENDPOINTS`` are a
+sandbox's endpoints as the chart's Services name them inside a cluster (what workloads get in their
+environment); nothing listens there, so they suit manifest builders and unit tests (the ``endpoints``
+fixture of ``tests/conftest.py`` hands them out).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from mlsandbox.backends.protocols import Endpoints
+
+ENDPOINTS = Endpoints(
+    s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
+    s3_access_key="mlsandbox",
+    s3_secret_key="secret-secret",
+    mlflow_url="http://mls-mlsandbox-mlflow.mlsandbox.svc:5000",
+    prefect_api_url="http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api",
+)
+
+
+class Steps(Protocol):
+    """What the helpers need of a gateway (:class:`mlsandbox.gateway.Gateway` or an episode host)."""
+
+    def step(self, raw: Any) -> Any: ...
+
+
+def ok(gw: Steps, action: dict[str, Any]) -> dict[str, Any]:
+    """Run ``action``; it must succeed. Its result."""
+    obs = gw.step(action).observation
+    assert obs["ok"], (action, obs["error"])
+    result: dict[str, Any] = obs["result"]
+    return result
+
+
+def err(gw: Steps, action: dict[str, Any]) -> dict[str, Any]:
+    """Run ``action``; it must fail. Its error (``code``, ``message``, maybe ``details``)."""
+    obs = gw.step(action).observation
+    assert not obs["ok"], (action, obs["result"])
+    error: dict[str, Any] = obs["error"]
+    return error
+
+
+__all__ = ["ENDPOINTS", "Steps", "err", "ok"]
