@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,7 +24,6 @@ from mlsandbox.evaluation.metrics import episode_metrics
 from mlsandbox.evaluation.reward import Grade, RewardTracker, grade_episode, objective_vector
 from mlsandbox.faults.engine import PerturbationEngine
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
-from mlsandbox.gateway.packs.core import actions as A
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.scenario.compute import Machine
 from mlsandbox.scenario.models import Scenario
@@ -81,7 +80,6 @@ class Gateway:
         self._pack_states: dict[type[Any], Any] = {}
         self.faults: PerturbationEngine | None = None
         """The perturbation engine (None when the scenario has no plan)."""
-        self.job_requests: dict[str, A.TrainModel] = {}
         self._reward = RewardTracker()
         self.violation: Violation | None = None
         """The hard constraint the episode broke (it ended the episode), if any."""
@@ -124,9 +122,8 @@ class Gateway:
                 list(self.scenario.perturbations),
                 st,
                 rt,
-                self._fault_control(),
                 seed=self.seed,
-                supplied=self._supplied_fault_behaviours(),
+                supplied=self._packs.supplied("fault_behaviours", self),
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(self)
@@ -187,19 +184,6 @@ class Gateway:
     def _recover_faults(self) -> None:
         if self.faults is not None:
             self.faults.recover_all("episode_end")
-
-    def _supplied_fault_behaviours(self) -> dict[tuple[str, str], Any]:
-        """Fault behaviours the packs supply (a pack implementation's optional ``fault_behaviours(gw)``:
-        faults on targets whose mechanism lives in the pack, e.g. ``source:NAME``)."""
-        out: dict[tuple[str, str], Any] = {}
-        for pack in self.catalog.packs:
-            supply = getattr(pack.module(), "fault_behaviours", None)
-            if supply is not None:
-                out.update(supply(self))
-        return out
-
-    def _fault_control(self) -> FaultControl | None:
-        return self.runtime.faults
 
     def _delete_models(self) -> None:
         for name in {n for (n, _) in self.state.registered}:
@@ -302,36 +286,15 @@ class Gateway:
     # ------------------------------------------------------------------------ operations actions
 
     def control(self) -> FaultControl:
-        control = self._fault_control()
-        if control is None:
-            raise ActionError("unsupported", "this backend does not expose its services")
-        return control
+        """The runtime's fault control (service health, logs, restarts): raises
+        :class:`~mlsandbox.errors.Unsupported` where the backend has none."""
+        return self.runtime.faults
 
     def episode_services(self) -> dict[str, Any]:
         """Services the packs run for this episode besides the core ones (a pack implementation's
         optional ``episode_services(gw)``: name -> an object with ``health()`` and ``restart()`` returning
         a :class:`~mlsandbox.backends.protocols.ServiceHealth`), e.g. the data-source servers in use."""
-        out: dict[str, Any] = {}
-        for pack in self.catalog.packs:
-            supply = getattr(pack.module(), "episode_services", None)
-            if supply is not None:
-                out.update(supply(self))
-        return out
-
-    def service(self, name: str) -> Any | None:
-        """The pack's service ``name`` (None for a core service); ``not_found`` for an optional service
-        this episode does not use, naming the services it has."""
-        if name in get_args(A.ServiceName):
-            return None
-        extra = self.episode_services()
-        if name not in extra:
-            known = ", ".join([*get_args(A.ServiceName), *extra])
-            raise ActionError(
-                "not_found",
-                f"service {name!r} is not in use in this episode (it runs only for a scenario with such a "
-                f"data source); services: {known}",
-            )
-        return extra[name]
+        return self._packs.supplied("episode_services", self)
 
     # -------------------------------------------------------------------------------------- helpers
 

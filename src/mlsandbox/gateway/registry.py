@@ -4,14 +4,19 @@ An action pack is a named group of actions: pydantic models (light, imported to 
 implementation module (imported only when a gateway runs an episode) that holds the handlers and optional
 episode hooks. The built-in packs are listed in :mod:`mlsandbox.gateway.packs`; third-party packs are
 found through the ``mlsandbox.action_packs`` entry-point group, each entry pointing at an
-:class:`ActionPack` object.
+:class:`ActionPack` object. Every pack is loaded by name (:data:`BUILTIN_PACKS`, entry points): nothing in
+the gateway core imports a pack.
 
 The implementation module defines:
 
 - ``HANDLERS: dict[str, Callable[[Gateway, Action], dict]]`` -- one per action type of the pack;
 - optionally ``on_start(gw)`` (after the episode's bucket, experiment and datasets exist),
   ``on_step(gw)`` (at every step boundary, after due faults and before the action runs) and
-  ``on_close(gw)`` (when the episode's resources are removed; must be idempotent).
+  ``on_close(gw)`` (when the episode's resources are removed; must be idempotent);
+- optionally the suppliers ``fault_behaviours(gw)`` (faults on targets whose mechanism lives in the pack,
+  e.g. ``source:NAME``: ``(fault type, target kind) -> behaviour``) and ``episode_services(gw)`` (services
+  the pack runs for the episode besides the sandbox's: name -> an object with ``health()``,
+  ``restart()`` and ``logs(tail)``).
 
 A handler returns the observation's ``result`` (JSON-able) or raises
 :class:`mlsandbox.errors.ActionError`, which becomes an error observation.
@@ -36,8 +41,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "mlsandbox.action_packs"
+BUILTIN_PACKS: tuple[str, ...] = (
+    "mlsandbox.gateway.packs.core.actions:PACK",
+    "mlsandbox.gateway.packs.compute.actions:PACK",
+    "mlsandbox.gateway.packs.tracking.actions:PACK",
+    "mlsandbox.gateway.packs.flows.actions:PACK",
+    "mlsandbox.gateway.packs.sources.actions:PACK",
+    "mlsandbox.gateway.packs.serving.actions:PACK",
+    "mlsandbox.gateway.packs.config.actions:PACK",
+)
+"""The built-in packs, in catalog order (``module:attribute`` of each :class:`ActionPack`), loaded by name:
+the gateway core imports no pack."""
 
 Handler = Callable[["Gateway", Any], dict[str, Any]]
+HOOKS = ("on_start", "on_step", "on_close")
+SUPPLIERS = ("fault_behaviours", "episode_services")
 
 
 class PackError(Exception):
@@ -144,8 +162,6 @@ def discover_packs(*, plugins: bool = True) -> tuple[ActionPack, ...]:
     clashes with a pack already in the catalog is left out with a logged warning (kept in
     :data:`PLUGIN_ERRORS`): one broken plug-in does not take the sandbox down.
     """
-    from mlsandbox.gateway.packs import BUILTIN_PACKS
-
     packs = [_check_pack(_load_ref(ref), ref) for ref in BUILTIN_PACKS]
     if plugins:
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
@@ -201,14 +217,22 @@ class PackRuntime:
 
     handlers: dict[str, Handler]
     hooks: dict[str, list[tuple[str, Callable[[Gateway], None]]]]
+    suppliers: dict[str, list[tuple[str, Callable[[Gateway], dict[Any, Any]]]]] = field(default_factory=dict)
+    """Each of :data:`SUPPLIERS` -> the packs that define it, in catalog order."""
+
+    def supplied(self, what: str, gw: Gateway) -> dict[Any, Any]:
+        """What every pack supplies of ``what`` (one of :data:`SUPPLIERS`) for ``gw``, merged."""
+        out: dict[Any, Any] = {}
+        for _, supply in self.suppliers.get(what, []):
+            out.update(supply(gw))
+        return out
 
     @classmethod
     def load(cls, catalog: Catalog) -> PackRuntime:
         handlers: dict[str, Handler] = {}
-        hooks: dict[str, list[tuple[str, Callable[[Gateway], None]]]] = {
-            "on_start": [],
-            "on_step": [],
-            "on_close": [],
+        hooks: dict[str, list[tuple[str, Callable[[Gateway], None]]]] = {h: [] for h in HOOKS}
+        suppliers: dict[str, list[tuple[str, Callable[[Gateway], dict[Any, Any]]]]] = {
+            s: [] for s in SUPPLIERS
         }
         for p in catalog.packs:
             mod = p.module()
@@ -224,4 +248,8 @@ class PackRuntime:
                 fn = getattr(mod, hook, None)
                 if fn is not None:
                     hooks[hook].append((p.name, fn))
-        return cls(handlers, hooks)
+            for what in suppliers:
+                supply = getattr(mod, what, None)
+                if supply is not None:
+                    suppliers[what].append((p.name, supply))
+        return cls(handlers, hooks, suppliers)

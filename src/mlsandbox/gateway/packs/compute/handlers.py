@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlsandbox.backends.local import venvs as envs
 from mlsandbox.backends.protocols import EnvironmentBuildError
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.packs.compute import actions as C
@@ -19,14 +18,6 @@ if TYPE_CHECKING:
     from mlsandbox.gateway.dispatcher import Gateway
 
 NAME = "compute"
-
-
-def environment_info(gw: Gateway, environment: str | None) -> envs.EnvInfo | None:
-    """The local venv of the episode's environment ``environment`` (None for the default);
-    ``not_found`` for one that does not exist. Being replaced by ``gw.environment`` and the runtime's
-    environments."""
-    info = gw.environment(environment)
-    return None if info is None else envs.lookup(info.key)
 
 
 # ---------------------------------------------------------------------------------------- handlers

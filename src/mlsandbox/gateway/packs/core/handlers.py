@@ -4,7 +4,8 @@ tracking, registry, operations and submit."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, get_args
 
 from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.data.clean import clean_frame
@@ -19,6 +20,35 @@ if TYPE_CHECKING:
 
 _TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
 _LOG_TAIL_LINES = 15
+
+
+@dataclass
+class CoreState:
+    """What the core pack remembers of an episode (``gw.pack_state(CoreState)``)."""
+
+    job_requests: dict[str, C.TrainModel] = field(default_factory=dict)
+    """Each job's ``train_model`` request (``retry_job`` submits it again, with changes)."""
+
+
+def _requests(gw: Gateway) -> dict[str, C.TrainModel]:
+    return gw.pack_state(CoreState).job_requests
+
+
+def _service(gw: Gateway, name: str) -> Any | None:
+    """A pack's service ``name`` of this episode (None for a core service of the sandbox); ``not_found``
+    for an optional service this episode does not use, naming the services it has."""
+    core = get_args(C.ServiceName)
+    if name in core:
+        return None
+    extra = gw.episode_services()
+    if name not in extra:
+        known = ", ".join([*core, *extra])
+        raise ActionError(
+            "not_found",
+            f"service {name!r} is not in use in this episode (it runs only for a scenario with such a "
+            f"data source); services: {known}",
+        )
+    return extra[name]
 
 
 def list_datasets(gw: Gateway, _: C.ListDatasets) -> dict[str, Any]:
@@ -106,7 +136,7 @@ def train_model(gw: Gateway, a: C.TrainModel) -> dict[str, Any]:
     if gw.faults is not None:
         spec = gw.faults.adjust_job(spec, job_id)
     status = gw.backend_call(lambda: gw.jobs.submit(spec))
-    gw.job_requests[job_id] = a
+    _requests(gw)[job_id] = a
     st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
     return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
 
@@ -188,13 +218,13 @@ def get_logs(gw: Gateway, a: C.GetLogs) -> dict[str, Any]:
         text = gw.backend_call(lambda: gw.jobs.logs(job.backend_id, tail=a.tail))
         return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
     service = a.target.removeprefix("service:")
-    gw.service(service)
+    _service(gw, service)
     text = gw.backend_call(lambda: gw.control().services.logs(service, tail=a.tail))
     return {"target": service, "lines": text.splitlines()[-a.tail :]}
 
 
 def get_service_health(gw: Gateway, a: C.GetServiceHealth) -> dict[str, Any]:
-    extra = gw.service(a.service)
+    extra = _service(gw, a.service)
     if extra is not None:
         return gw.backend_call(extra.health).model_dump()
     health = gw.backend_call(lambda: gw.control().services.health(a.service))
@@ -202,7 +232,7 @@ def get_service_health(gw: Gateway, a: C.GetServiceHealth) -> dict[str, Any]:
 
 
 def restart_service(gw: Gateway, a: C.RestartService) -> dict[str, Any]:
-    extra = gw.service(a.service)
+    extra = _service(gw, a.service)
     if extra is not None:
         health = gw.backend_call(extra.restart)
     else:
@@ -214,7 +244,7 @@ def retry_job(gw: Gateway, a: C.RetryJob) -> dict[str, Any]:
     job = gw.job(a.job_id)
     if job.state not in _TERMINAL_JOB_STATES:
         raise ActionError("conflict", f"{a.job_id} is {job.state}: only a finished job can be retried")
-    original = gw.job_requests.get(a.job_id)
+    original = _requests(gw).get(a.job_id)
     if original is None:
         raise ActionError("not_found", f"{a.job_id} cannot be retried: its parameters are unknown")
     changes = a.changes.model_dump(exclude_none=True)
@@ -238,12 +268,12 @@ def set_job_resources(gw: Gateway, a: C.SetJobResources) -> dict[str, Any]:
     except ValueError as e:
         raise ActionError("conflict", str(e)) from None
     gw.update_job(job, status)
-    request = gw.job_requests.get(a.job_id)
+    request = _requests(gw).get(a.job_id)
     if request is not None:
         res = request.resources.model_copy(
             update={k: v for k, v in (("cpus", a.cpus), ("memory_mb", a.memory_mb)) if v is not None}
         )
-        gw.job_requests[a.job_id] = request.model_copy(update={"resources": res})
+        _requests(gw)[a.job_id] = request.model_copy(update={"resources": res})
     if gw.faults is not None:
         cpus, mem = gw.faults.ctx.job_resources.get(job.backend_id, (None, None))
         gw.faults.ctx.job_resources[job.backend_id] = (a.cpus or cpus, a.memory_mb or mem)  # type: ignore[assignment]
