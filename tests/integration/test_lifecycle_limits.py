@@ -258,7 +258,7 @@ def charged(gw: Gateway, fr: str, timeout: float = 60) -> dict[str, Any]:
     from mlsandbox.gateway.packs.flows import handlers as flows_impl
 
     deadline = time.monotonic() + timeout
-    while gw.ext["flows"]["runs"][fr]["usage_lines"] == 0 and time.monotonic() < deadline:
+    while gw.pack_state(flows_impl.FlowsState).runs[fr].usage_lines == 0 and time.monotonic() < deadline:
         flows_impl.on_step(gw)
         time.sleep(1)
     return ok(gw, {"type": "get_flow_run", "flow_run_id": fr, "log_lines": 5})

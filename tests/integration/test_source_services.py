@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from mlsandbox.backends.local.sources import SourceServices
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.gateway.packs.sources import faults as sources_faults
@@ -70,7 +71,7 @@ def test_database_down_is_diagnosed_and_repaired_with_service_actions(runtime: A
 
         # The probe logs in as the episode's role: a role that may not log in is unhealthy for the
         # episode while the server itself (the backend's admin probe) is fine.
-        admin_dsn = sources_impl.services(gw).postgres_dsn()
+        admin_dsn = SourceServices(sandbox).postgres_dsn()
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("ALTER ROLE {} NOLOGIN").format(sql.Identifier(rt.role)))
         try:

@@ -111,8 +111,10 @@ def test_api_source_pagination_rate_limit_auth_and_fault_hook(runtime: Any, sand
     gw = _start(runtime, sandbox, "data-csv-batch-missing-outliers")
     try:
         rt = sources_impl.source_of(gw, "orders_api")
-        services = sources_impl.services(gw)
+        services = SourceServices(sandbox)
         assert services.healthy("api-source")
+        dataset_dir = services.api_root() / "datasets" / str(rt.api_id)
+        assert (dataset_dir / "data.parquet").is_file() and (dataset_dir / "meta.json").is_file()
         url = f"{services.api_url()}/v1/datasets/{rt.api_id}/records"
         with httpx.Client(trust_env=False, timeout=10) as client:
             assert client.get(url).status_code == 401
@@ -172,7 +174,7 @@ def test_api_source_pagination_rate_limit_auth_and_fault_hook(runtime: Any, sand
     finally:
         gw.close()
     # The published dataset is gone with the episode.
-    assert not (services.api_root() / "datasets" / str(rt.api_id)).exists()
+    assert not dataset_dir.exists()
 
 
 def test_wrong_token_in_the_scenario_is_an_auth_error(runtime: Any, sandbox: Any) -> None:

@@ -22,7 +22,7 @@ from test_kube_serving_cluster import WORKLOAD_ENDPOINTS, runtime_of, wait_for
 
 from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.backends.kube.controlplane import OUTCOME_ANNOTATION
-from mlsandbox.backends.kube.runtime import FLOW_COMPONENT
+from mlsandbox.backends.kube.flows import FLOW_COMPONENT
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario

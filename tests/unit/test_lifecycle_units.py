@@ -6,9 +6,10 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
+from mlsandbox.backends.common.prefect import NO_TORCH_ENV
 from mlsandbox.backends.local.serving.deployments import Deployment, Placement
 from mlsandbox.backends.local.serving.processes import SERVER_PACKAGES, server_requirements
-from mlsandbox.gateway.packs.flows.handlers import NO_TORCH_ENV, USAGE_PREFIX, logged_usage
+from mlsandbox.gateway.packs.flows.handlers import USAGE_PREFIX, logged_usage
 from mlsandbox.workloads import flows
 
 

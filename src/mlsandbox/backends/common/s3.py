@@ -165,6 +165,14 @@ class S3ObjectStore:
             finally:
                 body.close()
 
+    def delete_object(self, bucket: str, key: str) -> None:
+        """Delete an object; no error when it (or its bucket) does not exist."""
+        try:
+            with self._call(f"delete_object {bucket}/{key}", missing=f"bucket {bucket!r} does not exist"):
+                self.client.delete_object(Bucket=bucket, Key=key)
+        except KeyError:
+            return
+
     def object_exists(self, bucket: str, key: str) -> bool:
         try:
             with self._call(f"head_object {bucket}/{key}", missing=f"s3://{bucket}/{key}"):

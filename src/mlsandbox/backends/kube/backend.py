@@ -19,6 +19,7 @@ What is installed once per cluster (``make sandbox-up``: the chart's MinIO, MLfl
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -31,6 +32,8 @@ from mlsandbox.errors import BackendError, NotRunningError
 
 from .cluster import ApiRefused, Cluster, TransientApiError
 from .runtime import BACKEND, STATIC_UNSUPPORTED, KubeRuntime, client_endpoints, workload_endpoints
+
+log = logging.getLogger(__name__)
 
 CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
 DEFAULT_CONTROL_NAMESPACE = "mlsandbox"
@@ -119,8 +122,8 @@ class KubeBackend:
             time.sleep(1.0)
 
     def down(self) -> None:
-        """Delete this sandbox's Jobs (flow runs' too), model deployments, Secret and Chaos Mesh objects;
-        undo its recorded native faults."""
+        """Delete this sandbox's Jobs (flow runs' too), model deployments, Secret, Chaos Mesh objects and
+        config variables; undo its recorded native faults."""
         try:
             self.cluster.version()
         except (TransientApiError, ApiRefused, NotRunningError):
@@ -128,8 +131,12 @@ class KubeBackend:
         runtime = self._runtime(check=False)
         runtime.faults.recover_all()
         runtime.model_serving.cleanup()
-        runtime.flow_cleanup()
+        runtime.flows.delete_jobs()
         runtime.jobs.delete_all()
+        try:  # the episodes' config variables a crashed client left on the chart's Prefect
+            runtime.config.delete_tagged()
+        except BackendError as exc:
+            log.warning("sandbox %s: deleting its config variables failed: %s", self.name, exc)
 
     def is_alive(self) -> bool:
         """The sandbox is ready and every service's Deployment has its replicas ready."""

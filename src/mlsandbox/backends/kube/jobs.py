@@ -30,11 +30,14 @@ import time
 from datetime import datetime
 from typing import Any
 
-from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
+from mlsandbox.backends.protocols import DEFAULT_KEY, Endpoints, JobSpec, JobStatus
+from mlsandbox.errors import Unsupported
 from mlsandbox.workloads.contract import RESULT_PREFIX
 
 from . import manifests as M
 from .cluster import ApiRefused, Cluster, TransientApiError
+from .environments import BACKEND
+from .environments import REASON as ENVIRONMENTS_REASON
 from .secret import S3Secret
 
 JOB_API = ("batch/v1", "Job")
@@ -83,8 +86,8 @@ class KubeJobs:
         """Create the Job; :class:`ValueError` for a spec Kubernetes cannot take or an id already used."""
         if spec.cpus <= 0 or spec.memory_mb <= 0:
             raise ValueError("cpus and memory_mb must be positive")
-        if spec.python is not None:
-            raise ValueError("named environments (JobSpec.python) exist only on the local backend")
+        if spec.environment not in (None, DEFAULT_KEY):
+            raise Unsupported("environments.build", BACKEND, ENVIRONMENTS_REASON)
         self.secret.ensure()
         manifest = M.sandbox_job(
             spec,

@@ -18,26 +18,32 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from mlsandbox import paths
 from mlsandbox.backends.common.audit import FileAuditLog
 from mlsandbox.backends.common.clients import ServiceClients
 from mlsandbox.backends.common.clock import RealClock
+from mlsandbox.backends.common.config_store import PrefectConfigStore, job_config_of
 from mlsandbox.backends.kube.faults.control import UNAVAILABLE as FAULTS_UNAVAILABLE
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
 from mlsandbox.backends.protocols import Endpoints, Support
-from mlsandbox.workloads.contract import endpoint_env
 
-from . import manifests as M
+from . import environments as kube_environments
+from . import sources as kube_sources
 from .cluster import Cluster
+from .environments import KubeEnvironments
+from .flows import KubeFlows
 from .jobs import KubeJobs
 from .secret import S3Secret
 from .serving import FEATURE_PORT, SERVER_PORT, KubeServing
+from .sources import KubeSourceHosting
 
 BACKEND = "kube"
 STATIC_UNSUPPORTED: dict[str, str] = {
     **{f"fault:{kind}": why for kind, why in FAULTS_UNAVAILABLE.items()},
+    **kube_sources.UNSUPPORTED,
+    **kube_environments.UNSUPPORTED,
+    "flows.environment": kube_environments.REASON,
 }
 """What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
 KIND_ENDPOINTS = {
@@ -60,9 +66,8 @@ SERVICE_PORTS = {"minio": 9000, "mlflow": 5000, "prefect-server": 4200}
 WORK_POOL = "mlsandbox"
 """The chart's Kubernetes work pool (``prefect.worker.workPool``); ``MLSANDBOX_KUBE_WORK_POOL`` overrides."""
 WORK_POOL_ENV = "MLSANDBOX_KUBE_WORK_POOL"
-FLOW_COMPONENT = "flow-run"
-FLOW_SANDBOX_LABEL = "mlsandbox.dev/flow-sandbox"
-"""The sandbox of a flow-run Job (not the sandbox label: the agent's jobs are the Jobs carrying that)."""
+CONFIG_TAG = "mlsandbox-namespace"
+"""Tag of the config store's variables: ``mlsandbox-namespace:<the sandbox's namespace>``."""
 
 
 def client_endpoints(
@@ -138,6 +143,10 @@ class KubeRuntime(ServiceClients):
         self._jobs: KubeJobs | None = None
         self._serving: KubeServing | None = None
         self._faults: KubeFaultControl | None = None
+        self._sources = KubeSourceHosting()
+        self._flows: KubeFlows | None = None
+        self._config: PrefectConfigStore | None = None
+        self._environments = KubeEnvironments()
 
     def __repr__(self) -> str:
         return f"KubeRuntime(sandbox={self.sandbox_name!r}, namespace={self.namespace!r})"
@@ -215,38 +224,48 @@ class KubeRuntime(ServiceClients):
                 )
             return self._faults
 
-    # ---------------------------------------------------------------------------------------- flows
+    # ------------------------------------------------- sources, flows, config store, environments
 
-    def flow_placement(self, labels: Mapping[str, str]) -> tuple[str, dict[str, str], dict[str, Any]]:
-        """Where the episode's flow runs go: (work pool, environment, job variables). The chart's worker
-        runs each as a Job of the Kubernetes work pool in this sandbox's namespace, in the trainer image
-        (which has the flows), with the in-cluster endpoints and ``labels`` (the episode's) on it."""
-        job_labels = {
-            **M.check_labels(dict(labels)),
-            M.COMPONENT_LABEL: FLOW_COMPONENT,
-            FLOW_SANDBOX_LABEL: M.check_labels({FLOW_SANDBOX_LABEL: self.sandbox_name})[FLOW_SANDBOX_LABEL],
-        }
-        job_variables = {
-            "image": self.image,
-            "namespace": self.namespace,
-            "labels": job_labels,
-            "image_pull_policy": "IfNotPresent",
-            "stream_output": False,  # the runs ship their logs to Prefect; the worker need not read pods
-        }
-        return self.work_pool, endpoint_env(**self.workload_endpoints.model_dump()), job_variables
+    @property
+    def sources(self) -> KubeSourceHosting:
+        """Lake sources only for now: the API and PostgreSQL sources are refused (``sources.api``,
+        ``sources.postgres``)."""
+        return self._sources
 
-    def flow_cleanup(self, labels: Mapping[str, str] | None = None) -> int:
-        """Delete the flow-run Jobs (and pods) of this sandbox (with ``labels`` when given); how many Jobs."""
-        selector = f"{M.COMPONENT_LABEL}={FLOW_COMPONENT},{FLOW_SANDBOX_LABEL}={self.sandbox_name}"
-        selector += "".join(f",{k}={v}" for k, v in (labels or {}).items())
-        jobs = self.cluster.list("batch/v1", "Job", self.namespace, selector)
-        for job in jobs:
-            self.cluster.delete(
-                "batch/v1", "Job", job["metadata"]["name"], self.namespace, propagation="Background"
-            )
-        for pod in self.cluster.list("v1", "Pod", self.namespace, selector):
-            self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
-        return len(jobs)
+    @property
+    def flows(self) -> KubeFlows:
+        """Flow runs as Jobs of the chart's Kubernetes work pool in the sandbox's namespace."""
+        with self._lock:
+            if self._flows is None:
+                self._flows = KubeFlows(
+                    self.cluster,
+                    api_url=self._endpoints.prefect_api_url,
+                    sandbox=self.sandbox_name,
+                    namespace=self.namespace,
+                    work_pool=self.work_pool,
+                    image=self.image,
+                    workload_endpoints=self.workload_endpoints,
+                )
+            return self._flows
+
+    @property
+    def config(self) -> PrefectConfigStore:
+        """Prefect variables of the chart's Prefect server; the job config is what Jobs reach (the
+        in-cluster endpoints). Every variable is tagged with the sandbox's namespace: ``down`` deletes
+        what a crashed client left."""
+        with self._lock:
+            if self._config is None:
+                self._config = PrefectConfigStore(
+                    self._endpoints.prefect_api_url,
+                    job_config=job_config_of(self.workload_endpoints),
+                    tags=[f"{CONFIG_TAG}:{self.namespace}"],
+                )
+            return self._config
+
+    @property
+    def environments(self) -> KubeEnvironments:
+        """The images' own interpreter only (``environments.build`` is refused)."""
+        return self._environments
 
     def close(self) -> None:
         """Nothing to stop here: Jobs belong to the cluster (``KubeBackend.down`` deletes them)."""

@@ -58,7 +58,7 @@ import psutil
 
 from mlsandbox import paths
 from mlsandbox.backends.local.supervisor import marker_env
-from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
+from mlsandbox.backends.protocols import DEFAULT_KEY, Endpoints, JobSpec, JobStatus
 from mlsandbox.errors import BackendError
 from mlsandbox.workloads.contract import (
     NOTE_PREFIX,
@@ -641,9 +641,12 @@ class LocalJobs:
 
     def _command(self, job: _Job) -> list[str]:
         command = [sys.executable, "-m", f"mlsandbox.workloads.{job.spec.workload}", *job.spec.args]
-        if job.spec.python is not None:  # a named environment: the (self-contained) workload file by path
+        if job.spec.environment not in (None, DEFAULT_KEY):
+            # A named environment: its interpreter runs the (self-contained) workload file by path.
+            from mlsandbox.backends.local.venvs import interpreter
+
             workload = Path(__file__).resolve().parents[2] / "workloads" / f"{job.spec.workload}.py"
-            command = [job.spec.python, str(workload), *job.spec.args]
+            command = [str(interpreter(job.spec.environment)), str(workload), *job.spec.args]
         if job.cgroup is None:
             return command
         return ["/bin/sh", "-c", CGROUP_SHIM, "mlsandbox-job", *job.cgroup.procs_files, *command]

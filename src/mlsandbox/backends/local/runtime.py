@@ -13,7 +13,11 @@ from mlsandbox.backends.protocols import Endpoints, Support
 from mlsandbox.errors import BackendError
 
 if TYPE_CHECKING:
+    from mlsandbox.backends.common.config_store import PrefectConfigStore
+    from mlsandbox.backends.common.prefect import PrefectFlows
     from mlsandbox.backends.local.faults.control import LocalFaultControl
+    from mlsandbox.backends.local.sources import LocalSourceHosting
+    from mlsandbox.backends.local.venvs import LocalEnvironments
 
 
 BACKEND = "local"
@@ -33,6 +37,8 @@ class LocalRuntime(ServiceClients):
         self._audit = FileAuditLog(self.sandbox_dir / "episodes")
         self._jobs: LocalJobs | None = None
         self._faults: LocalFaultControl | None = None
+        self._flows: PrefectFlows | None = None
+        self._config: PrefectConfigStore | None = None
 
     def __repr__(self) -> str:
         return f"LocalRuntime(sandbox_name={self.sandbox_name!r}, sandbox_dir={str(self.sandbox_dir)!r})"
@@ -88,6 +94,59 @@ class LocalRuntime(ServiceClients):
                     raise BackendError(f"sandbox {self.sandbox_name!r} does not live in {self.sandbox_dir}")
                 self._faults = LocalFaultControl(backend, self._endpoints, jobs)
             return self._faults
+
+    # ------------------------------------------------- sources, flows, config store, environments
+
+    @property
+    def sources(self) -> LocalSourceHosting:
+        """The API source and PostgreSQL as on-demand processes of the sandbox."""
+        from mlsandbox.backends.local.backend import LocalBackend
+        from mlsandbox.backends.local.sources import LocalSourceHosting
+
+        return LocalSourceHosting(LocalBackend(self.sandbox_name))
+
+    @property
+    def flows(self) -> PrefectFlows:
+        """The sandbox's Prefect server and process worker; runs reach the services as this process does
+        and work in a named environment's interpreter when given one."""
+        from mlsandbox.backends.common.prefect import WORK_POOL, FlowPlacement, PrefectFlows
+        from mlsandbox.backends.local import venvs
+        from mlsandbox.workloads.contract import endpoint_env
+
+        with self._lock:
+            if self._flows is None:
+                placement = FlowPlacement(WORK_POOL, endpoint_env(**self._endpoints.model_dump()))
+                self._flows = PrefectFlows(
+                    self._endpoints.prefect_api_url,
+                    lambda labels: placement,
+                    interpreter=lambda key: str(venvs.interpreter(key)),
+                )
+            return self._flows
+
+    @property
+    def config(self) -> PrefectConfigStore:
+        """Prefect variables of the sandbox's Prefect server; each episode's scope is journaled (the
+        garbage collector deletes the scope of a process that died)."""
+        from mlsandbox.backends.common.config_store import PrefectConfigStore, job_config_of
+        from mlsandbox.backends.local.faults.journal import UndoConfigScope
+
+        journal = self.faults.journal
+        with self._lock:
+            if self._config is None:
+                self._config = PrefectConfigStore(
+                    self._endpoints.prefect_api_url,
+                    job_config=job_config_of(self._endpoints),
+                    on_open=lambda prefix: journal.add(f"config:{prefix}", UndoConfigScope(prefix=prefix)),
+                    on_close=lambda prefix: journal.remove(f"config:{prefix}"),
+                )
+            return self._config
+
+    @property
+    def environments(self) -> LocalEnvironments:
+        """uv venvs of this machine, shared by its sandboxes."""
+        from mlsandbox.backends.local.venvs import LocalEnvironments
+
+        return LocalEnvironments()
 
     def close(self) -> None:
         """Kill the sandbox's running jobs (when any were started). The services are the backend's."""

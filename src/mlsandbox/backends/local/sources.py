@@ -1,25 +1,43 @@
 """On-demand data-source services of a local sandbox: the PostgreSQL server and the HTTP API source.
 
-``up`` does not start them (it stays fast); :func:`ensure_source_service` starts one the first time an
+``up`` does not start them (it stays fast); :meth:`SourceServices.ensure` starts one the first time an
 episode needs it and records it in the sandbox state like the core services, so ``down`` and ``gc`` stop
 it (its processes carry the sandbox marker too). Starting PostgreSQL the first time runs ``initdb``
 (about 1-2 s); later starts of the same sandbox reuse the data directory.
 
 As root, the PostgreSQL server runs as the ``postgres`` system user (``setpriv``), with its data
 directory owned by that user; see :func:`mlsandbox.backends.local.services.postgres_data_dir`.
+
+:class:`LocalSourceHosting` is the local backend's :class:`~mlsandbox.backends.protocols.SourceHosting`:
+an episode publishes its API datasets as files the API source serves (``datasets/<id>/``), gets its own
+PostgreSQL database and login role, and reaches both as a client here (httpx, psycopg).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import json
+import logging
 import os
 import secrets
+import shutil
 import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from mlsandbox import httpclients
 from mlsandbox.backends.protocols import ServiceHealth
+from mlsandbox.backends.protocols.sources import (
+    ApiDataset,
+    ApiProbe,
+    HttpAnswer,
+    SourceError,
+    SourceProbe,
+    TableRows,
+)
 from mlsandbox.errors import NotRunningError, ServiceStartError
 
 from . import services as svc
@@ -35,6 +53,7 @@ from .backend import (
 )
 
 START_TIMEOUT_S = 60.0
+log = logging.getLogger(__name__)
 
 
 class SourceServices:
@@ -281,3 +300,244 @@ class SourceServices:
                         f"Last lines of {self.layout.log(name)}:\n{tail}"
                     )
                 time.sleep(0.1)
+
+
+# ----------------------------------------------------------------------------------- episode sources
+
+_PG_TYPES = {"i": "bigint", "f": "double precision", "b": "boolean", "M": "timestamp"}
+"""pandas dtype kind -> the column type of a source table (anything else: text)."""
+
+
+class LocalSourceHosting:
+    """The :class:`~mlsandbox.backends.protocols.SourceHosting` of a local sandbox."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+
+    def open(self, episode_id: str) -> LocalEpisodeSources:
+        return LocalEpisodeSources(SourceServices(self.backend), episode_id)
+
+
+class LocalEpisodeSources:
+    """The source servers of a local sandbox as one episode uses them (see
+    :class:`~mlsandbox.backends.protocols.EpisodeSources`)."""
+
+    def __init__(self, services: SourceServices, episode_id: str) -> None:
+        self.services = services
+        self.episode_id = episode_id
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._published: dict[str, str] = {}
+        """dataset id -> the source name its fault hook is registered under."""
+        self._databases: dict[str, str] = {}
+        """database -> its owner role."""
+
+    def __repr__(self) -> str:
+        return f"LocalEpisodeSources(sandbox={self.services.backend.name!r}, episode={self.episode_id!r})"
+
+    # ----------------------------------------------------------------------------------------- api
+
+    def publish(self, dataset: ApiDataset, parquet: bytes) -> None:
+        from mlsandbox.workloads.fault_hook import register_hook
+
+        self.services.ensure(svc.API_SOURCE)
+        folder = self._dataset_dir(dataset.dataset_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._published[dataset.dataset_id] = dataset.name
+        (folder / "data.parquet").write_bytes(parquet)
+        self._write_meta(dataset)
+        # Perturbation plans reach the API through its fault hook as ``http:<source name>`` (http_errors).
+        register_hook(dataset.name, self.services.fault_file(), scope=self.episode_id)
+
+    def update_access(self, dataset: ApiDataset) -> None:
+        if not (self._dataset_dir(dataset.dataset_id) / "data.parquet").is_file():
+            raise KeyError(f"dataset {dataset.dataset_id!r} is not published on the API source")
+        self._write_meta(dataset)
+
+    def api_get(
+        self, dataset_id: str, params: dict[str, str | int], token: str | None, *, timeout_s: float
+    ) -> HttpAnswer:
+        import httpx
+
+        url = f"{self.services.api_url()}/v1/datasets/{dataset_id}/records"
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        try:
+            resp = self._http().get(url, params=params, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError as e:
+            raise SourceError("unavailable", f"cannot reach {url}: {type(e).__name__}: {e}") from None
+        return HttpAnswer(
+            status=resp.status_code,
+            headers={k.lower(): v for k, v in resp.headers.items()},
+            body=resp.content,
+        )
+
+    # ------------------------------------------------------------------------------------ postgres
+
+    def create_database(self, database: str, role: str, password: str, table: str, parquet: bytes) -> None:
+        import pandas as pd
+        import psycopg
+        from psycopg import sql
+
+        self.services.ensure(svc.POSTGRES)
+        frame = pd.read_parquet(io.BytesIO(parquet))
+        with psycopg.connect(self.services.postgres_dsn(), autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(password)
+                )
+            )
+            with self._lock:
+                self._databases[database] = role
+            admin.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), sql.Identifier(role))
+            )
+        columns = [
+            sql.SQL("{} {}").format(
+                sql.Identifier(str(c)), sql.SQL(_PG_TYPES.get(frame[c].dtype.kind, "text"))
+            )
+            for c in frame.columns
+        ]
+        with psycopg.connect(self.services.postgres_dsn(database, user=role, password=password)) as conn:
+            conn.execute(
+                sql.SQL("CREATE TABLE {} ({})").format(sql.Identifier(table), sql.SQL(", ").join(columns))
+            )
+            names = sql.SQL(", ").join(sql.Identifier(str(c)) for c in frame.columns)
+            with (
+                conn.cursor() as cur,
+                cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(table), names)) as copy,
+            ):
+                for row in frame.astype(object).where(frame.notna(), None).itertuples(index=False, name=None):
+                    copy.write_row(row)
+
+    def set_password(self, role: str, password: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.services.postgres_dsn(), autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(password))
+            )
+
+    def query(
+        self, database: str, user: str, password: str | None, table: str, *, limit: int | None = None
+    ) -> TableRows:
+        import pandas as pd
+        import psycopg
+        from psycopg import sql
+
+        try:
+            dsn = self.services.postgres_dsn(database, user=user, password=password)
+        except NotRunningError as e:
+            raise SourceError("unavailable", str(e)) from None
+        try:
+            with psycopg.connect(dsn) as conn:
+                total = conn.execute(
+                    sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
+                ).fetchone()
+                statement = sql.SQL("SELECT * FROM {}").format(sql.Identifier(table))
+                if limit is not None:
+                    statement = sql.SQL("{} LIMIT {}").format(statement, sql.Literal(limit))
+                cur = conn.execute(statement)
+                names = [d.name for d in cur.description or []]
+                frame = pd.DataFrame.from_records(cur.fetchall(), columns=names)
+        except psycopg.OperationalError as e:
+            text = " ".join(str(e).split())
+            kind = "auth" if "password authentication failed" in text else "unavailable"
+            raise SourceError(kind, text) from None
+        except psycopg.Error as e:
+            raise SourceError("error", f"{type(e).__name__}: {e}") from None
+        for name in frame.columns:  # NULLs make numeric columns object: back to numbers
+            if frame[name].dtype == object:
+                converted = pd.to_numeric(frame[name], errors="coerce")
+                if converted.notna().sum() == frame[name].notna().sum() and frame[name].notna().any():
+                    frame[name] = converted
+        buf = io.BytesIO()
+        frame.to_parquet(buf, index=False)
+        return TableRows(parquet=buf.getvalue(), total_rows=int(total[0]) if total else len(frame))
+
+    # ------------------------------------------------------------------------------------ services
+
+    def address(self, service: str) -> str:
+        s = self.services.settings()
+        port = {svc.POSTGRES: s.postgres_port, svc.API_SOURCE: s.api_port}[_check(service)]
+        return f"{svc.HOST}:{port}" if port is not None else "(not started)"
+
+    def health(self, probe: SourceProbe) -> ServiceHealth:
+        if isinstance(probe, ApiProbe):
+            path = f"/v1/datasets/{probe.dataset_id}/records?page=1&page_size=1"
+            return self.services.probe(svc.API_SOURCE, path=path, token=probe.token)
+        return self.services.probe(
+            svc.POSTGRES, dbname=probe.database, user=probe.user, password=probe.password
+        )
+
+    def stop(self, service: str) -> bool:
+        return self.services.stop(_check(service))
+
+    def start(self, service: str) -> None:
+        self.services.ensure(_check(service))
+
+    def restart(self, service: str) -> None:
+        self.services.restart(_check(service))
+
+    def logs(self, service: str, tail: int = 50) -> str:
+        return supervisor.tail(self.services.layout.log(_check(service)), tail)
+
+    def close(self) -> None:
+        from mlsandbox.workloads.fault_hook import unregister_hook
+
+        with self._lock:
+            published, self._published = dict(self._published), {}
+            databases, self._databases = dict(self._databases), {}
+            client, self._client = self._client, None
+        for dataset_id, name in published.items():
+            shutil.rmtree(self._dataset_dir(dataset_id), ignore_errors=True)
+            unregister_hook(name, scope=self.episode_id)
+        for database, role in databases.items():
+            try:
+                self._drop_database(database, role)
+            except Exception as e:  # cleanup goes on; gc and down remove what is left
+                log.warning("episode %s: dropping database %s failed: %s", self.episode_id, database, e)
+        if client is not None:
+            client.close()
+
+    # ------------------------------------------------------------------------------------- helpers
+
+    def _http(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = httpclients.client(10.0)
+            return self._client
+
+    def _dataset_dir(self, dataset_id: str) -> Path:
+        if not dataset_id or "/" in dataset_id or dataset_id.startswith("."):
+            raise ValueError(f"invalid dataset id {dataset_id!r}")
+        return self.services.api_root() / "datasets" / dataset_id
+
+    def _write_meta(self, dataset: ApiDataset) -> None:
+        meta = {
+            "token": dataset.token,
+            "rate_limit_per_s": dataset.rate_limit_per_s,
+            "burst": dataset.burst,
+            "max_page_size": dataset.max_page_size,
+        }
+        folder = self._dataset_dir(dataset.dataset_id)
+        tmp = folder / "meta.json.tmp"
+        tmp.write_text(json.dumps(meta))
+        tmp.replace(folder / "meta.json")
+
+    def _drop_database(self, database: str, role: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        if not self.services.is_running(svc.POSTGRES):
+            self.services.ensure(svc.POSTGRES)
+        with psycopg.connect(self.services.postgres_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def _check(service: str) -> str:
+    if service not in svc.SOURCE_SERVICES:
+        raise ValueError(f"unknown source service {service!r}; known: {', '.join(svc.SOURCE_SERVICES)}")
+    return service

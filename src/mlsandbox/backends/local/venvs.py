@@ -10,6 +10,9 @@ requirements and shared by every episode (a cache); names are per episode (see t
 
 Jobs run a workload by file path with the environment's interpreter (the workloads are self-contained),
 so a model pickled under one scikit-learn and loaded under another meets the library's real behaviour.
+
+:class:`LocalEnvironments` is the local backend's :class:`~mlsandbox.backends.protocols.Environments`;
+:func:`interpreter` turns an environment's key into the interpreter jobs, flow runs and replicas use.
 """
 
 from __future__ import annotations
@@ -29,9 +32,15 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from mlsandbox import paths
+from mlsandbox.backends.protocols.environments import (
+    DEFAULT_KEY,
+    EnvironmentBuildError,
+    EnvironmentInfo,
+)
 
 BUILD_TIMEOUT_S = 600.0
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+_KEY_RE = re.compile(r"[0-9a-f]{16}")
 _NETWORK_HINTS = ("Failed to fetch", "dns error", "Could not connect", "error sending request", "timed out")
 
 
@@ -44,10 +53,6 @@ def base_requirements() -> list[str]:
         "pyarrow",
         "skops",
     ]
-
-
-class EnvironmentBuildError(Exception):
-    """An environment cannot be built; the message carries the resolver's or installer's own error."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,9 @@ def _run(argv: list[str], what: str) -> str:
 
 
 def lookup(key: str) -> EnvInfo | None:
+    """The built environment ``key`` (None when there is none, or ``key`` is not a key)."""
+    if not _KEY_RE.fullmatch(key):
+        return None
     return _info(envs_dir() / key)
 
 
@@ -196,3 +204,54 @@ def remove_all() -> int:
         shutil.rmtree(child, ignore_errors=True)
         n += 1
     return n
+
+
+DEFAULT_PACKAGES = ("scikit-learn", "numpy", "pandas", "scipy", "mlflow", "pyarrow", "boto3")
+"""What the default environment reports of itself (the workloads' main libraries)."""
+
+
+def interpreter(key: str) -> Path:
+    """The interpreter of the environment ``key`` (the sandbox's own for ``default``); :class:`KeyError`
+    when no such environment was built."""
+    if key == DEFAULT_KEY:
+        return Path(sys.executable)
+    found = lookup(key)
+    if found is None:
+        raise KeyError(f"environment {key!r} has not been built")
+    return found.python
+
+
+class LocalEnvironments:
+    """uv venvs of this machine (shared by every sandbox of ``$MLSANDBOX_HOME``); the default is the
+    sandbox's own interpreter."""
+
+    def default(self) -> EnvironmentInfo:
+        found = {}
+        for dist in DEFAULT_PACKAGES:
+            try:
+                found[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return EnvironmentInfo(key=DEFAULT_KEY, requirements=[], packages=found)
+
+    def build(self, requirements: list[str]) -> EnvironmentInfo:
+        return _model(build(requirements))
+
+    def get(self, key: str) -> EnvironmentInfo:
+        if key == DEFAULT_KEY:
+            return self.default()
+        found = lookup(key)
+        if found is None:
+            raise KeyError(f"environment {key!r} has not been built")
+        return _model(found)
+
+    def for_serving(self, env: EnvironmentInfo) -> EnvironmentInfo:
+        if env.key == DEFAULT_KEY:
+            return env
+        from mlsandbox.backends.local.serving.processes import server_requirements
+
+        return self.build([*env.requirements, *server_requirements()])
+
+
+def _model(info: EnvInfo) -> EnvironmentInfo:
+    return EnvironmentInfo(key=info.key, requirements=list(info.requirements), packages=dict(info.packages))

@@ -5,8 +5,13 @@ boundaries (one module per capability). Backends implement all of them or refuse
 from mlsandbox.backends.protocols.audit import AuditLog
 from mlsandbox.backends.protocols.clock import Clock, Ticker
 from mlsandbox.backends.protocols.common import CAPABILITIES, Model, Support, Unsupported
-from mlsandbox.backends.protocols.config import ConfigStore
-from mlsandbox.backends.protocols.environments import EnvironmentBuildError, EnvironmentInfo, Environments
+from mlsandbox.backends.protocols.config import JOB_CONFIG_KEYS, REFERENCES, ConfigStore
+from mlsandbox.backends.protocols.environments import (
+    DEFAULT_KEY,
+    EnvironmentBuildError,
+    EnvironmentInfo,
+    Environments,
+)
 from mlsandbox.backends.protocols.faults import (
     NETWORK_FAULTS,
     FaultControl,
@@ -41,10 +46,13 @@ from mlsandbox.backends.protocols.serving import (
 )
 from mlsandbox.backends.protocols.sources import (
     ApiDataset,
+    ApiProbe,
     EpisodeSources,
     HttpAnswer,
+    PostgresProbe,
     SourceError,
     SourceHosting,
+    SourceProbe,
     TableRows,
 )
 from mlsandbox.backends.protocols.storage import ObjectInfo, ObjectStore
@@ -52,10 +60,14 @@ from mlsandbox.backends.protocols.tracking import ModelVersionInfo, RunInfo, Tra
 
 __all__ = [
     "CAPABILITIES",
+    "DEFAULT_KEY",
     "FEATURE_SERVICE",
     "FLOWS",
+    "JOB_CONFIG_KEYS",
     "NETWORK_FAULTS",
+    "REFERENCES",
     "ApiDataset",
+    "ApiProbe",
     "AuditLog",
     "Backend",
     "BackendConfig",
@@ -87,6 +99,7 @@ __all__ = [
     "NoSuchTarget",
     "ObjectInfo",
     "ObjectStore",
+    "PostgresProbe",
     "ReplicaRef",
     "ReplicaStats",
     "ReplicaView",
@@ -99,6 +112,7 @@ __all__ = [
     "ServingResponse",
     "SourceError",
     "SourceHosting",
+    "SourceProbe",
     "Support",
     "TableRows",
     "TaskRunView",

@@ -23,9 +23,10 @@ class JobSpec(Model):
     labels: dict[str, str] = Field(default_factory=dict)
     timeout_s: float | None = None
     """Wall-clock limit: the job is killed and fails when it runs longer (``None``: no limit)."""
-    python: str | None = None
-    """Interpreter of a named environment to run the workload with (its file, by path); None: the
-    sandbox's own interpreter."""
+    environment: str | None = None
+    """The key of an environment of :class:`~mlsandbox.backends.protocols.environments.Environments` to
+    run the workload in (None: the backend's default); an unknown key is a :class:`KeyError` of
+    :meth:`Jobs.submit`."""
 
 
 class JobStatus(Model):

@@ -130,7 +130,9 @@ def train_model(gw: Gateway, a: C.TrainModel) -> dict[str, Any]:
     )
     if a.machine is not None or a.environment is not None:
         spec = gw.place_job(spec, machine=a.machine, environment=a.environment)
-    prefix = gw.ext.get("config", {}).get("prefix")
+    from mlsandbox.gateway.packs.config.handlers import episode_prefix
+
+    prefix = episode_prefix(gw)
     if prefix:  # the job reads its endpoints and credentials from the episode's config store
         spec = spec.model_copy(update={"args": [*spec.args, "--config-prefix", prefix]})
     if gw.faults is not None:

@@ -7,7 +7,8 @@ makes the fault real, and appends a :class:`~mlsandbox.faults.engine.FaultRecord
 - ``late_batch``: a lake batch arrives ``steps`` later than scheduled;
 - ``missing_batch``: a lake batch never arrives;
 - ``schema_change``: an arriving lake batch has a renamed, dropped or retyped column;
-- ``api_unavailable``: the HTTP API source answers 503 (through its fault hook) until recovered;
+- ``api_unavailable``: the HTTP API source answers 503 (an HTTP fault of the runtime's fault control on
+  the source's name) until recovered;
 - ``database_down``: the PostgreSQL server is stopped (a real outage) until recovered;
 - ``credentials_rotated``: the source's token or password is changed on the server and in the secret
   store; the agent's connector keeps the old one until it refreshes its credentials.
@@ -18,7 +19,7 @@ makes the fault real, and appends a :class:`~mlsandbox.faults.engine.FaultRecord
 The same mechanisms serve perturbation plans: :func:`plan_behaviours` gives the perturbation engine one
 :class:`~mlsandbox.faults.behaviours.Behaviour` per fault type on ``source:NAME`` targets (``late_batch``,
 ``missing_batch``, ``schema_change``, ``database_down``, ``rotated_credentials``); the gateway collects it
-from this pack (the ``fault_behaviours`` hook of :mod:`.sources_impl`) when it makes the engine, so the
+from this pack (the ``fault_behaviours`` hook of :mod:`.handlers`) when it makes the engine, so the
 fault layer never imports the gateway. The engine keeps the ground truth of those (its own FaultRecord,
 with ``target`` ``source:<name>``), and :func:`mark` updates them like the records made here. An API
 outage in a plan is ``http_errors`` on ``http:<source>``. The agent sees the symptoms only through its actions
@@ -28,10 +29,11 @@ outage in a plan is ``http_errors`` on ``http:<source>``. The agent sees the sym
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Literal
 
-from mlsandbox.errors import ActionError
+from mlsandbox.backends.protocols import HttpFault
+from mlsandbox.backends.protocols.sources import POSTGRES
+from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.faults.behaviours import Behaviour, BehaviourFactory, FaultContext, FaultUnavailable
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway.packs.sources import handlers as impl
@@ -58,7 +60,7 @@ def _record(gw: Gateway, fault: str, source: str, params: dict[str, Any], recove
         target=f"source:{source}",
         params=params,
         injected_step=gw.state.step,
-        injected_at=time.time(),
+        injected_at=gw.runtime.clock.time(),
         recovery=recovery,
     )
     gw.state.ground_truth.faults.append(rec)
@@ -151,17 +153,16 @@ def _change_schema(
 
 def api_unavailable(gw: Gateway, source: str, error_rate: float = 1.0, status: int = 503) -> FaultRecord:
     """The API source answers ``status`` to ``error_rate`` of the requests (its fault hook)."""
-    from mlsandbox.workloads.fault_hook import write_fault
-
     _source(gw, source, ApiSource)
-    write_fault(impl.services(gw).fault_file(), error_rate=error_rate, status=status, seed=gw.seed)
+    fault = HttpFault(error_rate=error_rate, status=status, seed=gw.seed)
+    gw.runtime.faults.set_http_fault(source, fault, episode_id=gw.state.episode_id)
     return _record(gw, "api_unavailable", source, {"error_rate": error_rate, "status": status}, "recover")
 
 
 def database_down(gw: Gateway, source: str) -> FaultRecord:
     """Stop the PostgreSQL server (every connection fails until it is started again)."""
     _source(gw, source, PostgresSource)
-    was_running = impl.services(gw).stop("postgres")
+    was_running = impl.hosting(gw).stop(POSTGRES)
     return _record(gw, "database_down", source, {"was_running": was_running}, "recover")
 
 
@@ -180,15 +181,10 @@ def _rotate(gw: Gateway, source: str) -> impl.SourceRuntime:
     new = secrets.token_urlsafe(24)
     if isinstance(rt.spec, ApiSource):
         rt.secret = new
-        impl.write_api_meta(gw, rt)
+        impl.hosting(gw).update_access(rt.api_dataset())
     else:
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(impl.services(gw).postgres_dsn(), autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(rt.role), sql.Literal(new))
-            )
+        assert rt.role is not None
+        impl.hosting(gw).set_password(rt.role, new)
         rt.secret = new
     return rt
 
@@ -209,14 +205,13 @@ def recover(gw: Gateway, rec: FaultRecord, by: str = "expiry") -> None:
     if rec.recovered_at is not None:
         return
     if rec.fault == "api_unavailable":
-        from mlsandbox.workloads.fault_hook import clear_fault
-
-        clear_fault(impl.services(gw).fault_file())
+        source = rec.target.removeprefix("source:")
+        gw.runtime.faults.clear_http_fault(source, episode_id=gw.state.episode_id)
     elif rec.fault == "database_down":
-        impl.services(gw).ensure("postgres")
+        impl.hosting(gw).start(POSTGRES)
     elif rec.recovery != "recover":
         return
-    rec.recovered_at, rec.recovered_step, rec.recovered_by = time.time(), gw.state.step, by
+    rec.recovered_at, rec.recovered_step, rec.recovered_by = gw.runtime.clock.time(), gw.state.step, by
 
 
 def recover_all(gw: Gateway) -> None:
@@ -236,7 +231,7 @@ def mark(
 ) -> None:
     """Mark the faults of ``kind`` on ``source`` (on lake batch ``batch`` when given) detected (the agent
     met the symptom) or mitigated (a later action worked around it)."""
-    now = time.time()
+    now = gw.runtime.clock.time()
     for rec in gw.state.ground_truth.faults:
         if not isinstance(rec, FaultRecord) or rec.target != f"source:{source}":
             continue
@@ -270,7 +265,9 @@ class _SourceFault(Behaviour):
             return
         try:
             self.apply()
-        except ActionError as e:  # no source services on this backend
+        except Unsupported as e:  # no such source servers on this backend
+            raise FaultUnavailable(str(e)) from None
+        except ActionError as e:
             raise FaultUnavailable(e.message) from None
         self.done = True
 
@@ -336,10 +333,10 @@ class _SchemaChange(_SourceFault):
 class _DatabaseDown(_SourceFault):
     def apply(self) -> None:
         _source(self.gw, self.target_name, PostgresSource)
-        impl.services(self.gw).stop("postgres")
+        impl.hosting(self.gw).stop(POSTGRES)
 
     def undo(self) -> None:
-        impl.services(self.gw).ensure("postgres")
+        impl.hosting(self.gw).start(POSTGRES)
 
 
 class _RotatedCredentials(_SourceFault):

@@ -1,44 +1,56 @@
 """Handlers and episode hooks of the ``sources`` action pack.
 
-At the start of an episode every source of the scenario is made real:
+At the start of an episode every source of the scenario is made real through the runtime's source
+hosting (:class:`~mlsandbox.backends.protocols.EpisodeSources`):
 
-- ``api``: the sandbox's HTTP API source is started (once per sandbox) and the dataset's training rows
-  are published to it under an id of this episode, with a bearer token and a rate limit;
-- ``postgres``: the sandbox's PostgreSQL server is started (once per sandbox); this episode gets its own
-  database and login role, and the rows are copied into the source's table;
+- ``api``: the dataset's training rows are published on the sandbox's HTTP API source under an id of
+  this episode, with a bearer token and a rate limit;
+- ``postgres``: this episode gets its own database and login role on the sandbox's PostgreSQL server, and
+  the rows are copied into the source's table;
 - ``lake``: the batches are generated (with their drifts); each is written under ``lake/<source>/`` at
-  the step boundary of its arrival (the ``on_step`` hook), with its schema change if it has one.
+  the step boundary of its arrival (the ``on_step`` hook), with its schema change if it has one. Lake
+  sources need only the object store: they work on every backend.
 
-The agent's connector holds a copy of each source's credentials, read from the episode's secret store at
-the start; ``refresh_credentials`` reads them again (what an engineer does after a rotation). Everything
-is removed again by ``on_close``: the published dataset, the database and its role, the fault hooks.
+The connector (this pack) reads the servers as a client would: pages of the API, waiting out its 429s on
+the runtime's clock and retrying its 5xx, a query of the table; what it cannot fix becomes the agent's
+error code, and the symptom it met marks the matching fault detected. The agent's connector holds a copy
+of each source's credentials, read from the episode's secret store at the start;
+``refresh_credentials`` reads them again (what an engineer does after a rotation). Everything is removed
+again by ``on_close``: the published dataset, the database and its role, the fault hooks.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
 import secrets
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from mlsandbox import httpclients
+from mlsandbox.backends.protocols import (
+    ApiDataset,
+    ApiProbe,
+    EpisodeSources,
+    HttpAnswer,
+    PostgresProbe,
+    ServiceHealth,
+    SourceError,
+)
+from mlsandbox.backends.protocols.sources import API_SOURCE, POSTGRES
 from mlsandbox.data.corruption import change_schema
 from mlsandbox.data.drift_stats import column_drift, ks_statistic
 from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.packs.sources import actions as S
 from mlsandbox.scenario.sources import ApiSource, LakeSource, PostgresSource, drifting
-from mlsandbox.workloads.fault_hook import register_hook, unregister_hook
 from mlsandbox.world.episode import DatasetRecord
 
 if TYPE_CHECKING:
-    from mlsandbox.backends.local.sources import SourceServices
     from mlsandbox.gateway.dispatcher import Gateway
 
 log = logging.getLogger(__name__)
@@ -52,7 +64,7 @@ HTTP_TIMEOUT_S = 10.0
 
 @dataclass
 class SourceRuntime:
-    """What the episode knows about one source (``gw.ext['sources']['sources'][name]``)."""
+    """What the episode knows about one source."""
 
     spec: ApiSource | PostgresSource | LakeSource
     target: str
@@ -76,16 +88,48 @@ class SourceRuntime:
     arrived: dict[int, tuple[str, int]] = field(default_factory=dict)
     """Batch -> (dataset key, step it arrived)."""
 
+    def api_dataset(self) -> ApiDataset:
+        """The published dataset with the server's current token."""
+        source = self.spec
+        assert isinstance(source, ApiSource) and self.api_id is not None and self.secret is not None
+        return ApiDataset(
+            dataset_id=self.api_id,
+            name=source.name,
+            token=self.secret,
+            rate_limit_per_s=source.rate_limit_per_s,
+            burst=source.burst,
+            max_page_size=source.max_page_size,
+        )
+
+
+@dataclass
+class FetchStats:
+    """What the last API ingest met (part of its observation)."""
+
+    rate_limited: int = 0
+    server_errors: int = 0
+    waited_s: float = 0.0
+
+
+@dataclass
+class SourcesState:
+    """The episode's sources (``gw.pack_state(SourcesState)``)."""
+
+    sources: dict[str, SourceRuntime] = field(default_factory=dict)
+    hosting: EpisodeSources | None = None
+    """The runtime's source servers as this episode uses them (opened for an API or PostgreSQL source)."""
+    last_fetch: FetchStats = field(default_factory=FetchStats)
+
 
 # ------------------------------------------------------------------------------------------- access
 
 
-def ext(gw: Gateway) -> dict[str, Any]:
-    return gw.ext.setdefault(PACK, {})
+def _state(gw: Gateway) -> SourcesState:
+    return gw.pack_state(SourcesState)
 
 
 def runtimes(gw: Gateway) -> dict[str, SourceRuntime]:
-    return ext(gw).setdefault("sources", {})
+    return _state(gw).sources
 
 
 def source_of(gw: Gateway, name: str) -> SourceRuntime:
@@ -96,18 +140,12 @@ def source_of(gw: Gateway, name: str) -> SourceRuntime:
     return found
 
 
-def services(gw: Gateway) -> SourceServices:
-    """The on-demand source services of the sandbox the episode runs on (local backend only)."""
-    cached = ext(gw).get("services")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    sandbox = getattr(gw.runtime, "sandbox_name", None)
-    if sandbox is None:
-        raise ActionError("unsupported", "API and PostgreSQL sources need the local backend")
-    from mlsandbox.backends.local.sources import SourceServices
-
-    ext(gw)["services"] = SourceServices.of(sandbox)
-    return ext(gw)["services"]  # type: ignore[no-any-return]
+def hosting(gw: Gateway) -> EpisodeSources:
+    """The runtime's source servers for this episode (opened on first use)."""
+    state = _state(gw)
+    if state.hosting is None:
+        state.hosting = gw.runtime.sources.open(gw.state.episode_id)
+    return state.hosting
 
 
 def _episode_slug(gw: Gateway) -> str:
@@ -153,47 +191,50 @@ def fault_behaviours(gw: Gateway) -> dict[tuple[str, str], Any]:
     return sources_faults.plan_behaviours(gw)
 
 
-SERVICE_FAULTS = {"postgres": "database_down", "api-source": "api_unavailable"}
+SERVICE_FAULTS = {POSTGRES: "database_down", API_SOURCE: "api_unavailable"}
 """Source service -> the kind of source fault that takes it down."""
 
 
 class SourceService:
     """A data-source server in use by the episode, as the agent's service (``get_service_health``,
-    ``restart_service``): probed as the episode's client (``SELECT 1`` on its database as its role, an
-    authenticated GET of one record of its dataset), restarted on its data. An unhealthy probe marks the
-    outage faults of the sources it serves detected; a restart that brings it back recovers them (the
-    agent's repair) and marks them mitigated."""
+    ``restart_service``, ``get_logs``): probed as the episode's client (``SELECT 1`` on its database as
+    its role, an authenticated GET of one record of its dataset), restarted on its data. An unhealthy
+    probe marks the outage faults of the sources it serves detected; a restart that brings it back
+    recovers them (the agent's repair) and marks them mitigated."""
 
     def __init__(self, gw: Gateway, name: str, users: list[SourceRuntime]) -> None:
         self.gw, self.name, self.users = gw, name, users
 
-    def health(self) -> Any:
-        rt, svc = self.users[0], services(self.gw)
-        if self.name == "postgres":
-            found = svc.probe(self.name, dbname=rt.database or "postgres", user=rt.role, password=rt.secret)
+    def health(self) -> ServiceHealth:
+        rt = self.users[0]
+        if self.name == POSTGRES:
+            probe: ApiProbe | PostgresProbe = PostgresProbe(
+                database=rt.database or "postgres", user=rt.role or "", password=rt.secret
+            )
         else:
-            path = f"/v1/datasets/{rt.api_id}/records?page=1&page_size=1"
-            found = svc.probe(self.name, path=path, token=rt.secret)
+            probe = ApiProbe(dataset_id=rt.api_id or "", token=rt.secret)
+        found = hosting(self.gw).health(probe)
         if not found.healthy:
+            now = self.gw.runtime.clock.time()
             for rec in self._outages():
                 if rec.detected_step is None:
                     rec.detected_step = self.gw.state.step
-                    rec.time_to_detect_s = round(time.time() - rec.injected_at, 3)
+                    rec.time_to_detect_s = round(now - rec.injected_at, 3)
         return found
 
-    def restart(self) -> Any:
-        from mlsandbox.backends.protocols import ServiceHealth
+    def restart(self) -> ServiceHealth:
         from mlsandbox.gateway.packs.sources import faults as sources_faults
 
-        t0 = time.monotonic()
+        clock = self.gw.runtime.clock
+        t0 = clock.monotonic()
         outages = self._outages()
         try:
-            services(self.gw).restart(self.name)
+            hosting(self.gw).restart(self.name)
         except Exception as e:  # it did not come back: the observation says why
             return ServiceHealth(service=self.name, healthy=False, error=f"{type(e).__name__}: {e}")
         found = self.health()
         if found.healthy:
-            step, now = self.gw.state.step, time.time()
+            step, now = self.gw.state.step, clock.time()
             for rec in outages:
                 if rec.detected_step is None:  # the restart addressed it
                     rec.detected_step, rec.time_to_detect_s = step, round(now - rec.injected_at, 3)
@@ -201,7 +242,10 @@ class SourceService:
                     rec.mitigated_step, rec.time_to_mitigate_s = step, round(now - rec.injected_at, 3)
                 if rec.recovery not in ("auto", "manual"):  # the engine's own records end by the plan
                     sources_faults.recover(self.gw, rec, "agent")
-        return found.model_copy(update={"latency_ms": round((time.monotonic() - t0) * 1000, 1)})
+        return found.model_copy(update={"latency_ms": round((clock.monotonic() - t0) * 1000, 1)})
+
+    def logs(self, tail: int = 50) -> str:
+        return hosting(self.gw).logs(self.name, tail)
 
     def _outages(self) -> list[Any]:
         from mlsandbox.faults.engine import FaultRecord
@@ -222,31 +266,22 @@ def episode_services(gw: Gateway) -> dict[str, SourceService]:
     users: dict[str, list[SourceRuntime]] = {}
     for rt in runtimes(gw).values():
         if isinstance(rt.spec, PostgresSource) and rt.database is not None:
-            users.setdefault("postgres", []).append(rt)
+            users.setdefault(POSTGRES, []).append(rt)
         elif isinstance(rt.spec, ApiSource) and rt.api_id is not None:
-            users.setdefault("api-source", []).append(rt)
+            users.setdefault(API_SOURCE, []).append(rt)
     return {name: SourceService(gw, name, rts) for name, rts in users.items()}
 
 
 def on_close(gw: Gateway) -> None:
     from mlsandbox.gateway.packs.sources import faults as sources_faults
 
-    state = ext(gw)
-    sources_faults.recover_all(gw)
-    svc = state.get("services")
-    for rt in list(runtimes(gw).values()):
-        try:
-            if rt.api_id is not None and svc is not None:
-                import shutil
-
-                shutil.rmtree(svc.api_root() / "datasets" / rt.api_id, ignore_errors=True)
-                unregister_hook(rt.spec.name, scope=gw.state.episode_id)
-                rt.api_id = None
-            if rt.database is not None and svc is not None:
-                _drop_database(svc, rt.database, rt.role)
-                rt.database = None
-        except Exception as e:  # cleanup goes on; gc and down remove what is left
-            log.warning("source %s: cleanup failed: %s", rt.spec.name, e)
+    state = _state(gw)
+    try:
+        sources_faults.recover_all(gw)
+    finally:
+        found, state.hosting = state.hosting, None
+        if found is not None:
+            found.close()  # the published datasets, the databases and roles, the fault hooks
 
 
 def _hide_raw(gw: Gateway, dataset: str) -> None:
@@ -255,12 +290,10 @@ def _hide_raw(gw: Gateway, dataset: str) -> None:
         k for k, r in st.datasets.items() if r.origin == "scenario" and k.startswith(f"raw/{dataset}.")
     ]:
         del st.datasets[key]
-        client = getattr(gw.runtime.object_store, "client", None)
-        if client is not None:
-            try:
-                client.delete_object(Bucket=st.bucket, Key=key)
-            except Exception as e:
-                log.warning("could not delete %s: %s", key, e)
+        try:
+            gw.runtime.object_store.delete_object(st.bucket, key)
+        except Exception as e:
+            log.warning("could not delete %s: %s", key, e)
 
 
 # --------------------------------------------------------------------------------------------- lake
@@ -327,220 +360,135 @@ def _write_batch(gw: Gateway, rt: SourceRuntime, batch: int) -> None:
 def _start_api(gw: Gateway, rt: SourceRuntime, source: ApiSource, table: Any) -> None:
     import pyarrow.parquet as pq
 
-    svc = services(gw)
-    svc.ensure("api-source")
     rt.api_id = f"{_episode_slug(gw)}-{source.name}".replace("_", "-")
-    folder = svc.api_root() / "datasets" / rt.api_id
-    folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, folder / "data.parquet")
     rt.secret = source.token or secrets.token_urlsafe(24)
     rt.cached = source.client_token or rt.secret
-    write_api_meta(gw, rt)
-    # Perturbation plans reach the API through its fault hook as ``http:<source name>`` (http_errors).
-    register_hook(source.name, svc.fault_file(), scope=gw.state.episode_id)
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    hosting(gw).publish(rt.api_dataset(), buf.getvalue())
 
 
-def write_api_meta(gw: Gateway, rt: SourceRuntime) -> None:
-    source = rt.spec
-    assert isinstance(source, ApiSource) and rt.api_id is not None
-    meta = {
-        "token": rt.secret,
-        "rate_limit_per_s": source.rate_limit_per_s,
-        "burst": source.burst,
-        "max_page_size": source.max_page_size,
-    }
-    folder = services(gw).api_root() / "datasets" / rt.api_id
-    tmp = folder / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta))
-    tmp.replace(folder / "meta.json")
-
-
-def _api_get(gw: Gateway, rt: SourceRuntime, client: Any, params: dict[str, Any]) -> Any:
+def _api_get(gw: Gateway, rt: SourceRuntime, params: dict[str, str | int]) -> HttpAnswer:
     """One page, waiting out 429s (Retry-After) and retrying 5xx; ActionError for what cannot be fixed."""
-    import httpx
-
-    url = f"{services(gw).api_url()}/v1/datasets/{rt.api_id}/records"
-    headers = {"Authorization": f"Bearer {rt.cached}"}
+    assert rt.api_id is not None
+    host, clock = hosting(gw), gw.runtime.clock
+    what = f"GET /v1/datasets/{rt.api_id}/records"
     waited, failures = 0.0, 0
-    stats = ext(gw).setdefault("last_fetch", {"rate_limited": 0, "server_errors": 0, "waited_s": 0.0})
+    stats = _state(gw).last_fetch
     while True:
         try:
-            resp = client.get(url, params=params, headers=headers)
-        except httpx.HTTPError as e:
-            raise ActionError(
-                "source_unavailable",
-                f"API source {rt.spec.name!r}: cannot reach {url}: {type(e).__name__}: {e}",
-            ) from None
-        if resp.status_code == 200:
+            resp = host.api_get(rt.api_id, params, rt.cached, timeout_s=HTTP_TIMEOUT_S)
+        except SourceError as e:
+            raise ActionError("source_unavailable", f"API source {rt.spec.name!r}: {e.message}") from None
+        if resp.status == 200:
             return resp
         detail = _error_text(resp)
-        if resp.status_code == 429:
-            retry = float(resp.headers.get("Retry-After", "1") or 1)
+        if resp.status == 429:
+            retry = float(resp.headers.get("retry-after", "1") or 1)
             if waited + retry > MAX_RATE_LIMIT_WAIT_S:
                 raise ActionError(
                     "rate_limited",
                     f"API source {rt.spec.name!r}: still rate limited after waiting {waited:.0f} s: {detail}",
                 )
-            stats["rate_limited"] += 1
-            stats["waited_s"] += retry
+            stats.rate_limited += 1
+            stats.waited_s += retry
             waited += retry
-            time.sleep(retry)
+            clock.sleep(retry)
             continue
-        if resp.status_code >= 500:
+        if resp.status >= 500:
             failures += 1
-            stats["server_errors"] += 1
+            stats.server_errors += 1
             if failures > SERVER_ERROR_RETRIES:
                 _observed(gw, rt.spec.name, "api_unavailable")
                 raise ActionError(
                     "source_unavailable",
-                    f"API source {rt.spec.name!r} answered HTTP {resp.status_code} to GET {url} "
+                    f"API source {rt.spec.name!r} answered HTTP {resp.status} to {what} "
                     f"(page {params.get('page')}) {failures} times in a row: {detail}",
                 )
-            time.sleep(0.2 * failures)
+            clock.sleep(0.2 * failures)
             continue
-        if resp.status_code == 401:
+        if resp.status == 401:
             _observed(gw, rt.spec.name, "credentials_rotated")
             raise ActionError(
                 "auth_failed",
                 f"API source {rt.spec.name!r} rejected the connector's bearer token (HTTP 401): {detail}",
             )
         raise ActionError(
-            "source_error", f"API source {rt.spec.name!r} answered HTTP {resp.status_code}: {detail}"
+            "source_error", f"API source {rt.spec.name!r} answered HTTP {resp.status}: {detail}"
         )
 
 
-def _error_text(resp: Any) -> str:
+def _error_text(resp: HttpAnswer) -> str:
     try:
-        body = resp.json()
-        return str(body.get("message") or body.get("error") or body)
+        body = json.loads(resp.body)
     except ValueError:
-        return resp.text[:200]
-
-
-def _api_client() -> Any:
-    return httpclients.client(HTTP_TIMEOUT_S)
+        return resp.body[:200].decode(errors="replace")
+    if isinstance(body, dict):
+        return str(body.get("message") or body.get("error") or body)
+    return str(body)
 
 
 def _api_preview(gw: Gateway, rt: SourceRuntime, rows: int) -> tuple[pd.DataFrame, int]:
-    with _api_client() as client:
-        body = _api_get(gw, rt, client, {"page": 1, "page_size": rows, "format": "json"}).json()
+    body = json.loads(_api_get(gw, rt, {"page": 1, "page_size": rows, "format": "json"}).body)
     return pd.DataFrame.from_records(body["records"]), int(body["total_rows"])
 
 
 def _api_fetch(gw: Gateway, rt: SourceRuntime) -> tuple[pd.DataFrame, dict[str, Any]]:
     source = rt.spec
     assert isinstance(source, ApiSource)
-    ext(gw)["last_fetch"] = {"rate_limited": 0, "server_errors": 0, "waited_s": 0.0}
+    stats = _state(gw).last_fetch = FetchStats()
     size = min(PAGE_SIZE, source.max_page_size)
     frames, page, pages = [], 1, 0
-    with _api_client() as client:
-        while True:
-            resp = _api_get(gw, rt, client, {"page": page, "page_size": size, "format": "csv"})
-            frames.append(from_bytes(resp.content, "csv"))
-            pages += 1
-            nxt = resp.headers.get("X-Next-Page")
-            if not nxt:
-                break
-            page = int(nxt)
+    while True:
+        resp = _api_get(gw, rt, {"page": page, "page_size": size, "format": "csv"})
+        frames.append(from_bytes(resp.body, "csv"))
+        pages += 1
+        nxt = resp.headers.get("x-next-page")
+        if not nxt:
+            break
+        page = int(nxt)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return frame, {"pages": pages, **ext(gw)["last_fetch"]}
+    return frame, {
+        "pages": pages,
+        "rate_limited": stats.rate_limited,
+        "server_errors": stats.server_errors,
+        "waited_s": stats.waited_s,
+    }
 
 
 # ----------------------------------------------------------------------------------------- postgres
 
-_PG_TYPES = {"i": "bigint", "f": "double precision", "b": "boolean", "M": "timestamp"}
-
 
 def _start_postgres(gw: Gateway, rt: SourceRuntime, source: PostgresSource, table: Any) -> None:
-    import psycopg
-    from psycopg import sql
+    import pyarrow.parquet as pq
 
-    svc = services(gw)
-    svc.ensure("postgres")
     slug = _episode_slug(gw)[:40]
-    rt.database = f"ep_{slug}_{source.name}"[:63]
-    rt.role = rt.database
+    database = f"ep_{slug}_{source.name}"[:63]
+    rt.role = database
     rt.secret = secrets.token_urlsafe(18)
     rt.cached = rt.secret
-    frame = table.to_pandas()
-    with psycopg.connect(svc.postgres_dsn(), autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                sql.Identifier(rt.role), sql.Literal(rt.secret)
-            )
-        )
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(rt.database), sql.Identifier(rt.role)
-            )
-        )
-    columns = [
-        sql.SQL("{} {}").format(sql.Identifier(str(c)), sql.SQL(_PG_TYPES.get(frame[c].dtype.kind, "text")))
-        for c in frame.columns
-    ]
-    with psycopg.connect(_user_dsn(gw, rt)) as conn:
-        conn.execute(
-            sql.SQL("CREATE TABLE {} ({})").format(sql.Identifier(source.table), sql.SQL(", ").join(columns))
-        )
-        names = sql.SQL(", ").join(sql.Identifier(str(c)) for c in frame.columns)
-        with (
-            conn.cursor() as cur,
-            cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(source.table), names)) as copy,
-        ):
-            for row in frame.astype(object).where(frame.notna(), None).itertuples(index=False, name=None):
-                copy.write_row(row)
-
-
-def _user_dsn(gw: Gateway, rt: SourceRuntime) -> str:
-    return services(gw).postgres_dsn(rt.database or "postgres", user=rt.role, password=rt.cached)
-
-
-def _drop_database(svc: SourceServices, database: str, role: str | None) -> None:
-    import psycopg
-    from psycopg import sql
-
-    if not svc.is_running("postgres"):
-        svc.ensure("postgres")
-    with psycopg.connect(svc.postgres_dsn(), autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
-        if role:
-            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    hosting(gw).create_database(database, rt.role, rt.secret, source.table, buf.getvalue())
+    rt.database = database
 
 
 def _pg_query(gw: Gateway, rt: SourceRuntime, limit: int | None) -> tuple[pd.DataFrame, int]:
-    import psycopg
-    from psycopg import sql
-
     source = rt.spec
-    assert isinstance(source, PostgresSource)
-    settings = services(gw).settings()
-    where = f"PostgreSQL source {source.name!r} at {settings.postgres_port and f'127.0.0.1:{settings.postgres_port}'}"
+    assert isinstance(source, PostgresSource) and rt.database is not None and rt.role is not None
+    host = hosting(gw)
     try:
-        with psycopg.connect(_user_dsn(gw, rt)) as conn:
-            total = conn.execute(
-                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source.table))
-            ).fetchone()
-            query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(source.table))
-            if limit is not None:
-                query = sql.SQL("{} LIMIT {}").format(query, sql.Literal(limit))
-            cur = conn.execute(query)
-            names = [d.name for d in cur.description or []]
-            frame = pd.DataFrame.from_records(cur.fetchall(), columns=names)
-    except psycopg.OperationalError as e:
-        text = " ".join(str(e).split())
-        if "password authentication failed" in text:
+        rows = host.query(rt.database, rt.role, rt.cached, source.table, limit=limit)
+    except SourceError as e:
+        where = f"PostgreSQL source {source.name!r} at {host.address(POSTGRES)}"
+        if e.kind == "auth":
             _observed(gw, source.name, "credentials_rotated")
-            raise ActionError("auth_failed", f"{where}: login refused: {text}") from None
-        _observed(gw, source.name, "database_down")
-        raise ActionError("source_unavailable", f"{where}: cannot connect: {text}") from None
-    except psycopg.Error as e:
-        raise ActionError("source_error", f"{where}: {type(e).__name__}: {e}") from None
-    for name in frame.columns:  # NULLs make numeric columns object: back to numbers
-        if frame[name].dtype == object:
-            converted = pd.to_numeric(frame[name], errors="coerce")
-            if converted.notna().sum() == frame[name].notna().sum() and frame[name].notna().any():
-                frame[name] = converted
-    return frame, int(total[0]) if total else len(frame)
+            raise ActionError("auth_failed", f"{where}: login refused: {e.message}") from None
+        if e.kind == "unavailable":
+            _observed(gw, source.name, "database_down")
+            raise ActionError("source_unavailable", f"{where}: cannot connect: {e.message}") from None
+        raise ActionError("source_error", f"{where}: {e.message}") from None
+    return from_bytes(rows.parquet, "parquet"), rows.total_rows
 
 
 # -------------------------------------------------------------------------------------- fault marks
