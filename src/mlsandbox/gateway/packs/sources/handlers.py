@@ -156,7 +156,7 @@ def _episode_slug(gw: Gateway) -> str:
 
 
 def on_start(gw: Gateway) -> None:
-    sources = getattr(gw.scenario, "sources", [])
+    sources = gw.scenario.sources
     if not sources:
         return
     from mlsandbox.data.tabular import generate_tabular
