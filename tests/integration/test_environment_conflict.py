@@ -10,7 +10,9 @@ import time
 from typing import Any
 
 import pytest
+from tests.helpers import ok
 
+from mlsandbox.backends.local import venvs
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Budget
@@ -22,17 +24,11 @@ OLD_SKLEARN = "1.5.2"
 LOAD = "import sys, mlflow.sklearn; mlflow.sklearn.load_model(sys.argv[1]); print('loaded')"
 
 
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], obs["error"]
-    return obs["result"]
-
-
 def _until_done(gw: Gateway, job: str) -> dict[str, Any]:
     deadline = time.monotonic() + 900
     while gw.state.jobs[job].state in ("queued", "running") and time.monotonic() < deadline:
-        _ok(gw, {"type": "wait", "seconds": 20})
-    return _ok(gw, {"type": "get_job", "job_id": job})
+        ok(gw, {"type": "wait", "seconds": 20})
+    return ok(gw, {"type": "get_job", "job_id": job})
 
 
 def _load(python: str, uri: str, runtime: Any) -> subprocess.CompletedProcess[str]:
@@ -48,7 +44,7 @@ def test_environments_conflicting_versions_and_resolution_errors(runtime: Any, s
     gw = Gateway(runtime, sc, seed=3, sandbox=sandbox.name)
     gw.start()
     try:
-        created = _ok(
+        created = ok(
             gw,
             {
                 "type": "create_environment",
@@ -57,7 +53,7 @@ def test_environments_conflicting_versions_and_resolution_errors(runtime: Any, s
             },
         )
         assert created["packages"]["scikit-learn"] == OLD_SKLEARN
-        listed = _ok(gw, {"type": "list_environments"})["environments"]
+        listed = ok(gw, {"type": "list_environments"})["environments"]
         assert [e["name"] for e in listed] == ["default", "sklearn-15"]
         assert listed[0]["packages"]["scikit-learn"] != OLD_SKLEARN
 
@@ -88,14 +84,14 @@ def test_environments_conflicting_versions_and_resolution_errors(runtime: Any, s
         assert obs["error"]["code"] == "not_found" and "create_environment" in obs["error"]["message"]
 
         train = {"type": "train_model", "dataset": "raw/customers.parquet", "algorithm": "gradient_boosting"}
-        _ok(gw, {**train, "environment": "sklearn-15"})
-        _ok(gw, train)
+        ok(gw, {**train, "environment": "sklearn-15"})
+        ok(gw, train)
         old, new = _until_done(gw, "job-1"), _until_done(gw, "job-2")
         assert old["state"] == "succeeded", old.get("log_tail")
         assert new["state"] == "succeeded", new.get("log_tail")
-        _ok(gw, {"type": "register_model", "run_id": old["run_id"], "name": "churn-old"})
-        _ok(gw, {"type": "register_model", "run_id": new["run_id"], "name": "churn-new"})
-        env_python = str(gw.ext["compute"]["envs"]["sklearn-15"].python)
+        ok(gw, {"type": "register_model", "run_id": old["run_id"], "name": "churn-old"})
+        ok(gw, {"type": "register_model", "run_id": new["run_id"], "name": "churn-new"})
+        env_python = str(venvs.interpreter(gw.state.environments["sklearn-15"].key))
         uri_old = f"models:/{gw.state.registry_name('churn-old')}/1"
         uri_new = f"models:/{gw.state.registry_name('churn-new')}/1"
 

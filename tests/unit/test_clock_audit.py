@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -119,6 +120,19 @@ def test_file_audit_log_appends_json_lines_per_episode(tmp_path: Path) -> None:
     assert Path(location).read_text().splitlines()[1] == '{"event": "step"}'
     with pytest.raises(ValueError, match="episode id"):
         audit.append("../escape", {})
+
+
+def test_file_audit_log_lists_episodes_latest_last_and_skips_a_line_being_written(tmp_path: Path) -> None:
+    audit = FileAuditLog(tmp_path)
+    assert audit.episodes() == []
+    for ep, mtime in (("b-2", 200), ("a-1", 100), ("c-3", 300)):
+        audit.append(ep, {"event": "start"})
+        os.utime(tmp_path / f"{ep}.jsonl", (mtime, mtime))
+    (tmp_path / "notes.txt").write_text("not a log")
+    assert audit.episodes() == ["a-1", "b-2", "c-3"]
+    with (tmp_path / "c-3.jsonl").open("a") as f:
+        f.write('{"event": "st')  # another process is writing this record
+    assert audit.read("c-3") == [{"event": "start"}]
 
 
 def test_file_audit_log_keeps_lines_whole_under_threads(tmp_path: Path) -> None:

@@ -26,6 +26,9 @@ class MemoryAudit:
     def location(self, episode_id: str) -> str | None:
         return None
 
+    def episodes(self) -> list[str]:
+        return list(self.records)
+
 
 class NoJobs:
     """No job is ever submitted in these tests: the pool only asks for what runs (nothing)."""

@@ -1,35 +1,36 @@
 """``mlsandbox watch``: the dashboard of a running episode, live, from its audit log.
 
 Every interface (in-process env, HTTP gateway sessions, MCP server) appends each step of each episode to
-``<sandbox dir>/episodes/<episode>.jsonl``. ``watch`` follows one of these files (the most recently written
-one unless ``--episode`` names another), replays it into a :class:`~mlsandbox.env.dashboard.Dashboard`
-and adds the sandbox's service states, so it needs no access to the process running the episode and never
-changes anything: it reads files only.
+the runtime's audit log (on local ``<sandbox dir>/episodes/<episode>.jsonl``). ``watch`` follows one of
+these logs (the most recently written one unless ``--episode`` names another), replays it into a
+:class:`~mlsandbox.env.dashboard.Dashboard` and adds the sandbox's service states, so it needs no access to
+the process running the episode and never changes anything: it reads the log only.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from mlsandbox.backends import get_backend
+from mlsandbox.backends.protocols import AuditLog
 from mlsandbox.cli.common import BackendOpt
-from mlsandbox.env.dashboard import from_audit, latest_episode, read_audit, render_dashboard
+from mlsandbox.env.dashboard import from_audit, render_dashboard
+from mlsandbox.errors import MLSandboxError
 from mlsandbox.paths import default_sandbox_name
 
 CLEAR = "\x1b[H\x1b[2J"
 
 
-def episodes_dir(sandbox: str, backend: str = "local") -> Path:
-    b = get_backend(backend, sandbox)
-    d = getattr(b, "dir", None)
-    if d is None:
-        raise typer.BadParameter(f"the {backend} backend keeps no audit log on this machine")
-    return Path(d) / "episodes"
+def audit_log(sandbox: str, backend: str = "local") -> AuditLog:
+    """The audit log of the running sandbox's episodes."""
+    try:
+        return get_backend(backend, sandbox).runtime().audit
+    except (MLSandboxError, ValueError) as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def _services(sandbox: str, backend: str) -> list[tuple[str, str]]:
@@ -41,12 +42,18 @@ def _services(sandbox: str, backend: str) -> list[tuple[str, str]]:
 
 def snapshot(sandbox: str, episode: str | None = None, backend: str = "local") -> str:
     """The dashboard text of an episode of ``sandbox`` now (the latest episode when ``episode`` is None)."""
-    d = episodes_dir(sandbox, backend)
-    path = d / f"{episode}.jsonl" if episode else latest_episode(d)
-    if path is None or not path.is_file():
+    audit = audit_log(sandbox, backend)
+    if episode is None:
+        logged = audit.episodes()
+        episode = logged[-1] if logged else None
+    records = audit.read(episode) if episode is not None else []
+    if episode is None or not records:
         what = f"episode {episode!r}" if episode else "no episode"
-        return f"sandbox {sandbox}: {what} has been logged in {d}\n"
-    return f"{path.name}\n" + render_dashboard(from_audit(read_audit(path), _services(sandbox, backend)))
+        return f"sandbox {sandbox}: {what} has been logged\n"
+    where = audit.location(episode) or episode
+    return f"{where.rsplit('/', 1)[-1]}\n" + render_dashboard(
+        from_audit(records, _services(sandbox, backend))
+    )
 
 
 def watch(
@@ -77,4 +84,4 @@ def watch(
         pass
 
 
-__all__ = ["episodes_dir", "snapshot", "watch"]
+__all__ = ["audit_log", "snapshot", "watch"]

@@ -38,7 +38,18 @@ class FileAuditLog:
             text = self.path(episode_id).read_text()
         except FileNotFoundError:
             return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # the last line of a log being written by another process
+                continue
+        return out
+
+    def episodes(self) -> list[str]:
+        files = list(self.directory.glob("*.jsonl")) if self.directory.is_dir() else []
+        files.sort(key=lambda p: (p.stat().st_mtime, p.name))
+        return [p.stem for p in files if _EPISODE_RE.match(p.stem)]
 
     def location(self, episode_id: str) -> str | None:
         return str(self.path(episode_id))

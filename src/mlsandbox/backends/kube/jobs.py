@@ -24,6 +24,7 @@ process (the gateway, a restarted CLI, ``down``) sees the same jobs.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import threading
 import time
@@ -288,7 +289,7 @@ class KubeJobs:
                 f"node without a kubelet: {exc})"
             )
 
-    def _creation_events(self, name: str) -> list[str]:
+    def _creation_events(self, name: str) -> builtins.list[str]:
         """Why the Job has no pod (an exhausted ResourceQuota, ...), from its warning events."""
         with contextlib.suppress(Exception):
             events = self.cluster.core.list_namespaced_event(

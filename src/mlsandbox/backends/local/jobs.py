@@ -37,6 +37,7 @@ All methods are thread safe.
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import errno
 import math
@@ -636,10 +637,10 @@ class LocalJobs:
         except KeyError:
             raise KeyError(f"unknown job {job_id!r}") from None
 
-    def _matching(self, label: tuple[str, str] | None) -> list[_Job]:
+    def _matching(self, label: tuple[str, str] | None) -> builtins.list[_Job]:
         return [j for j in self._jobs.values() if label is None or j.spec.labels.get(label[0]) == label[1]]
 
-    def _command(self, job: _Job) -> list[str]:
+    def _command(self, job: _Job) -> builtins.list[str]:
         command = [sys.executable, "-m", f"mlsandbox.workloads.{job.spec.workload}", *job.spec.args]
         if job.spec.environment not in (None, DEFAULT_KEY):
             # A named environment: its interpreter runs the (self-contained) workload file by path.

@@ -12,7 +12,12 @@ class AuditLog(Protocol):
         ...
 
     def read(self, episode_id: str) -> list[dict[str, Any]]:
-        """Every record of the episode's log, oldest first (empty when there is none)."""
+        """Every record of the episode's log, oldest first (empty when there is none; a record being
+        written is not there yet)."""
+        ...
+
+    def episodes(self) -> list[str]:
+        """The episodes with a log, least recently written first (the last one is the latest)."""
         ...
 
     def location(self, episode_id: str) -> str | None:
