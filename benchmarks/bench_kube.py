@@ -102,8 +102,8 @@ def serving_proxy(bed: Any, tmp: Path, n: int = 200) -> tuple[list[float], list[
     from sklearn.linear_model import LogisticRegression
 
     from mlsandbox.backends.kube.cluster import Cluster
-    from mlsandbox.backends.kube.serving import KubeServing, ModelServerSpec, ServingRequests
-    from mlsandbox.backends.protocols import Endpoints
+    from mlsandbox.backends.kube.deployments import KubeServing
+    from mlsandbox.backends.protocols import DeploymentSpec, Endpoints, Machine
 
     rng = np.random.default_rng(0)
     x = pd.DataFrame({"a": rng.normal(size=200), "b": rng.normal(size=200)})
@@ -126,15 +126,16 @@ def serving_proxy(bed: Any, tmp: Path, n: int = 200) -> tuple[list[float], list[
                          prefect_api_url="http://p/api")  # fmt: skip
         serving = KubeServing(Cluster(bed.api_client), namespace="bench-serving", sandbox="bench",
                               image="mlsandbox/model-server:0.1.0", endpoints=none, port=port)  # fmt: skip
-        spec = ModelServerSpec(deployment="m", model="m", registry_name="m", version="1", replicas=1,
-                               machine="cpu-small", cpus=0.5, memory_mb=512)  # fmt: skip
-        serving.deploy(spec)
-        requests = ServingRequests(serving)
+        machine = Machine(name="cpu-small", cpus=0.5, memory_mb=512, credits_per_second=0.0)
+        spec = DeploymentSpec(deployment="m", model="m", registry_name="m", version="1", replicas=1,
+                              machine=machine)  # fmt: skip
+        episode = serving.open("bench", {"mlsandbox.world.episode": "bench"})
+        episode.deploy(spec)
         direct, proxied = [], []
         with httpx.Client() as c:
             for _ in range(20):  # warm-up: connections, the proxy's endpoint lookup
                 c.post(f"http://127.0.0.1:{port}/predict", content=body, headers=headers)
-                requests.post("m", body)
+                episode.request("m", "/predict", body, timeout_s=5.0)
             for _ in range(n):
                 t = time.perf_counter()
                 assert (
@@ -143,10 +144,9 @@ def serving_proxy(bed: Any, tmp: Path, n: int = 200) -> tuple[list[float], list[
                 )
                 direct.append((time.perf_counter() - t) * 1000)
                 t = time.perf_counter()
-                assert requests.post("m", body).status_code == 200
+                assert episode.request("m", "/predict", body, timeout_s=5.0).status == 200
                 proxied.append((time.perf_counter() - t) * 1000)
-        requests.close()
-        serving.cleanup()
+        episode.close()
         return direct, proxied
     finally:
         server.terminate()

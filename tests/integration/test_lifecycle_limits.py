@@ -82,8 +82,11 @@ def train_and_register(gw: Gateway, name: str, environment: str | None = None) -
 
 
 def replicas(gw: Gateway, deployment: str) -> list[Any]:
-    world = gw.ext["serving"]["world"]
-    return list(world.deployments.get(deployment).replicas)
+    from mlsandbox.gateway.packs.serving.handlers import ServingState
+
+    world = gw.pack_state(ServingState).world
+    assert world is not None
+    return list(world.serving.deployments.get(deployment).replicas)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------- serving
@@ -203,7 +206,7 @@ def test_deployment_in_an_environment_serves_its_models_and_fails_on_another_rel
         gw,
         {"type": "deploy_model", "name": "churn", "version": model, "environment": ENV, "deployment": "old"},
     )
-    assert e["code"] == "backend_error" and f"in environment {ENV!r}" in e["message"], e
+    assert e["code"] == "deploy_failed" and f"in environment {ENV!r}" in e["message"], e
     assert any(name in e["message"] for name in LIBRARY_ERRORS), e["message"]
     assert "old" not in [d["deployment"] for d in ok(gw, {"type": "get_deployment"})["deployments"]]
 

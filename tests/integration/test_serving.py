@@ -15,10 +15,12 @@ import psutil
 import pytest
 
 from mlsandbox.backends.local.serving.processes import EPISODE_ENV, SERVING_ENV
+from mlsandbox.backends.protocols.serving import FEATURE_SERVICE, DeploymentView, ReplicaView
 from mlsandbox.gateway.dispatcher import Gateway
+from mlsandbox.gateway.packs.serving.handlers import ServingState
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario
-from mlsandbox.workloads.fault_hook import clear_fault, write_fault
+from mlsandbox.workloads.fault_hook import clear_fault, hook_file, write_fault
 
 SCRIPT_TIMEOUT = 900.0  # a shared, loaded machine can make one training job take minutes
 
@@ -121,6 +123,10 @@ def test_deployment_predicts_like_the_mlflow_model(
     v1, _ = versions
     dep = step_ok(gw, {"type": "deploy_model", "name": "churn", "version": v1, "replicas": 1})
     assert dep["replicas_up"] == 1 and dep["version"] == v1 and dep["created"] is True
+    # The protocol's view, the same keys as on kube, and nothing else.
+    assert list(dep) == [*DeploymentView.model_fields, "created", "evaluated"]
+    assert [list(r) for r in dep["replica_states"]] == [list(ReplicaView.model_fields)]
+    assert dep["rollout"] == "complete" and dep["replica_states"][0]["version"] == v1
     assert dep["evaluated"] is True  # its run logged val_auc >= 0.75
     assert len(serving_procs(gw.state.episode_id, "model_server:churn")) >= 1
     assert len(serving_procs(gw.state.episode_id, "feature_service")) >= 1
@@ -202,12 +208,10 @@ def test_rollout_and_rollback(gw: Gateway, versions: tuple[str, str]) -> None:
 
 
 def test_latency_alert_fires_and_resolves(gw: Gateway, versions: tuple[str, str]) -> None:
-    from mlsandbox.gateway.packs.serving.handlers import NAME
-
-    world = gw.ext[NAME]["world"]
-    replicas = world.deployments.items["churn"].replicas
-    for r in replicas:
-        write_fault(r.fault_file, delay_ms=1000)
+    # The deployment's fault hook, registered for http:churn faults of this episode (every replica's).
+    hook = hook_file("churn", scope=gw.state.episode_id)
+    assert hook is not None
+    write_fault(hook, delay_ms=1000)
     try:
         fired = _poll(
             gw, lambda alerts: [a for a in alerts if a["rule"] == "SlowModel" and a["state"] == "firing"]
@@ -217,8 +221,7 @@ def test_latency_alert_fires_and_resolves(gw: Gateway, versions: tuple[str, str]
         acked = step_ok(gw, {"type": "ack_alert", "alert_id": alert["alert_id"]})
         assert acked["acked"] is True
     finally:
-        for r in replicas:
-            clear_fault(r.fault_file)
+        clear_fault(hook)
     resolved = _poll(
         gw,
         lambda alerts: [a for a in alerts if a["alert_id"] == alert["alert_id"] and a["state"] == "resolved"],
@@ -228,16 +231,15 @@ def test_latency_alert_fires_and_resolves(gw: Gateway, versions: tuple[str, str]
 
 
 def test_feature_service_fault_shows_downstream(gw: Gateway, versions: tuple[str, str]) -> None:
-    from mlsandbox.gateway.packs.serving.handlers import NAME
-
-    fs = gw.ext[NAME]["world"].deployments.feature_service
-    write_fault(fs.fault_file, error_rate=1.0, status=503)
+    hook = hook_file(FEATURE_SERVICE, scope=gw.state.episode_id)
+    assert hook is not None
+    write_fault(hook, error_rate=1.0, status=503)
     try:
         time.sleep(0.3)  # the hook re-reads its file at most every 100 ms
         out = step_ok(gw, {"type": "predict", "deployment": "churn", "entity_ids": ["p0-7"]})
         assert out["status"] == 502 and "feature service" in str(out["error"])
     finally:
-        clear_fault(fs.fault_file)
+        clear_fault(hook)
     time.sleep(0.3)
     assert step_ok(gw, {"type": "predict", "deployment": "churn", "entity_ids": ["p0-7"]})["status"] == 200
 
@@ -247,12 +249,18 @@ def test_undeploy_and_close_leave_no_process(gw: Gateway, versions: tuple[str, s
     v1, _ = versions
     step_ok(gw, {"type": "deploy_model", "name": "churn", "version": v1, "deployment": "side"})
     assert len(serving_procs(ep, "model_server:side")) == 1
+    assert hook_file("side", scope=ep) is not None
     step_ok(gw, {"type": "undeploy", "deployment": "side"})
     assert serving_procs(ep, "model_server:side") == []
+    assert hook_file("side", scope=ep) is None  # its fault hook goes with it
     assert step_err(gw, {"type": "get_deployment", "deployment": "side"})["code"] == "not_found"
     assert len(serving_procs(ep)) == 2  # churn's replica and the feature service live on
+    world = gw.pack_state(ServingState).world
+    assert world is not None and world.traffic is not None and world.traffic.running
     gw.close()  # the episode ends: every serving process of it stops
     assert serving_procs(ep) == []
+    assert hook_file("churn", scope=ep) is None and hook_file(FEATURE_SERVICE, scope=ep) is None
+    assert not world.traffic.running and world.closed
 
 
 def test_model_server_load_failure_exits_with_the_reason(runtime: Any, tmp_path: Any) -> None:

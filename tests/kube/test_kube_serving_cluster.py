@@ -16,12 +16,21 @@ import pytest
 
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.kube.backend import KubeBackend
+from mlsandbox.backends.kube.deployments import KubeEpisodeServing
 from mlsandbox.backends.kube.manifests import SANDBOX_LABEL
 from mlsandbox.backends.kube.runtime import KubeRuntime
 from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.backends.protocols.serving import (
+    DeploymentSpec,
+    DeploymentView,
+    Machine,
+    ReplicaView,
+    ServingError,
+)
 
 T = TypeVar("T")
 EPISODE = ("mlsandbox.world.episode", "ep-srv")
+TINY = Machine(name="cpu-tiny", cpus=0.25, memory_mb=256, credits_per_second=0.01)
 WORKLOAD_ENDPOINTS = Endpoints(
     s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
     s3_access_key="access",
@@ -42,20 +51,21 @@ def wait_for(fn: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
-def spec(**overrides: Any) -> KS.ModelServerSpec:
+def spec(**overrides: Any) -> DeploymentSpec:
     values: dict[str, Any] = {
         "deployment": "churn",
         "model": "churn",
         "registry_name": "ep-srv.churn",
         "version": "1",
         "replicas": 2,
-        "machine": "cpu-tiny",
-        "cpus": 0.25,
-        "memory_mb": 256,
-        "credits_per_second": 0.01,
-        "labels": dict([EPISODE]),
+        "machine": TINY,
     }
-    return KS.ModelServerSpec(**{**values, **overrides})
+    return DeploymentSpec(**{**values, **overrides})
+
+
+def episode(rt: KubeRuntime, labels: tuple[str, str] = EPISODE) -> KubeEpisodeServing:
+    """The episode's serving, as the serving pack opens it."""
+    return rt.serving.open(labels[1], dict([labels]))
 
 
 def runtime_of(
@@ -96,11 +106,12 @@ def test_deploy_makes_a_ready_deployment_and_service_and_scale_changes_ready_rep
     backend: KubeBackend,
 ) -> None:
     rt = runtime_of(backend)
-    view, created = rt.model_serving.deploy(spec())
-    assert created is True
-    assert view["rollout"] == "complete" and view["replicas"] == 2 and view["replicas_up"] == 2
-    assert [s["state"] for s in view["replica_states"]] == ["running", "running"]
-    assert view["service"] == f"churn.{rt.namespace}.svc:8080"
+    ep = episode(rt)
+    view, created = ep.deploy(spec())
+    assert created is True and type(view) is DeploymentView
+    assert view.rollout == "complete" and view.replicas == 2 and view.replicas_up == 2
+    assert [s.state for s in view.replica_states] == ["running", "running"]
+    assert [list(r) for r in view.model_dump()["replica_states"]] == [list(ReplicaView.model_fields)] * 2
 
     dep, svc = _objects(rt)
     assert dep is not None and svc is not None
@@ -118,49 +129,54 @@ def test_deploy_makes_a_ready_deployment_and_service_and_scale_changes_ready_rep
     for labels in (dep["metadata"]["labels"], svc["metadata"]["labels"]):
         assert labels[EPISODE[0]] == EPISODE[1] and labels[SANDBOX_LABEL] == backend.name
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"][0]["port"] == 8080
     pods = rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn")
     assert len(pods) == 2 and all(p["metadata"]["labels"][EPISODE[0]] == EPISODE[1] for p in pods)
     assert rt.cluster.get("v1", "Secret", "mlsandbox-s3", rt.namespace) is not None
 
-    up = rt.model_serving.scale("churn", 3)
-    assert up["replicas"] == 3 and up["replicas_up"] == 3
+    up = ep.scale("churn", 3)
+    assert up.replicas == 3 and up.replicas_up == 3
     assert (rt.cluster.get("apps/v1", "Deployment", "churn", rt.namespace) or {})["status"][
         "readyReplicas"
     ] == 3
-    down = rt.model_serving.scale("churn", 1)
-    assert down["replicas"] == 1 and down["replicas_up"] == 1
-    assert rt.model_serving.credits_per_second(EPISODE) == pytest.approx(0.01)
-    assert [d["deployment"] for d in rt.model_serving.list(EPISODE)] == ["churn"]
-    assert rt.model_serving.list(("mlsandbox.world.episode", "another")) == []
+    down = ep.scale("churn", 1)
+    assert down.replicas == 1 and down.replicas_up == 1
+    assert ep.credits_per_second() == pytest.approx(0.01)
+    assert [d.deployment for d in ep.list()] == ["churn"]
+    other = episode(rt, ("mlsandbox.world.episode", "another"))
+    assert other.list() == [] and other.credits_per_second() == 0.0
+    with pytest.raises(ServingError, match="belongs to another episode") as refused:
+        other.scale("churn", 2)
+    assert refused.value.code == "conflict"
 
-    with pytest.raises(KS.ServingRefused, match="0 or more") as refused:
-        rt.model_serving.scale("churn", -1)
+    with pytest.raises(ServingError, match="0 or more") as refused:
+        ep.scale("churn", -1)
     assert refused.value.code == "invalid_parameters"
-    with pytest.raises(KS.ServingRefused, match=r"deployment 'nope' does not exist \(deployments: churn\)"):
-        rt.model_serving.scale("nope", 1)
-    with pytest.raises(KS.ServingRefused, match="serves model 'churn', not 'other'"):
-        rt.model_serving.deploy(spec(model="other", registry_name="ep-srv.other"))
+    with pytest.raises(ServingError, match=r"deployment 'nope' does not exist \(deployments: churn\)"):
+        ep.scale("nope", 1)
+    with pytest.raises(ServingError, match="serves model 'churn', not 'other'"):
+        ep.deploy(spec(model="other", registry_name="ep-srv.other"))
 
 
 def test_a_new_version_rolls_out_and_rollback_restores_the_previous_one(backend: KubeBackend) -> None:
     rt = runtime_of(backend)
-    serving = rt.model_serving
+    serving = episode(rt)
     serving.deploy(spec())
     view, created = serving.deploy(spec(version="2"))
     assert created is False
-    assert view["version"] == "2" and view["version_history"] == ["1", "2"]
+    assert view.version == "2" and view.version_history == ["1", "2"]
     dep, _ = _objects(rt)
     assert "models:/ep-srv.churn/2" in dep["spec"]["template"]["spec"]["containers"][0]["command"]
     assert dep["metadata"]["generation"] == 2  # the pod template changed: a rolling update
     wait_for(lambda: _template_versions(rt) == {"2"} or None, "the version-2 pods to replace the others")
-    assert serving.get("churn")["replicas_up"] == 2
+    assert serving.get("churn").replicas_up == 2
 
-    with pytest.raises(KS.ServingRefused, match="never served version 7"):
-        serving.rollback("churn", "7")
-    with pytest.raises(KS.ServingRefused, match="already serves version 2"):
-        serving.rollback("churn", "2")
-    back = serving.rollback("churn", "1")
-    assert back["version"] == "1" and back["version_history"] == ["1", "2", "1"]
+    with pytest.raises(ServingError, match="never served version 7"):
+        serving.set_version("churn", "7")
+    with pytest.raises(ServingError, match="already serves version 2"):
+        serving.set_version("churn", "2")
+    back = serving.set_version("churn", "1")
+    assert back.version == "1" and back.version_history == ["1", "2", "1"]
     dep, _ = _objects(rt)
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert "models:/ep-srv.churn/1" in container["command"]
@@ -170,7 +186,8 @@ def test_a_new_version_rolls_out_and_rollback_restores_the_previous_one(backend:
 
 def test_an_oom_killed_replica_shows_in_get_deployment_and_is_replaced(backend: KubeBackend) -> None:
     rt = runtime_of(backend)
-    rt.model_serving.deploy(spec(replicas=1))
+    ep = episode(rt)
+    ep.deploy(spec(replicas=1))
     (pod,) = rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn")
     rt.cluster.patch(
         "v1",
@@ -180,33 +197,35 @@ def test_an_oom_killed_replica_shows_in_get_deployment_and_is_replaced(backend: 
         {"metadata": {"annotations": {"mlsandbox.dev/kwok-outcome": "OOMKilled"}}},
     )
 
-    def oom_row() -> dict[str, Any] | None:
-        rows = rt.model_serving.get("churn")["replica_states"]
-        return next((r for r in rows if r["pod"] == pod["metadata"]["name"] and r["state"] == "exited"), None)
+    def oom_row() -> ReplicaView | None:
+        rows = ep.get("churn").replica_states
+        return next((r for r in rows if r.state == "exited"), None)
 
     row = wait_for(oom_row, "the OOM kill in the view")
-    assert row["exit_code"] == 137 and row["reason"] == "OOMKilled"
-    assert "memory limit 256 MiB" in row["message"]
+    assert row.exit_code == 137 and row.reason == "OOMKilled" and row.version == "1"
+    assert row.message is not None and "memory limit 256 MiB" in row.message
     view = wait_for(
-        lambda: ((v := rt.model_serving.get("churn"))["replicas_up"] == 1 and v) or None,
+        lambda: ((v := ep.get("churn")).replicas_up == 1 and v) or None,
         "the ReplicaSet to replace the killed replica",
     )
-    assert [r["state"] for r in view["replica_states"]].count("running") == 1
+    assert [r.state for r in view.replica_states].count("running") == 1
 
 
 def test_undeploy_removes_both_objects_and_down_removes_the_rest(backend: KubeBackend) -> None:
     rt = runtime_of(backend)
-    rt.model_serving.deploy(spec())
-    rt.model_serving.deploy(spec(deployment="churn_b"), wait=False)
-    last = rt.model_serving.undeploy("churn")
-    assert last["deployment"] == "churn"
+    ep = episode(rt)
+    ep.deploy(spec())
+    ep.deploy(spec(deployment="churn_b"), wait=False)
+    last = ep.undeploy("churn")
+    assert last.deployment == "churn"
     assert _objects(rt) == (None, None)
     wait_for(
         lambda: not rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn") or None,
         "the undeployed replicas to go",
     )
-    with pytest.raises(KS.ServingRefused, match="does not exist"):
-        rt.model_serving.undeploy("churn")
+    with pytest.raises(ServingError, match="does not exist") as refused:
+        ep.undeploy("churn")
+    assert refused.value.code == "not_found"
     assert _objects(rt, "churn-b")[0] is not None
     backend.down()
     assert _objects(rt, "churn-b") == (None, None)
@@ -228,8 +247,9 @@ def test_the_operators_warm_reset_removes_the_episodes_deployments(control_plane
     backend = KubeBackend("reset", control_namespace="team-srv", api_client=bed.api_client)
     backend.up()
     rt = runtime_of(backend)
-    view, _ = rt.model_serving.deploy(spec())
-    assert view["replicas_up"] == 2  # admitted under the sandbox's quota and limit range
+    ep = episode(rt)
+    view, _ = ep.deploy(spec())
+    assert view.replicas_up == 2  # admitted under the sandbox's quota and limit range
     bed.patch_spec("team-srv", "reset", {"episode": 1})
     bed.wait_phase("team-srv", "reset", "Ready", episode=1)
     bed.wait("the episode's Deployment and Service are gone", lambda: _objects(rt) == (None, None))
@@ -237,7 +257,7 @@ def test_the_operators_warm_reset_removes_the_episodes_deployments(control_plane
         "the episode's pods are gone",
         lambda: not rt.cluster.list("v1", "Pod", rt.namespace, f"{KS.DEPLOYMENT_LABEL}=churn"),
     )
-    assert rt.model_serving.list() == []
+    assert ep.list() == []
     names = {s["metadata"]["name"] for s in rt.cluster.list("v1", "Service", rt.namespace)}
     assert {"minio", "mlflow", "prefect"} <= names  # the sandbox's own services stay
 

@@ -24,6 +24,7 @@ from test_kube_serving_cluster import runtime_of, wait_for  # tests/kube is on s
 
 from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.gateway.dispatcher import Gateway
+from mlsandbox.gateway.packs.serving.handlers import ServingState
 from mlsandbox.scenario import load_builtin
 from mlsandbox.workloads.contract import endpoint_env
 
@@ -160,7 +161,9 @@ def test_predictions_traffic_metrics_and_alerts_go_through_the_api_server(
                 log,
             )
         )
-        ids = list(gw.ext["serving"]["population"].features["entity_id"][:3])
+        population = gw.pack_state(ServingState).population
+        assert population is not None
+        ids = list(population.features["entity_id"][:3])
         out = _ok(gw, {"type": "predict", "deployment": model, "entity_ids": ids})
         assert out["status"] == 200 and len(out["predictions"]) == 3
         assert out["version"] == str(version) and all(0 <= p <= 1 for p in out["probabilities"])

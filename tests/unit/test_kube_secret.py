@@ -62,4 +62,4 @@ def test_the_runtime_gives_its_jobs_and_its_servers_one_secret() -> None:
         endpoints=ENDPOINTS,
         workload_endpoints=ENDPOINTS,
     )
-    assert runtime.jobs.secret is runtime.model_serving.secret
+    assert runtime.jobs.secret is runtime.serving.secret

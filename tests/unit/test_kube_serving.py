@@ -1,4 +1,6 @@
-"""The kube backend's model deployments: the Deployment and Service builders and the view read back.
+"""The kube backend's model deployments: the Deployment and Service builders, the view read back (the
+protocol's ``DeploymentView``, the same keys as on local), and the episode's serving against an in-memory
+API server (rollouts, their undo on a failing replica, episode isolation, cleanup).
 
 Every built manifest is validated with ``kubeconform -strict`` against the Kubernetes schemas of the pinned
 version (offline; a missing tool fails with a hint to run ``make setup``).
@@ -16,6 +18,7 @@ from mlsandbox.backends.kube import schemas
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.kube.manifests import S3_SECRET_NAME, SANDBOX_LABEL
 from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.backends.protocols.serving import DeploymentView, ReplicaView, ServingError
 from mlsandbox.errors import MissingToolError
 
 ENDPOINTS = Endpoints(
@@ -194,36 +197,52 @@ def test_the_view_reads_replicas_rollout_and_an_oom_killed_replica() -> None:
         },
     )
     view = KS.describe(dep, [running, oom, pending])
-    assert view["deployment"] == "churn" and view["model"] == "churn" and view["version"] == "3"
-    assert view["machine"] == "cpu-small" and view["limits"] == {"cpus": 1.0, "memory_mb": 2048}
-    assert view["replicas"] == 2 and view["replicas_up"] == 1
-    assert view["rollout"] == "progressing"
-    assert view["version_history"] == ["2", "3"]
-    states = view["replica_states"]
-    assert [s["pod"] for s in states] == ["churn-b", "churn-a", "churn-c"]  # oldest first
+    assert type(view) is DeploymentView
+    assert view.deployment == "churn" and view.model == "churn" and view.version == "3"
+    assert view.machine == "cpu-small" and view.limits.model_dump() == {"cpus": 1.0, "memory_mb": 2048}
+    assert view.environment == "default"
+    assert view.replicas == 2 and view.replicas_up == 1
+    assert view.rollout == "progressing"
+    assert view.version_history == ["2", "3"]
+    states = view.model_dump(mode="json")["replica_states"]
+    assert [s["state"] for s in states] == ["exited", "running", "starting"]  # oldest first
     assert states[0] == {
         "replica": 0,
-        "pod": "churn-b",
         "version": "3",
         "state": "exited",
         "exit_code": 137,
         "reason": "OOMKilled",
         "message": "killed by the kernel: out of memory (memory limit 2048 MiB)",
     }
-    assert states[1]["state"] == "running"
-    assert states[2]["state"] == "starting" and states[2]["reason"] == "Unschedulable"
+    assert states[1]["version"] == "3" and states[1]["reason"] is None
+    assert states[2]["version"] == "2" and states[2]["reason"] == "Unschedulable"
+    assert states[2]["message"] == "0/1 nodes"
 
     dep["status"]["readyReplicas"] = 2
     second = copy.deepcopy(running)
     second["metadata"]["name"] = "churn-d"
-    assert KS.describe(dep, [running, second])["rollout"] == "complete"
+    assert KS.describe(dep, [running, second]).rollout == "complete"
     # The Deployment's status lags: it still counts a replica whose pod has just exited. The view counts
     # what the pods say, so it never reports a replica up beside no running one.
     lagging = KS.describe(dep, [running, oom])
-    assert lagging["replicas_up"] == 1 and lagging["rollout"] == "progressing"
-    assert KS.describe(dep, [oom])["replicas_up"] == 0
-    with pytest.raises(KS.ServingRefused, match="not made by mlsandbox"):
+    assert lagging.replicas_up == 1 and lagging.rollout == "progressing"
+    assert KS.describe(dep, [oom]).replicas_up == 0
+    with pytest.raises(ServingError, match="not made by mlsandbox") as refused:
         KS.describe({"metadata": {"name": "other"}}, [])
+    assert refused.value.code == "conflict"
+
+
+def test_a_rollout_fails_on_a_new_replica_that_exits_or_cannot_start() -> None:
+    def r(state: str, version: str = "2", reason: str | None = None, code: int | None = None) -> ReplicaView:
+        return ReplicaView(replica=0, version=version, state=state, reason=reason, exit_code=code)  # type: ignore[arg-type]
+
+    assert KS.rollout_failure([r("running"), r("starting")], "2") is None
+    assert KS.rollout_failure([r("starting", reason="Unschedulable")], "2") is None  # may still be placed
+    why = KS.rollout_failure([r("running"), r("exited", reason="Error", code=3)], "2")
+    assert why is not None and "exit code 3" in why and "Error" in why
+    assert KS.rollout_failure([r("starting", reason="ErrImageNeverPull")], "2") is not None
+    assert KS.rollout_failure([r("starting", reason="CrashLoopBackOff")], "2") is not None
+    assert KS.rollout_failure([r("exited", version="1", reason="OOMKilled", code=137)], "2") is None
 
 
 def test_the_feature_service_and_the_replicas_feature_url() -> None:

@@ -1,13 +1,10 @@
-"""Pure parts of the lifecycle limits: flow usage lines, replica states, the model server's pins."""
+"""Pure parts of the lifecycle limits: flow usage lines, the model server's pins."""
 
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass
-from typing import Any
 
 from mlsandbox.backends.common.prefect import NO_TORCH_ENV
-from mlsandbox.backends.local.serving.deployments import Deployment, Placement
 from mlsandbox.backends.local.serving.processes import SERVER_PACKAGES, server_requirements
 from mlsandbox.gateway.packs.flows.handlers import USAGE_PREFIX, logged_usage
 from mlsandbox.workloads import flows
@@ -34,31 +31,3 @@ def test_server_requirements_pin_what_the_sandbox_runs() -> None:
     assert len(reqs) == len(SERVER_PACKAGES)
     for dist, req in zip(SERVER_PACKAGES, reqs, strict=True):
         assert req == f"{dist}=={importlib.metadata.version(dist)}"
-
-
-@dataclass
-class _Replica:
-    up: bool
-    end: dict[str, Any] | None = None
-    name: str = "r"
-
-    def alive(self) -> bool:
-        return self.up
-
-    def termination(self) -> dict[str, Any] | None:
-        return self.end
-
-
-def test_describe_shows_limits_environment_and_how_a_replica_ended() -> None:
-    oom = {"exit_code": 137, "reason": "OOMKilled", "message": "killed by the kernel: out of memory"}
-    placement = Placement("cpu-tight", 0.5, 640, 0.02, "sklearn-15", "/envs/x/bin/python")
-    dep = Deployment("churn", "churn", "ep-churn", "1", placement, [_Replica(True), _Replica(False, oom)])  # type: ignore[list-item]
-    view = dep.describe()
-    assert view["limits"] == {"cpus": 0.5, "memory_mb": 640}
-    assert view["environment"] == "sklearn-15" and view["machine"] == "cpu-tight"
-    assert view["replicas"] == 2 and view["replicas_up"] == 1
-    assert view["replica_states"] == [
-        {"replica": 0, "state": "running"},
-        {"replica": 1, "state": "exited", **oom},
-    ]
-    assert dep.cpus == 0.5 and dep.credits_per_second == 0.02

@@ -1,15 +1,16 @@
-"""Monitoring arithmetic: scrape parsing, histogram quantiles, counter resets, alert state machine, SLO."""
+"""Monitoring arithmetic: scrape parsing, histogram quantiles, counter resets, alert state machine, SLO;
+scrapes through the episode's serving (an in-memory one) on a virtual clock's ticker."""
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
+from serving_fakes import InMemoryServing, ManualClock  # tests/unit is on sys.path
 
-from mlsandbox.backends.local.serving.deployments import Deployments
+from mlsandbox.backends.protocols.serving import FEATURE_SERVICE, DeploymentSpec, Machine
 from mlsandbox.scenario.serving import AlertRule, Serving
 from mlsandbox.workloads.http_metrics import LATENCY_BUCKETS, HttpMetrics
 from mlsandbox.world.serving.monitoring import (
@@ -53,9 +54,11 @@ def test_accumulator_survives_replica_restarts() -> None:
     assert acc.buckets[float("inf")] == 22 and acc.buckets[0.1] == 18
 
 
-def _monitor(rule: AlertRule) -> Monitor:
+def _monitor(
+    rule: AlertRule, serving: InMemoryServing | None = None, clock: ManualClock | None = None
+) -> Monitor:
     spec = Serving(dataset="d", traffic=None, alerts=[rule])
-    return Monitor(spec, Deployments(host=None), {}, production="churn")  # type: ignore[arg-type]
+    return Monitor(spec, serving or InMemoryServing(), {}, clock or ManualClock(), production="churn")
 
 
 def _snap(t: float, total: float, slow: float) -> Snapshot:
@@ -92,7 +95,7 @@ def test_alert_fires_after_its_duration_and_resolves() -> None:
 
 def test_stats_over_a_window() -> None:
     mon = _monitor(AlertRule(name="x", metric="rps", threshold=1))
-    now = time.time()
+    now = mon.clock.time()
     t = now - mon.t0
     mon.series["churn"] = deque([_snap(t - 10, 0, 0), _snap(t - 5, 50, 0), _snap(t, 150, 1)])
     st = mon.stats("churn", 5, now)
@@ -100,3 +103,66 @@ def test_stats_over_a_window() -> None:
     assert st["error_rate"] == 0.0 and st["replicas_up"] == 1.0
     assert st["latency_p50_ms"] is not None and st["latency_p50_ms"] <= 10.0
     assert st["live_accuracy"] is None  # no traffic generator on this monitor
+
+
+MACHINE = Machine(name="cpu-small", cpus=1.0, memory_mb=2048, credits_per_second=0.05)
+
+
+def _spec(replicas: int = 2, version: str = "1") -> DeploymentSpec:
+    return DeploymentSpec(
+        deployment="churn",
+        model="churn",
+        registry_name="ep.churn",
+        version=version,
+        replicas=replicas,
+        machine=MACHINE,
+    )
+
+
+def test_the_ticker_scrapes_ready_replicas_through_the_serving_and_counts_them_up() -> None:
+    clock, serving = ManualClock(), InMemoryServing()
+    serving.deploy(_spec(replicas=2))
+    serving.start_feature_service("b", "k", "entity_id")
+    mon = _monitor(AlertRule(name="x", metric="rps", threshold=1), serving, clock)
+    mon.start()
+    mon.start()  # idempotent: one ticker
+    assert clock.tickers() == 1
+    for _ in range(20):  # 10 requests per second for 10 s, spread over both replicas
+        for _ in range(10):
+            serving.request("churn", "/predict", b'{"entity_ids": ["a"]}', timeout_s=1.0)
+        clock.advance(0.5)
+        for _ in range(10):
+            serving.request("churn", "/predict", b'{"entity_ids": ["a"]}', timeout_s=1.0)
+        clock.advance(0.5)
+    st = mon.stats("churn", 5.0)
+    assert st["rps"] == pytest.approx(20.0)
+    assert st["replicas_up"] == 2.0 and st["error_rate"] == 0.0
+    assert st["cpu_percent"] == pytest.approx(20.0) and st["memory_mb"] == pytest.approx(200.0)
+    assert st["latency_p50_ms"] is not None and st["latency_p50_ms"] <= 7.5
+    assert mon.series[FEATURE_SERVICE][-1].replicas_up == 1  # scraped at /features: nothing counted
+    assert mon.series[FEATURE_SERVICE][-1].total == 0
+
+    # A replica that stops answering is neither scraped nor up; its counters are kept.
+    serving.items["churn"].replicas[0].ready = False
+    clock.advance(2.0)
+    assert mon.series["churn"][-1].replicas_up == 1
+    assert mon.series["churn"][-1].total == 400
+    mon.stop()
+    n = len(mon.series["churn"])
+    clock.advance(5.0)
+    assert len(mon.series["churn"]) == n  # stopped: no more scrapes
+
+
+def test_a_replica_replaced_by_a_rollout_counts_from_zero_without_losing_the_total() -> None:
+    clock, serving = ManualClock(), InMemoryServing()
+    serving.deploy(_spec(replicas=1))
+    mon = _monitor(AlertRule(name="x", metric="rps", threshold=1), serving, clock)
+    for _ in range(30):
+        serving.request("churn", "/predict", b'{"entity_ids": ["a"]}', timeout_s=1.0)
+    mon.tick()
+    serving.deploy(_spec(replicas=1, version="2"))  # a new replica, whose counters start at zero
+    for _ in range(5):
+        serving.request("churn", "/predict", b'{"entity_ids": ["a"]}', timeout_s=1.0)
+    clock.advance(1.0)
+    mon.tick()
+    assert mon.series["churn"][-1].total == 35

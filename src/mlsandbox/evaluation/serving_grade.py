@@ -19,6 +19,7 @@ from sklearn.metrics import roc_auc_score
 
 from mlsandbox.backends.protocols import Tracking
 from mlsandbox.evaluation.reward import Grade
+from mlsandbox.scenario.serving import DeploymentSLOGoal
 from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ PRODUCTION_SUFFIX = "@production"
 
 def grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
     goal = state.scenario.goal
+    if not isinstance(goal, DeploymentSLOGoal):
+        raise TypeError(f"a {goal.type} goal is not graded as deployment_slo")
     c = state.counters
     version_n = int(c.get("serving_version", 0))
     observed = c.get("serving_observed_s", 0.0)
@@ -46,11 +49,7 @@ def grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
             goal.model_name, None, None, 0.0, False, f"no deployment serves {goal.model_name!r}", details
         )
     version = str(version_n)
-    key = (
-        goal.dataset + PRODUCTION_SUFFIX
-        if getattr(goal, "holdout", "dataset") == "production"
-        else goal.dataset
-    )
+    key = goal.dataset + PRODUCTION_SUFFIX if goal.holdout == "production" else goal.dataset
     holdout = state.ground_truth.holdouts.get(key)
     if holdout is None:
         return Grade(goal.model_name, version, None, 0.0, False, f"no holdout {key!r} to grade on", details)

@@ -130,7 +130,7 @@ class KubeBackend:
             return  # no cluster: nothing of ours can be left on it
         runtime = self._runtime(check=False)
         runtime.faults.recover_all()
-        runtime.model_serving.cleanup()
+        runtime.serving.cleanup()
         runtime.flows.delete_jobs()
         runtime.jobs.delete_all()
         try:  # the episodes' config variables a crashed client left on the chart's Prefect

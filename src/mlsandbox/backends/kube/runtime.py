@@ -31,11 +31,12 @@ from mlsandbox.backends.protocols import Endpoints, Support
 from . import environments as kube_environments
 from . import sources as kube_sources
 from .cluster import Cluster
+from .deployments import ENVIRONMENT_REFUSAL, KubeServing
 from .environments import KubeEnvironments
 from .flows import KubeFlows
 from .jobs import KubeJobs
 from .secret import S3Secret
-from .serving import FEATURE_PORT, SERVER_PORT, KubeServing
+from .serving import FEATURE_PORT, SERVER_PORT
 from .sources import KubeSourceHosting
 
 BACKEND = "kube"
@@ -44,6 +45,7 @@ STATIC_UNSUPPORTED: dict[str, str] = {
     **kube_sources.UNSUPPORTED,
     **kube_environments.UNSUPPORTED,
     "flows.environment": kube_environments.REASON,
+    "serving.environment": ENVIRONMENT_REFUSAL,
 }
 """What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
 KIND_ENDPOINTS = {
@@ -193,8 +195,9 @@ class KubeRuntime(ServiceClients):
             return self._jobs
 
     @property
-    def model_serving(self) -> KubeServing:
-        """Model deployments as Deployments and Services (the serving pack uses it when present)."""
+    def serving(self) -> KubeServing:
+        """Model deployments as Deployments and Services, requests and scrapes through the API server's
+        proxy (see :mod:`mlsandbox.backends.kube.deployments`)."""
         with self._lock:
             if self._serving is None:
                 self._serving = KubeServing(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from mlsandbox.backends.common.config_store import PrefectConfigStore
     from mlsandbox.backends.common.prefect import PrefectFlows
     from mlsandbox.backends.local.faults.control import LocalFaultControl
+    from mlsandbox.backends.local.serving.episode import LocalServing
     from mlsandbox.backends.local.sources import LocalSourceHosting
     from mlsandbox.backends.local.venvs import LocalEnvironments
 
@@ -78,6 +79,14 @@ class LocalRuntime(ServiceClients):
             if self._jobs is None:
                 self._jobs = LocalJobs(self.sandbox_dir, self.sandbox_name, self._endpoints)
             return self._jobs
+
+    @property
+    def serving(self) -> LocalServing:
+        """Model deployments: each episode's replicas as supervised processes under their machine's
+        cgroup limits (see :mod:`mlsandbox.backends.local.serving.episode`)."""
+        from mlsandbox.backends.local.serving.episode import LocalServing
+
+        return LocalServing(self.sandbox_dir, self.sandbox_name, self._endpoints, lambda: self.environments)
 
     @property
     def faults(self) -> LocalFaultControl:

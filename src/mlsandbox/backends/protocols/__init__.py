@@ -41,6 +41,7 @@ from mlsandbox.backends.protocols.serving import (
     ReplicaRef,
     ReplicaStats,
     ReplicaView,
+    ServingEnvironment,
     ServingError,
     ServingResponse,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "ServiceControl",
     "ServiceHealth",
     "ServiceStatus",
+    "ServingEnvironment",
     "ServingError",
     "ServingResponse",
     "SourceError",

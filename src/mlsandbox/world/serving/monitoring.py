@@ -1,7 +1,9 @@
 """Monitoring: scrape the serving processes into time series, evaluate alert rules, account SLO time.
 
-Every ``scrape_interval_s`` a background thread reads each replica's and the feature service's
-``/metrics`` (Prometheus text) and process stats (psutil: CPU percent, RSS). Counters are accumulated per
+Every ``scrape_interval_s`` (a ticker of the runtime's clock) the monitor reads each ready replica's and
+the feature service's ``/metrics`` (Prometheus text) and, where the backend reads them, its CPU percent
+and memory, all through the episode's
+:class:`~mlsandbox.backends.protocols.serving.EpisodeServing`. Counters are accumulated per
 target across replica restarts and replacements (a counter that went down started again from zero), so a
 window's figures are differences of two snapshots: requests per second, the share of 5xx answers, latency
 quantiles interpolated in the histogram buckets (as Prometheus' ``histogram_quantile``). For the deployment
@@ -21,26 +23,23 @@ import contextlib
 import logging
 import math
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import numpy as np
 import pandas as pd
-import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from mlsandbox.backends.local.serving.deployments import Deployments
-from mlsandbox.backends.local.serving.processes import ServingProcess
+from mlsandbox.backends.protocols.clock import Clock, Ticker
+from mlsandbox.backends.protocols.serving import FEATURE_SERVICE, EpisodeServing, ServingError
 from mlsandbox.data.drift_stats import psi_categorical, psi_numeric
 from mlsandbox.scenario.serving import METRICS, AlertRule, Serving
 from mlsandbox.world.serving.traffic import TrafficGenerator
 
 log = logging.getLogger(__name__)
 
-FEATURE_SERVICE = "feature-service"
+SCRAPE_TIMEOUT_S = 1.0
 _MAX_SNAPSHOTS = 3600
 _PSI_MIN_ROWS = 50
 
@@ -152,77 +151,50 @@ class Monitor:
     def __init__(
         self,
         spec: Serving,
-        deployments: Deployments,
+        serving: EpisodeServing,
         counters: dict[str, float],
+        clock: Clock,
         *,
         production: str,
         traffic: TrafficGenerator | None = None,
         reference: pd.DataFrame | None = None,
     ) -> None:
         self.spec = spec
-        self.deployments = deployments
+        self.serving = serving
         self.counters = counters
+        self.clock = clock
         self.production = production
         self.traffic = traffic
         self.reference = reference
-        self.t0 = time.time()
+        self.t0 = clock.time()
         self.series: dict[str, deque[Snapshot]] = {}
         self._acc: dict[str, _Acc] = {}
-        self._procs: dict[str, psutil.Process] = {}
         self.alerts: list[Alert] = []
         self._rules: dict[tuple[str, str], dict[str, Any]] = {}
         self.lock = threading.RLock()
-        self._client = deployments.client  # the deployments' own: it reaches their replicas
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker: Ticker | None = None
         self._last_tick: float | None = None
         self.scrape_seconds: deque[float] = deque(maxlen=1000)
         self._tick_lock = threading.Lock()
 
-    # ------------------------------------------------------------------------------------- thread
+    # ------------------------------------------------------------------------------------- ticker
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="monitor", daemon=True)
-            self._thread.start()
+        """Scrape every ``scrape_interval_s`` from now on (idempotent)."""
+        if self._ticker is None:
+            self._ticker = self.clock.every(self.spec.scrape_interval_s, self._scheduled, name="monitor")
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._ticker is not None:
+            self._ticker.cancel()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.spec.scrape_interval_s):
-            try:
-                self.tick()
-            except Exception as e:  # monitoring never dies of one bad scrape
-                log.warning("monitor tick failed: %s", e)
+    def _scheduled(self) -> None:
+        try:
+            self.tick()
+        except Exception as e:  # monitoring never dies of one bad scrape
+            log.warning("monitor tick failed: %s", e)
 
     # -------------------------------------------------------------------------------------- scrape
-
-    def _targets(self) -> dict[str, tuple[list[ServingProcess], str]]:
-        with self.deployments.lock:
-            targets = {n: (list(d.replicas), "/predict") for n, d in self.deployments.items.items()}
-            fs = self.deployments.feature_service
-        if fs is not None:
-            targets[FEATURE_SERVICE] = ([fs], "/features")
-        return targets
-
-    def _proc_stats(self, proc: ServingProcess) -> tuple[float | None, float | None]:
-        p = self._procs.get(proc.name)
-        if p is None:
-            p = proc.process()
-            if p is None:
-                return None, None
-            self._procs[proc.name] = p
-            with contextlib.suppress(psutil.Error):
-                p.cpu_percent(None)  # primes the counter: the first reading is meaningless
-            return None, None
-        try:
-            return p.cpu_percent(None), p.memory_info().rss / 2**20
-        except psutil.Error:
-            self._procs.pop(proc.name, None)
-            return None, None
 
     def tick(self) -> None:
         """One scrape of every target, then the SLO and the alert rules (also called on demand)."""
@@ -230,27 +202,25 @@ class Monitor:
             self._tick()
 
     def _tick(self) -> None:
-        now = time.time()
+        now = self.clock.time()
         t = now - self.t0
-        for name, (procs, path) in self._targets().items():
+        for name, refs in self.serving.replicas().items():
+            path = "/features" if name == FEATURE_SERVICE else "/predict"
             acc = self._acc.setdefault(name, _Acc())
             cpu, mem, up = 0.0, 0.0, 0
             have_stats = False
-            for proc in procs:
-                if proc.port is None or not proc.alive():
+            for ref in refs:
+                if not ref.ready:
                     continue
                 up += 1
-                t_s = time.perf_counter()
-                try:
-                    resp = self._client.get(proc.url + "/metrics", timeout=1.0)
-                    if resp.status_code == 200:
-                        acc.add(proc.name, parse_scrape(resp.text, path))
-                except httpx.HTTPError:
-                    pass
-                self.scrape_seconds.append(time.perf_counter() - t_s)
-                c, m = self._proc_stats(proc)
-                if c is not None and m is not None:
-                    cpu, mem, have_stats = cpu + c, mem + m, True
+                t_s = self.clock.monotonic()
+                with contextlib.suppress(ServingError):  # a replica that does not answer: no sample
+                    text = self.serving.scrape(ref, timeout_s=SCRAPE_TIMEOUT_S)
+                    acc.add(ref.replica, parse_scrape(text, path))
+                self.scrape_seconds.append(self.clock.monotonic() - t_s)
+                stats = self.serving.stats(ref)
+                if stats.cpu_percent is not None and stats.memory_mb is not None:
+                    cpu, mem, have_stats = cpu + stats.cpu_percent, mem + stats.memory_mb, True
             snap = Snapshot(
                 t,
                 acc.total,
@@ -280,7 +250,7 @@ class Monitor:
 
     def stats(self, target: str, window_s: float, end: float | None = None) -> dict[str, float | None]:
         """Every metric of ``target`` over the window ending at ``end`` (unix time; default now)."""
-        end = time.time() if end is None else end
+        end = self.clock.time() if end is None else end
         out: dict[str, float | None] = dict.fromkeys(METRICS)
         with self.lock:
             series = self.series.get(target)
@@ -344,7 +314,7 @@ class Monitor:
     def drift_by_column(self, window_s: float) -> dict[str, float]:
         if self.reference is None or self.traffic is None:
             return {}
-        end = time.time()
+        end = self.clock.time()
         cur = self.traffic.served_features(end - window_s, end)
         if len(cur) < _PSI_MIN_ROWS:
             return {}
@@ -362,7 +332,7 @@ class Monitor:
     def metrics_view(
         self, target: str, names: list[str], window_s: float, points: int = 10
     ) -> dict[str, Any]:
-        end = time.time()
+        end = self.clock.time()
         summary = self.stats(target, window_s, end)
         step = window_s / points
         series: dict[str, list[Any]] = {n: [] for n in names}

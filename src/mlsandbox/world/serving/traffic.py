@@ -6,13 +6,17 @@ their features (what the feature service holds) and their true labels (hidden). 
 sends requests to a deployment at ``rate(t)`` (Poisson arrivals: base rate, daily pattern, spikes),
 choosing entities of the current phase; it records what clients see (latency, status) and the
 predictions, whose true labels arrive ``label_delay_s`` later (live accuracy).
+
+The stream is a ticker of the runtime's clock (every :data:`TICK_S`): each tick sends the arrivals due
+since the last one through :meth:`~mlsandbox.backends.protocols.serving.EpisodeServing.request`. On a
+real clock the requests run on a pool of ``concurrency`` threads (an open loop: a slow deployment builds
+a backlog, and clients give up past four times the concurrency); on a virtual clock they run in the tick.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,14 +26,16 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from mlsandbox.backends.local.serving.deployments import Deployments
-from mlsandbox.backends.local.serving.processes import ServingError
+from mlsandbox.backends.protocols.clock import Clock, Ticker
+from mlsandbox.backends.protocols.serving import EpisodeServing, ServingError
 from mlsandbox.data.drift import DriftingDataset, batch_spec
 from mlsandbox.data.spec import TabularDataset
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.scenario.serving import Traffic
 
 ID_COLUMN = "entity_id"
+TICK_S = 0.02
+"""How often the stream sends the arrivals that fell due (seconds of the runtime's clock)."""
 _KEEP_S = 900.0
 
 
@@ -52,7 +58,10 @@ def make_population(spec: TabularDataset, traffic: Traffic, seed: int) -> Popula
         time_column=None,
         drifts=list(traffic.drift),
     )
-    frames, labels, phases, holdouts = [], {}, [], []
+    frames: list[pd.DataFrame] = []
+    labels: dict[str, Any] = {}
+    phases: list[list[str]] = []
+    holdouts: list[pd.DataFrame] = []
     for b in range(traffic.phases):
         tab, _ = batch_spec(drifting, b)
         tab = tab.model_copy(update={"rows": 50, "holdout_rows": traffic.population_per_phase})
@@ -109,26 +118,34 @@ def rate_at(traffic: Traffic, t: float) -> float:
 
 
 class TrafficGenerator:
-    """Sends the stream to deployment ``target`` in a background thread until :meth:`stop`."""
+    """Sends the stream to deployment ``target`` on a ticker of ``clock`` until :meth:`stop`."""
 
     def __init__(
         self,
         traffic: Traffic,
         population: Population,
-        deployments: Deployments,
+        serving: EpisodeServing,
         target: str,
         seed: int,
+        clock: Clock,
     ) -> None:
         self.traffic = traffic
         self.population = population
-        self.deployments = deployments
+        self.serving = serving
         self.target = target
+        self.clock = clock
         self.rng = np.random.default_rng(seed)
         self.log = TrafficLog()
         self.t0: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=traffic.concurrency, thread_name_prefix="traffic")
+        self._ticker: Ticker | None = None
+        self._stopped = False
+        self._next: float = 0.0
+        self._tick_lock = threading.Lock()
+        self._pool = (
+            None
+            if clock.virtual
+            else ThreadPoolExecutor(max_workers=traffic.concurrency, thread_name_prefix="traffic")
+        )
         self._busy = 0
         self._busy_lock = threading.Lock()
         feats = population.features.set_index(ID_COLUMN)
@@ -139,46 +156,59 @@ class TrafficGenerator:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._ticker is not None and not self._stopped
 
     def elapsed(self) -> float:
-        return 0.0 if self.t0 is None else time.time() - self.t0
+        return 0.0 if self.t0 is None else self.clock.time() - self.t0
 
     def phase(self, t: float | None = None) -> int:
         t = self.elapsed() if t is None else t
         return min(int(t // self.traffic.phase_s), len(self.population.phases) - 1)
 
     def start(self) -> None:
-        if self._thread is not None:
+        """Start the stream (idempotent): the first request after one inter-arrival time."""
+        if self._ticker is not None or self._stopped:
             return
-        self.t0 = time.time()
-        self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
-        self._thread.start()
+        self.t0 = self.clock.time()
+        self._next = self.clock.monotonic() + self._gap()
+        self._ticker = self.clock.every(TICK_S, self._tick, name="traffic")
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop sending and wait for the requests in flight (idempotent)."""
+        self._stopped = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def _run(self) -> None:
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            t = self.elapsed()
-            next_t += float(self.rng.exponential(1.0 / rate_at(self.traffic, t)))
-            delay = next_t - time.monotonic()
-            if delay > 0 and self._stop.wait(delay):
-                return
-            ids = self.population.phases[self.phase()]
-            picks = [ids[int(k)] for k in self.rng.integers(0, len(ids), self.traffic.rows_per_request)]
-            with self._busy_lock:
-                if self._busy >= self.traffic.concurrency * 4:
-                    self.log.dropped += 1  # clients give up: the backlog is too long
-                    self.log.add(Outcome(time.time(), 0.0, 0, picks, None))
-                    continue
-                self._busy += 1
-            self.log.sent += 1
-            self._pool.submit(self._send, picks)
+    def _gap(self) -> float:
+        """The time to the next arrival at the current rate (Poisson arrivals)."""
+        return float(self.rng.exponential(1.0 / rate_at(self.traffic, self.elapsed())))
+
+    def _tick(self) -> None:
+        """Send every arrival due by now (a late tick sends those it missed at once)."""
+        with self._tick_lock:
+            now = self.clock.monotonic()
+            while self._next <= now and not self._stopped:
+                self._next += self._gap()
+                ids = self.population.phases[self.phase()]
+                picks = [ids[int(k)] for k in self.rng.integers(0, len(ids), self.traffic.rows_per_request)]
+                with self._busy_lock:
+                    if self._busy >= self.traffic.concurrency * 4:
+                        self.log.dropped += 1  # clients give up: the backlog is too long
+                        self.log.add(Outcome(self.clock.time(), 0.0, 0, picks, None))
+                        continue
+                    self._busy += 1
+                self.log.sent += 1
+                if self._pool is None:
+                    self._send(picks)
+                else:
+                    try:
+                        self._pool.submit(self._send, picks)
+                    except RuntimeError:  # stopped meanwhile
+                        with self._busy_lock:
+                            self._busy -= 1
+                        return
 
     def _body(self, ids: list[str]) -> bytes:
         if self.traffic.by_entity:
@@ -186,14 +216,16 @@ class TrafficGenerator:
         return orjson.dumps({"instances": [self._rows[i] for i in ids]})
 
     def _send(self, ids: list[str]) -> None:
-        sent = time.time()
-        t0 = time.perf_counter()
+        sent = self.clock.time()
+        t0 = self.clock.monotonic()
         status, preds = 0, None
         try:
-            resp = self.deployments.post(self.target, self._body(ids), timeout_s=self.traffic.timeout_s)
-            status = resp.status_code
+            resp = self.serving.request(
+                self.target, "/predict", self._body(ids), timeout_s=self.traffic.timeout_s
+            )
+            status = resp.status
             if status == 200:
-                preds = orjson.loads(resp.content).get("predictions")
+                preds = orjson.loads(resp.body).get("predictions")
         except ServingError:
             status = 0
         except Exception:
@@ -201,14 +233,14 @@ class TrafficGenerator:
         finally:
             with self._busy_lock:
                 self._busy -= 1
-        self.log.add(Outcome(sent, time.perf_counter() - t0, status, ids, preds))
+        self.log.add(Outcome(sent, self.clock.monotonic() - t0, status, ids, preds))
 
     # ------------------------------------------------------------------------------------- figures
 
     def labelled(self, start: float, end: float) -> list[tuple[Any, Any]]:
         """(prediction, true label) of predictions whose label arrived in (start, end]."""
         d = self.traffic.label_delay_s
-        out = []
+        out: list[tuple[Any, Any]] = []
         for o in self.log.window(start - d, end - d):
             if o.predictions is None:
                 continue

@@ -4,7 +4,9 @@ Each process is started supervised (:func:`mlsandbox.backends.local.supervisor.s
 process group, log under ``<sandbox>/serving/<episode>/``) with the sandbox's environment marker and the
 job-owner marker (``MLSANDBOX_JOB_OWNER``) of this process: ``down`` stops it with the sandbox, and
 ``mlsandbox gc`` stops it once the process that started it is gone (a crashed episode). It binds a free
-port itself and reports it in a port file when it is ready; each has its own fault-hook control file.
+port itself and reports it in a port file when it is ready. Its fault-hook control file is its own, or
+its service's (``fault_name``: every replica of a deployment reads the deployment's file, which outlives
+them, so an ``http:NAME`` fault holds across a scale or a rollout).
 
 Limits. A process started with ``memory_mb`` runs under its machine's limits, the way a pool job does
 (:mod:`mlsandbox.backends.local.jobs`, same ``MLSANDBOX_JOB_LIMITS`` choice): as root on cgroup v1 in its
@@ -44,21 +46,13 @@ from mlsandbox.backends.local.jobs import (
     choose_limits,
 )
 from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.backends.protocols.serving import ServingError
 from mlsandbox.workloads.contract import endpoint_env, thread_env
 from mlsandbox.workloads.fault_hook import ENV_VAR as FAULT_ENV
 
 EPISODE_ENV = "MLSANDBOX_EPISODE"
 SERVING_ENV = "MLSANDBOX_SERVING"
 """What the process is (``model_server:<deployment>`` or ``feature_service``), for people reading ps."""
-
-
-class ServingError(Exception):
-    """A serving operation that cannot be done; ``code`` is an action error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -74,6 +68,11 @@ class ServingProcess:
     started: float = 0.0
     cgroup: Cgroup | None = None
     memory_mb: int | None = None
+    version: str | None = None
+    """The model version a model-server replica serves (None for the feature service)."""
+    shared_fault_file: bool = False
+    """The fault-hook control file is its service's (every replica of a deployment reads it): it
+    outlives this process."""
 
     def termination(self) -> dict[str, object] | None:
         """How an exited process ended: exit code (128 + N for signal N) and, when the kernel killed it
@@ -169,12 +168,14 @@ class ProcessHost:
         what: str,
         memory_mb: int | None = None,
         python: str | None = None,
+        fault_name: str | None = None,
     ) -> ServingProcess:
         """Start a server; with ``memory_mb``, under kernel limits (see the module docstring); with
-        ``python``, under that interpreter."""
+        ``python``, under that interpreter; with ``fault_name``, reading the fault-hook control file of
+        that service (:meth:`fault_file`) rather than one of its own."""
         uid = f"{name}-{secrets.token_hex(3)}"
         port_file = self.root / f"{uid}.port"
-        fault_file = self.root / "faults" / f"{uid}.json"
+        fault_file = self.fault_file(fault_name or uid)
         log = self.root / f"{uid}.log"
         port_file.unlink(missing_ok=True)
         base = dict(os.environ)
@@ -212,14 +213,26 @@ class ProcessHost:
                 cgroup.remove()
             raise
         proc = ServingProcess(
-            uid, record, log, port_file, fault_file, started=time.time(), cgroup=cgroup, memory_mb=memory_mb
+            uid,
+            record,
+            log,
+            port_file,
+            fault_file,
+            started=time.time(),
+            cgroup=cgroup,
+            memory_mb=memory_mb,
+            shared_fault_file=fault_name is not None,
         )
         self.procs[uid] = proc
         return proc
 
+    def fault_file(self, name: str) -> Path:
+        """The fault-hook control file of the service ``name`` of this episode."""
+        return self.root / "faults" / f"{name}.json"
+
     def wait_ready(self, procs: list[ServingProcess], timeout_s: float = 90.0) -> None:
-        """Wait until every process wrote its port and answers ``/health``; :class:`ServingError` (with the
-        log tail) when one exits or the time runs out."""
+        """Wait until every process wrote its port and answers ``/health``; :class:`ServingError`
+        ``deploy_failed`` (with the log tail) when one exits or the time runs out."""
         deadline = time.monotonic() + timeout_s
         pending = list(procs)
         with httpclients.client(2.0) as client:
@@ -238,13 +251,15 @@ class ProcessHost:
                     if not p.alive():
                         code = supervisor.exit_code(p.record)
                         raise ServingError(
-                            "backend_error",
+                            "deploy_failed",
                             f"{p.name} exited during start (status {code}); log tail:\n"
                             + supervisor.tail(p.log, 8),
                         )
                 if pending and time.monotonic() > deadline:
                     raise ServingError(
-                        "backend_error", f"{pending[0].name} not ready after {timeout_s:.0f} s"
+                        "deploy_failed",
+                        f"{pending[0].name} not ready after {timeout_s:.0f} s; log tail:\n"
+                        + supervisor.tail(pending[0].log, 8),
                     )
                 time.sleep(0.1)
 
@@ -254,7 +269,8 @@ class ProcessHost:
             if p.cgroup is not None:
                 p.cgroup.remove()
             self.procs.pop(p.name, None)
-            p.fault_file.unlink(missing_ok=True)
+            if not p.shared_fault_file:
+                p.fault_file.unlink(missing_ok=True)
             p.port_file.unlink(missing_ok=True)
 
     def stop_all(self) -> None:

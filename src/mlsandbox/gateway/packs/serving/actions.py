@@ -135,4 +135,15 @@ PACK = ActionPack(
     description="Model deployments (replicas, rollouts, rollback, scaling), test requests, monitoring and alerts.",
     read_only=frozenset({"get_deployment", "get_metrics", "get_alerts", "predict"}),
     destructive=frozenset({"undeploy", "rollback", "scale"}),
+    capabilities={
+        "deploy_model": "serving",
+        "rollback": "serving",
+        "scale": "serving.scale",
+        "undeploy": "serving",
+        "get_deployment": "serving",
+        "predict": "serving",
+        "get_metrics": "serving",
+        "get_alerts": "serving",
+        "ack_alert": "serving",
+    },
 )

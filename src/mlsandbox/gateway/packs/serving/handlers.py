@@ -1,112 +1,121 @@
 """Handlers and hooks of the ``serving`` pack (see :mod:`mlsandbox.gateway.packs.serving.actions`).
 
-Per episode (``gw.ext["serving"]``): the deployments (model-server replicas, and the feature service
-started with the first deployment), the monitor, and, when the scenario has ``serving.traffic``, the
-production population (features in the lake at ``online/features.parquet``, labels hidden) and the
-traffic generator, started when the deployment named after the goal's model first exists. Labelled
-production rows are published to the lake as ``prod/labelled.parquet`` (a dataset the agent can train
-on) as their labels arrive. Replicas cost their machine's price per second (``state.extra_credits``); a
-version whose run has no ``val_auc`` at or above the threshold is a risky deployment
-(``counters["risky_deployments"]``). Everything stops in ``on_close``; ``mlsandbox gc`` stops the
-processes of an episode whose process died.
+Everything goes through the runtime's declared serving capability
+(:class:`~mlsandbox.backends.protocols.serving.ModelServing`): the episode opens its
+:class:`~mlsandbox.backends.protocols.serving.EpisodeServing` on its first serving action, and the same
+code runs on every backend (replicas as processes on local, Deployments and Services on kube).
 
-On a runtime with ``model_serving`` (the kube backend: Deployments and Services on the cluster, see
-:mod:`mlsandbox.backends.kube.serving`), deploy_model, scale, rollback, undeploy and get_deployment act on
-those objects (the feature service is a Deployment too, started with the first deployment of a scenario
-with traffic), replicas are charged at their machine's price, and the episode's objects are deleted when
-it closes. Predictions, production traffic and metric scrapes reach the replicas through the API
-server's proxy (``ServingRequests``), so the monitor, the alerts and the traffic are the same code as on
-``local``; CPU and memory per replica are not read there (``null``).
+Per episode (:class:`ServingState`, ``gw.pack_state``): the deployments, the monitor, and, when the
+scenario has ``serving.traffic``, the production population (features in the lake at
+``online/features.parquet``, labels hidden), the episode's feature service over it (started with the first
+deployment) and the traffic generator, started when the deployment named after the goal's model first
+exists. Labelled production rows are published to the lake as ``prod/labelled.parquet`` (a dataset the
+agent can train on) as their labels arrive. Replicas cost their machine's price per second
+(``state.extra_credits``, from :meth:`EpisodeServing.credits_per_second` and the runtime's clock); a version
+whose run has no ``val_auc`` at or above the threshold is a risky deployment
+(``counters["risky_deployments"]``). Everything stops, and the episode's deployments are removed, in
+``on_close``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from mlsandbox.backends.local.serving.deployments import Deployments, Placement
-from mlsandbox.backends.local.serving.processes import ProcessHost, ServingError, server_requirements
+from mlsandbox.backends.protocols.serving import (
+    FEATURE_SERVICE,
+    DeploymentSpec,
+    DeploymentView,
+    EpisodeServing,
+    Machine,
+    ServingEnvironment,
+    ServingError,
+    check_set_version,
+)
 from mlsandbox.data.formats import to_bytes
 from mlsandbox.errors import ActionError
 from mlsandbox.evaluation.serving_grade import PRODUCTION_SUFFIX
 from mlsandbox.gateway.packs.serving import actions as S
 from mlsandbox.scenario.serving import METRICS, Serving
 from mlsandbox.world.episode import DatasetRecord
-from mlsandbox.world.serving.monitoring import FEATURE_SERVICE, Monitor
+from mlsandbox.world.serving.monitoring import Monitor
 from mlsandbox.world.serving.traffic import ID_COLUMN, Population, TrafficGenerator, make_population
 
 if TYPE_CHECKING:
     from mlsandbox.gateway.dispatcher import Gateway
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 NAME = "serving"
 FEATURES_KEY = "online/features.parquet"
 LABELLED_KEY = "prod/labelled.parquet"
 PUBLISH_EVERY_S = 5.0
-CLUSTER_CHARGED = "cluster_charged_at"
-CLUSTER_FEATURES = "cluster_feature_url"
+PREDICT_TIMEOUT_S = 10.0
 
 
 @dataclass
 class World:
+    """The episode's serving world, made on its first serving action."""
+
     spec: Serving
-    deployments: Deployments
+    serving: EpisodeServing
     monitor: Monitor
-    population: Population | None = None
     traffic: TrafficGenerator | None = None
-    last_charge: float = field(default_factory=time.time)
+    last_charge: float | None = None
+    """The runtime clock's monotonic time replicas were last charged up to."""
     last_publish: float = 0.0
+    features_started: bool = False
     closed: bool = False
+
+
+@dataclass
+class ServingState:
+    """What the serving pack remembers of an episode (``gw.pack_state(ServingState)``)."""
+
+    population: Population | None = None
+    """The production population (scenarios with traffic), drawn when the episode starts."""
+    world: World | None = None
 
 
 def _spec(gw: Gateway) -> Serving:
     return gw.scenario.serving or Serving(dataset=gw.scenario.goal.dataset, traffic=None)
 
 
-def _world(gw: Gateway) -> World:
-    ext = gw.ext.setdefault(NAME, {})
-    world = ext.get("world")
-    if world is not None:
-        return world
-    spec = _spec(gw)
-    deployments: Any
-    if (cs := _cluster(gw)) is not None:
-        from mlsandbox.backends.kube.serving import ServingRequests
+def _state(gw: Gateway) -> ServingState:
+    return gw.pack_state(ServingState)
 
-        deployments = ServingRequests(cs, gw.state.job_label)
-    else:
-        rt = gw.runtime
-        sandbox_dir, sandbox_name = getattr(rt, "sandbox_dir", None), getattr(rt, "sandbox_name", None)
-        if sandbox_dir is None or sandbox_name is None:
-            raise ActionError("unsupported", "deployments run on the local backend only")
-        deployments = Deployments(ProcessHost(sandbox_dir, sandbox_name, rt.endpoints, gw.state.episode_id))
+
+def _world(gw: Gateway) -> World:
+    state = _state(gw)
+    if state.world is not None:
+        return state.world
+    spec = _spec(gw)
+    rt = gw.runtime
+    serving = _call(lambda: rt.serving.open(gw.state.episode_id, dict([gw.state.job_label])))
     reference = None
     holdout = gw.state.ground_truth.holdouts.get(spec.dataset)
     if holdout is not None:
         reference = holdout.drop(columns=[gw.scenario.dataset(spec.dataset).target])
-    population = ext.get("population")
     traffic = None
-    if spec.traffic is not None and population is not None:
+    if spec.traffic is not None and state.population is not None:
         traffic = TrafficGenerator(
-            spec.traffic, population, deployments, gw.scenario.goal.model_name, gw.seed
+            spec.traffic, state.population, serving, gw.scenario.goal.model_name, gw.seed, rt.clock
         )
     monitor = Monitor(
         spec,
-        deployments,
+        serving,
         gw.state.counters,
+        rt.clock,
         production=gw.scenario.goal.model_name,
         traffic=traffic,
         reference=reference,
     )
-    world = World(spec, deployments, monitor, population, traffic)
-    ext["world"] = world
-    if cs is not None:
-        monitor.start()  # on the cluster the deployments exist apart from the world: watch them now
-    return world
+    state.world = World(spec, serving, monitor, traffic, last_charge=rt.clock.monotonic())
+    return state.world
 
 
 # ------------------------------------------------------------------------------------------------ hooks
@@ -122,32 +131,37 @@ def on_start(gw: Gateway) -> None:
         gw.state.bucket, FEATURES_KEY, to_bytes(population.features, "parquet")
     )
     gw.state.ground_truth.holdouts[spec.dataset + PRODUCTION_SUFFIX] = population.holdouts[-1]
-    gw.ext.setdefault(NAME, {})["population"] = population
+    _state(gw).population = population
 
 
 def _charge(gw: Gateway, world: World) -> None:
-    now = time.time()
-    dt, world.last_charge = now - world.last_charge, now
-    with world.deployments.lock:
-        deps = list(world.deployments.items.values())
-    gw.state.extra_credits += sum(len(d.replicas) * d.credits_per_second * dt for d in deps)
+    """Charge the replicas asked for since the last charge at their machines' price."""
+    now = gw.runtime.clock.monotonic()
+    rate = world.serving.credits_per_second()
+    if world.last_charge is not None:
+        gw.state.extra_credits += rate * max(0.0, now - world.last_charge)
+    world.last_charge = now
 
 
 def _served_version(gw: Gateway, world: World) -> None:
+    """``counters["serving_version"]``: the goal model's version its deployment serves with a replica up."""
     goal = gw.scenario.goal
-    with world.deployments.lock:
-        dep = world.deployments.items.get(goal.model_name)
-    up = dep is not None and dep.model == goal.model_name and bool(dep.live())
-    gw.state.counters["serving_version"] = float(dep.version) if up and dep is not None else 0.0
+    try:
+        view: DeploymentView | None = world.serving.get(goal.model_name)
+    except ServingError:
+        view = None
+    up = view is not None and view.model == goal.model_name and view.replicas_up > 0
+    gw.state.counters["serving_version"] = float(view.version) if up and view is not None else 0.0
 
 
 def _publish_labelled(gw: Gateway, world: World) -> None:
     tg = world.traffic
-    if tg is None or tg.t0 is None or time.time() - world.last_publish < PUBLISH_EVERY_S:
+    now = gw.runtime.clock.time()
+    if tg is None or tg.t0 is None or now - world.last_publish < PUBLISH_EVERY_S:
         return
-    world.last_publish = time.time()
+    world.last_publish = now
     target = gw.scenario.dataset(world.spec.dataset).target
-    frame = tg.labelled_frame(time.time(), target)
+    frame = tg.labelled_frame(now, target)
     if frame.empty:
         return
     payload = to_bytes(frame, "parquet")
@@ -158,15 +172,14 @@ def _publish_labelled(gw: Gateway, world: World) -> None:
 
 
 def on_step(gw: Gateway) -> None:
-    world = gw.ext.get(NAME, {}).get("world")
-    if (cs := _cluster(gw)) is not None:
-        if CLUSTER_CHARGED in gw.ext.get(NAME, {}):
-            _cluster_charge(gw, cs)
-    elif world is not None and not world.closed:
-        _charge(gw, world)
-        _served_version(gw, world)
+    world = _state(gw).world
     if world is None or world.closed:
         return
+    try:
+        _charge(gw, world)
+        _served_version(gw, world)
+    except Exception as e:  # the backend may be faulted; the next step charges the whole interval
+        log.debug("serving step accounting failed: %s", e)
     try:
         _publish_labelled(gw, world)
     except Exception as e:  # the lake may be faulted; the next step tries again
@@ -174,36 +187,34 @@ def on_step(gw: Gateway) -> None:
 
 
 def on_close(gw: Gateway) -> None:
-    world = gw.ext.get(NAME, {}).get("world")
-    if (cs := _cluster(gw)) is not None:
-        if world is not None and not world.closed:
-            world.closed = True
-            if world.traffic is not None:
-                world.traffic.stop()
-            world.monitor.stop()
-            world.deployments.close()
-        if CLUSTER_CHARGED in gw.ext.get(NAME, {}):
-            _cluster_charge(gw, cs)
-            cs.cleanup(gw.state.job_label)
-        return
+    world = _state(gw).world
     if world is None or world.closed:
         return
     world.closed = True
-    _charge(gw, world)
+    try:
+        _charge(gw, world)
+    except Exception as e:
+        log.warning("charging the episode's replicas failed: %s", e)
     if world.traffic is not None:
         world.traffic.stop()
     world.monitor.stop()
-    world.deployments.close()
+    world.serving.close()
 
 
 # -------------------------------------------------------------------------------------------- handlers
 
 
-def _call(fn: Any) -> Any:
+def _call(fn: Callable[[], T]) -> T:
+    """``fn()`` with the backend's serving refusals as the agent's errors (same codes everywhere; an
+    :class:`~mlsandbox.errors.Unsupported` goes on to the gateway, which makes it ``unsupported``)."""
     try:
         return fn()
     except ServingError as e:
         raise ActionError(e.code, e.message) from None
+
+
+def _view(view: DeploymentView) -> dict[str, Any]:
+    return view.model_dump(mode="json")
 
 
 def _registered(gw: Gateway, name: str, version: str) -> None:
@@ -229,149 +240,132 @@ def _risky(gw: Gateway, spec: Serving, name: str, version: str) -> bool:
     return auc is None or auc < threshold
 
 
-def _machine(gw: Gateway, machine: str) -> Any:
+def _machine(gw: Gateway, machine: str) -> Machine:
     try:
-        return gw.scenario.compute.machine(machine)
+        m = gw.scenario.compute.machine(machine)
     except KeyError:
         known = ", ".join(m.name for m in gw.scenario.compute.machines)
         raise ActionError("invalid_parameters", f"unknown machine {machine!r} (machines: {known})") from None
+    return Machine(name=m.name, cpus=m.cpus, memory_mb=m.memory_mb, credits_per_second=m.credits_per_second)
 
 
-def _placement(gw: Gateway, machine_name: str, environment: str | None) -> Placement:
-    """The machine (limits, price) and environment of new replicas. A named environment serves through a
-    derived one: its requirements plus the model server's own packages (built once by uv, from its cache)."""
-    from mlsandbox.backends.local import venvs as envs
-    from mlsandbox.gateway.packs.compute.handlers import environment_info
+def _environment(gw: Gateway, environment: str | None) -> ServingEnvironment | None:
+    """The episode's named environment for new replicas (None: the model server's own). A backend that
+    refuses named environments for replicas says so before anything is looked up or started."""
+    if environment is None or environment == "default":
+        return None
+    gw.runtime.support().check("serving.environment")
+    info = gw.environment(environment)
+    return None if info is None else ServingEnvironment(name=environment, env=info)
 
-    machine = _machine(gw, machine_name)
-    info = environment_info(gw, environment)
-    python = None
-    if info is not None:
-        try:
-            served = envs.build([*info.requirements, *server_requirements()])
-        except (ValueError, envs.EnvironmentBuildError) as e:
-            raise ActionError(
-                "environment_build_failed",
-                f"environment {environment!r} cannot run the model server: {e}",
-            ) from None
-        python = str(served.python)
-    return Placement(
-        machine.name,
-        machine.cpus,
-        machine.memory_mb,
-        machine.credits_per_second,
-        environment if info is not None else "default",
-        python,
-    )
+
+def _replicas_limit(gw: Gateway, world: World, deployment: str, replicas: int) -> None:
+    """``invalid_parameters`` when the episode's deployments would have more replicas than it allows."""
+    others = sum(v.replicas for v in _call(world.serving.list) if v.deployment != deployment)
+    if others + replicas > world.spec.max_replicas:
+        raise ActionError(
+            "invalid_parameters",
+            f"{others + replicas} replicas in all would exceed this episode's limit of "
+            f"{world.spec.max_replicas}",
+        )
 
 
 def _ensure_running(gw: Gateway, world: World) -> None:
-    if world.deployments.feature_service is None and world.population is not None:
-        _call(lambda: world.deployments.start_feature_service(gw.state.bucket, FEATURES_KEY, ID_COLUMN))
+    """The feature service (scenarios with production traffic) and the monitor, with the first deployment."""
+    state = _state(gw)
+    if not world.features_started and state.population is not None:
+        _call(lambda: world.serving.start_feature_service(gw.state.bucket, FEATURES_KEY, ID_COLUMN))
+        world.features_started = True
     world.monitor.start()
 
 
 def _deploy(gw: Gateway, a: S.DeployModel) -> dict[str, Any]:
-    world = _world(gw)
     _registered(gw, a.name, a.version)
-    placement = _placement(gw, a.machine, a.environment)
+    machine = _machine(gw, a.machine)
+    environment = _environment(gw, a.environment)
+    world = _world(gw)
     name = a.deployment or a.name
-    with world.deployments.lock:
-        existing = world.deployments.items.get(name)
-    total = sum(len(d.replicas) for d in world.deployments.items.values() if d is not existing) + a.replicas
-    if total > world.spec.max_replicas:
-        raise ActionError(
-            "invalid_parameters",
-            f"{total} replicas in all would exceed this episode's limit of {world.spec.max_replicas}",
-        )
+    _replicas_limit(gw, world, name, a.replicas)
     _charge(gw, world)
     _ensure_running(gw, world)
     risky = _risky(gw, world.spec, a.name, a.version)
-    dep, created = _call(
-        lambda: world.deployments.deploy(
-            name,
-            a.name,
-            gw.state.registry_name(a.name),
-            a.version,
-            a.replicas,
-            placement,
-        )
+    spec = DeploymentSpec(
+        deployment=name,
+        model=a.name,
+        registry_name=gw.state.registry_name(a.name),
+        version=a.version,
+        replicas=a.replicas,
+        machine=machine,
+        environment=environment,
     )
+    view, created = _call(lambda: world.serving.deploy(spec))
     if risky:
         gw.state.counters["risky_deployments"] = gw.state.counters.get("risky_deployments", 0.0) + 1
     if name == gw.scenario.goal.model_name and world.traffic is not None:
         world.traffic.start()
     _served_version(gw, world)
-    return {**dep.describe(), "created": created, "evaluated": not risky}
+    return {**_view(view), "created": created, "evaluated": not risky}
 
 
 def _rollback(gw: Gateway, a: S.Rollback) -> dict[str, Any]:
     world = _world(gw)
-    dep = _call(lambda: world.deployments.get(a.deployment))
-    if a.version not in dep.history:
-        raise ActionError(
-            "conflict",
-            f"deployment {a.deployment!r} never served version {a.version} "
-            f"(served: {', '.join(dep.history)}); use deploy_model for a new version",
-        )
-    if a.version == dep.version:
-        raise ActionError("conflict", f"deployment {a.deployment!r} already serves version {a.version}")
+    current = _call(lambda: world.serving.get(a.deployment))
+    _call(lambda: check_set_version(current, a.version))
     _charge(gw, world)
-    dep = _call(lambda: world.deployments.set_version(a.deployment, a.version))
+    view = _call(lambda: world.serving.set_version(a.deployment, a.version))
     _served_version(gw, world)
-    return dep.describe()
+    return _view(view)
 
 
 def _scale(gw: Gateway, a: S.Scale) -> dict[str, Any]:
     world = _world(gw)
-    dep = _call(lambda: world.deployments.get(a.deployment))
-    others = sum(len(d.replicas) for d in world.deployments.items.values() if d is not dep)
-    if others + a.replicas > world.spec.max_replicas:
-        raise ActionError(
-            "invalid_parameters",
-            f"{others + a.replicas} replicas in all would exceed this episode's limit of {world.spec.max_replicas}",
-        )
+    before = _call(lambda: world.serving.get(a.deployment)).replicas
+    _replicas_limit(gw, world, a.deployment, a.replicas)
     _charge(gw, world)
-    before = len(dep.replicas)
-    dep = _call(lambda: world.deployments.scale(a.deployment, a.replicas))
+    view = _call(lambda: world.serving.scale(a.deployment, a.replicas))
     _served_version(gw, world)
-    return {**dep.describe(), "replicas_before": before}
+    return {**_view(view), "replicas_before": before}
 
 
 def _undeploy(gw: Gateway, a: S.Undeploy) -> dict[str, Any]:
     world = _world(gw)
     _charge(gw, world)
-    dep = _call(lambda: world.deployments.undeploy(a.deployment))
+    view = _call(lambda: world.serving.undeploy(a.deployment))
     _served_version(gw, world)
-    return {"undeployed": dep.name, "model": dep.model, "version": dep.version}
+    return {"undeployed": view.deployment, "model": view.model, "version": view.version}
 
 
 def _get_deployment(gw: Gateway, a: S.GetDeployment) -> dict[str, Any]:
     world = _world(gw)
     if a.deployment is not None:
-        return _call(lambda: world.deployments.get(a.deployment)).describe()  # type: ignore[arg-type]
-    with world.deployments.lock:
-        deps = sorted(world.deployments.items.values(), key=lambda d: d.name)
-    return {"deployments": [d.describe() for d in deps]}
+        deployment = a.deployment
+        return _view(_call(lambda: world.serving.get(deployment)))
+    return {"deployments": [_view(v) for v in _call(world.serving.list)]}
 
 
 def _predict(gw: Gateway, a: S.Predict) -> dict[str, Any]:
     world = _world(gw)
     body = {"entity_ids": a.entity_ids} if a.entity_ids is not None else {"instances": a.instances}
-    t0 = time.perf_counter()
-    post = lambda: world.deployments.post(a.deployment, orjson.dumps(body), timeout_s=10.0)  # noqa: E731
-    resp = _call(post) if _cluster(gw) is None else _cluster_call(post)
-    latency = (time.perf_counter() - t0) * 1000.0
+    clock = gw.runtime.clock
+    t0 = clock.monotonic()
+    resp = _call(
+        lambda: world.serving.request(
+            a.deployment, "/predict", orjson.dumps(body), timeout_s=PREDICT_TIMEOUT_S
+        )
+    )
+    latency = (clock.monotonic() - t0) * 1000.0
     try:
-        payload = orjson.loads(resp.content)
+        payload = orjson.loads(resp.body)
     except orjson.JSONDecodeError:
-        payload = {"body": resp.text[:500]}
+        payload = {"body": resp.body[:500].decode(errors="replace")}
+    if not isinstance(payload, dict):
+        payload = {"body": payload}
     out: dict[str, Any] = {
         "deployment": a.deployment,
-        "status": resp.status_code,
+        "status": resp.status,
         "latency_ms": round(latency, 2),
     }
-    if resp.status_code == 200:
+    if resp.status == 200:
         out.update(
             predictions=payload.get("predictions"),
             probabilities=[round(p, 6) for p in payload.get("probabilities") or []] or None,
@@ -384,10 +378,7 @@ def _predict(gw: Gateway, a: S.Predict) -> dict[str, Any]:
 
 def _get_metrics(gw: Gateway, a: S.GetMetrics) -> dict[str, Any]:
     world = _world(gw)
-    with world.deployments.lock:
-        known = set(world.deployments.items) | (
-            {FEATURE_SERVICE} if world.deployments.feature_service else set()
-        )
+    known = set(_call(world.serving.replicas))
     with world.monitor.lock:
         known |= set(world.monitor.series)
     if a.target not in known:
@@ -426,147 +417,16 @@ def _ack_alert(gw: Gateway, a: S.AckAlert) -> dict[str, Any]:
         raise ActionError("not_found", f"alert {a.alert_id!r} does not exist") from None
 
 
-# ------------------------------------------------------------------------- deployments on a cluster
-
-
-def _cluster(gw: Gateway) -> Any | None:
-    """The runtime's deployments on a cluster (``KubeServing``), None on a runtime without them."""
-    return getattr(gw.runtime, "model_serving", None)
-
-
-def _cluster_call(fn: Any) -> Any:
-    from mlsandbox.backends.kube.serving import ServingRefused
-
-    try:
-        return fn()
-    except ServingRefused as e:
-        raise ActionError(e.code, e.message) from None
-
-
-def _cluster_charge(gw: Gateway, cs: Any) -> None:
-    """Charge the episode's replicas since the last charge (desired replicas x machine price)."""
-    ext = gw.ext.setdefault(NAME, {})
-    now = time.time()
-    last = ext.get(CLUSTER_CHARGED)
-    if last is not None:
-        gw.state.extra_credits += cs.credits_per_second(gw.state.job_label) * (now - last)
-    ext[CLUSTER_CHARGED] = now
-
-
-def _cluster_served_version(gw: Gateway, cs: Any) -> None:
-    goal = gw.scenario.goal
-    try:
-        view = cs.get(goal.model_name)
-    except Exception:
-        view = None
-    up = view is not None and view["model"] == goal.model_name and view["replicas_up"] > 0
-    gw.state.counters["serving_version"] = float(view["version"]) if up and view is not None else 0.0
-
-
-def _cluster_replicas_check(gw: Gateway, cs: Any, name: str, replicas: int) -> None:
-    limit = _spec(gw).max_replicas
-    deps = _cluster_call(lambda: cs.list(gw.state.job_label))
-    total = sum(d["replicas"] for d in deps if d["deployment"] != name) + replicas
-    if total > limit:
-        raise ActionError(
-            "invalid_parameters", f"{total} replicas in all would exceed this episode's limit of {limit}"
-        )
-
-
-def _cluster_deploy(gw: Gateway, cs: Any, a: S.DeployModel) -> dict[str, Any]:
-    from mlsandbox.backends.kube.serving import ModelServerSpec
-
-    _registered(gw, a.name, a.version)
-    machine = _machine(gw, a.machine)
-    if a.environment is not None:
-        raise ActionError(
-            "unsupported",
-            "named environments serve on the local backend only: on this backend replicas run the "
-            "model-server image",
-        )
-    name = a.deployment or a.name
-    _cluster_replicas_check(gw, cs, name, a.replicas)
-    ext = gw.ext.setdefault(NAME, {})
-    if ext.get("population") is not None and CLUSTER_FEATURES not in ext:
-        # As on local: the episode's feature service starts with its first deployment.
-        ext[CLUSTER_FEATURES] = _cluster_call(
-            lambda: cs.start_feature_service(
-                gw.state.bucket, FEATURES_KEY, ID_COLUMN, dict([gw.state.job_label])
-            )
-        )
-    spec = ModelServerSpec(
-        deployment=name,
-        model=a.name,
-        registry_name=gw.state.registry_name(a.name),
-        version=a.version,
-        replicas=a.replicas,
-        machine=machine.name,
-        cpus=machine.cpus,
-        memory_mb=machine.memory_mb,
-        credits_per_second=machine.credits_per_second,
-        labels=dict([gw.state.job_label]),
-        feature_url=ext.get(CLUSTER_FEATURES),
-    )
-    risky = _risky(gw, _spec(gw), a.name, a.version)
-    _cluster_charge(gw, cs)
-    view, created = _cluster_call(lambda: cs.deploy(spec))
-    if risky:
-        gw.state.counters["risky_deployments"] = gw.state.counters.get("risky_deployments", 0.0) + 1
-    _cluster_served_version(gw, cs)
-    if name == gw.scenario.goal.model_name:
-        world = _world(gw)
-        if world.traffic is not None:
-            world.traffic.start()
-    return {**view, "created": created, "evaluated": not risky}
-
-
-def _cluster_rollback(gw: Gateway, cs: Any, a: S.Rollback) -> dict[str, Any]:
-    _cluster_charge(gw, cs)
-    view = _cluster_call(lambda: cs.rollback(a.deployment, a.version))
-    _cluster_served_version(gw, cs)
-    return dict(view)
-
-
-def _cluster_scale(gw: Gateway, cs: Any, a: S.Scale) -> dict[str, Any]:
-    before = _cluster_call(lambda: cs.get(a.deployment))["replicas"]
-    _cluster_replicas_check(gw, cs, a.deployment, a.replicas)
-    _cluster_charge(gw, cs)
-    view = _cluster_call(lambda: cs.scale(a.deployment, a.replicas))
-    _cluster_served_version(gw, cs)
-    return {**view, "replicas_before": before}
-
-
-def _cluster_undeploy(gw: Gateway, cs: Any, a: S.Undeploy) -> dict[str, Any]:
-    _cluster_charge(gw, cs)
-    view = _cluster_call(lambda: cs.undeploy(a.deployment))
-    _cluster_served_version(gw, cs)
-    return {"undeployed": view["deployment"], "model": view["model"], "version": view["version"]}
-
-
-def _cluster_get_deployment(gw: Gateway, cs: Any, a: S.GetDeployment) -> dict[str, Any]:
-    if a.deployment is not None:
-        return dict(_cluster_call(lambda: cs.get(a.deployment)))
-    return {"deployments": _cluster_call(lambda: cs.list(gw.state.job_label))}
-
-
-def _or_cluster(local: Any, on_cluster: Any) -> Any:
-    """The local handler, or ``on_cluster`` on a runtime whose deployments are cluster objects."""
-
-    def handler(gw: Gateway, a: Any) -> dict[str, Any]:
-        cs = _cluster(gw)
-        return local(gw, a) if cs is None else on_cluster(gw, cs, a)
-
-    return handler
-
-
 HANDLERS = {
-    "deploy_model": _or_cluster(_deploy, _cluster_deploy),
-    "rollback": _or_cluster(_rollback, _cluster_rollback),
-    "scale": _or_cluster(_scale, _cluster_scale),
-    "undeploy": _or_cluster(_undeploy, _cluster_undeploy),
-    "get_deployment": _or_cluster(_get_deployment, _cluster_get_deployment),
+    "deploy_model": _deploy,
+    "rollback": _rollback,
+    "scale": _scale,
+    "undeploy": _undeploy,
+    "get_deployment": _get_deployment,
     "predict": _predict,
     "get_metrics": _get_metrics,
     "get_alerts": _get_alerts,
     "ack_alert": _ack_alert,
 }
+
+__all__ = ["FEATURE_SERVICE", "HANDLERS", "ServingState", "World", "on_close", "on_start", "on_step"]
