@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 
@@ -97,7 +98,7 @@ def _codes(column: CategoricalColumn, rng: np.random.Generator, n: int) -> np.nd
     return codes
 
 
-def seconds(moment: object) -> int:
+def seconds(moment: datetime) -> int:
     return int((np.datetime64(moment, "s") - _EPOCH).astype(np.int64))
 
 

@@ -217,7 +217,8 @@ class Injector:
         categories = self.split.dictionaries[name]
         base = len(categories)
         spellings = variants_for(categories, inj.variants)
-        offsets, flat = [], []
+        offsets: list[int] = []
+        flat: list[str] = []
         for category in categories:
             offsets.append(len(flat))
             flat.extend(spellings[category])

@@ -85,7 +85,7 @@ def format_of(key: str) -> Format:
 def _check(fmt: str) -> Format:
     if fmt not in FORMATS:
         raise ValueError(f"unsupported data format {fmt!r}: expected one of {list(FORMATS)}")
-    return fmt  # type: ignore[return-value]
+    return fmt
 
 
 def render_text(column: pa.ChunkedArray) -> pa.ChunkedArray:

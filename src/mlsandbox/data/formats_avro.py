@@ -92,8 +92,9 @@ def read(data: bytes) -> pd.DataFrame:
     import fastavro
 
     reader = fastavro.reader(io.BytesIO(data))
-    fields = reader.writer_schema["fields"]  # type: ignore[index]
-    records = list(reader)
+    schema: dict[str, Any] = reader.writer_schema  # type: ignore[assignment]  # a record schema (a dict)
+    fields: list[dict[str, Any]] = schema["fields"]
+    records: list[dict[str, Any]] = list(reader)  # type: ignore[arg-type]  # records of a record schema
     arrays = {}
     for f in fields:
         t = _arrow_type(f["type"])

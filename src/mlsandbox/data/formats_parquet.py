@@ -199,7 +199,7 @@ def _shift(row_group: list[_Field], delta: int, ordinal: int) -> None:
 def join_parts(parts: Sequence[bytes | pa.Buffer]) -> bytes:
     """Parquet files of the same schema and options, written with one row group each, as one file whose
     row groups are theirs in order (the chunks are copied once, into the result)."""
-    pieces: list[bytes | memoryview] = [MAGIC]
+    pieces: list[bytes | bytearray | memoryview] = [MAGIC]
     written = len(MAGIC)
     file_meta: list[_Field] | None = None
     row_groups: list[list[_Field]] = []

@@ -42,10 +42,12 @@ class ImageDataset(_Model):
     name: str
     count: int = Field(ge=1, le=200_000)
     size: int = Field(default=32, ge=16, le=256)
-    shapes: list[Shape] = Field(default_factory=lambda: ["circle", "square", "triangle"], min_length=2)
+    shapes: list[Shape] = Field(
+        default_factory=lambda: list[Shape](["circle", "square", "triangle"]), min_length=2
+    )
     """The classes."""
     colours: list[str] = Field(default_factory=lambda: list(PALETTE), min_length=1)
-    textures: list[Texture] = Field(default_factory=lambda: ["plain"], min_length=1)
+    textures: list[Texture] = Field(default_factory=lambda: list[Texture](["plain"]), min_length=1)
     noise_std: float = Field(default=8.0, ge=0, le=128)
     """Gaussian pixel noise, in grey levels."""
     background: tuple[int, int, int] = (20, 20, 20)

@@ -242,7 +242,7 @@ class TabularDataset(_Model):
     noise_std: float = Field(default=1.0, gt=0)
     """Regression only: the irreducible noise of the target."""
     defects: Defects = Defects()
-    formats: list[FileFormat] = Field(default_factory=lambda: ["csv"], min_length=1)
+    formats: list[FileFormat] = Field(default_factory=lambda: list[FileFormat](["csv"]), min_length=1)
 
     _names = field_validator("name", "target")(_check_name)
 

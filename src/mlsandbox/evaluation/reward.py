@@ -228,7 +228,8 @@ class RewardTracker:
             comps["success_bonus"] = w.success_bonus if grade.success else 0.0
         if w.shaping:
             self._reach(state, action_type, ok)
-            new = 0.0 if (done or grade is not None) else sum(w.shaping.get(m, 0.0) for m in self.milestones)
+            reached = sum(v for m, v in w.shaping.items() if m in self.milestones)
+            new = 0.0 if (done or grade is not None) else reached
             comps["shaping"] = new - self.potential
             self.potential = new
         return comps

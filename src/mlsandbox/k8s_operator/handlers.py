@@ -65,26 +65,29 @@ def _record(patch: kopf.Patch, compute: Callable[[], Status]) -> None:
     patch.status.update(status)
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(
+def _namespace(namespace: str | None) -> str:
+    """The object's namespace (a ``Sandbox`` is namespaced: kopf always gives one)."""
+    if namespace is None:
+        raise kopf.PermanentError("a Sandbox is a namespaced object: no namespace was given")
+    return namespace
+
+
+def _reconcile(
     spec: Mapping[str, Any],
     name: str,
-    namespace: str,
+    namespace: str | None,
     meta: Mapping[str, Any],
     status: Mapping[str, Any],
-    memo: kopf.Memo,
+    memo: Any,
     patch: kopf.Patch,
-    **_: Any,
 ) -> None:
-    """Create or update the sandbox's namespace, quota, limits, network policies and agent RBAC."""
+    ns = _namespace(namespace)
     _record(
         patch,
         lambda: reconcile_sandbox(
             api=memo["api"],
             name=name,
-            namespace=namespace,
+            namespace=ns,
             spec=spec,
             generation=int(meta.get("generation", 0)),
             control_namespace=memo["control_namespace"],
@@ -97,40 +100,58 @@ def reconcile(
     )
 
 
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile(
+    spec: Mapping[str, Any],
+    name: str,
+    namespace: str | None,
+    meta: Mapping[str, Any],
+    status: Mapping[str, Any],
+    memo: Any,
+    patch: kopf.Patch,
+    **_: Any,
+) -> None:
+    """Create or update the sandbox's namespace, quota, limits, network policies and agent RBAC."""
+    _reconcile(spec, name, namespace, meta, status, memo, patch)
+
+
 @kopf.timer(GROUP, VERSION, PLURAL, interval=HEALTH_INTERVAL_S, idle=HEALTH_INTERVAL_S)
 def health(
     spec: Mapping[str, Any],
     name: str,
-    namespace: str,
+    namespace: str | None,
     meta: Mapping[str, Any],
     status: Mapping[str, Any],
-    memo: kopf.Memo,
+    memo: Any,
     patch: kopf.Patch,
     **_: Any,
 ) -> None:
     """Re-apply what drifted (a deleted quota or policy comes back) and report an exhausted quota."""
     if meta.get("deletionTimestamp"):
         return
-    reconcile(spec=spec, name=name, namespace=namespace, meta=meta, status=status, memo=memo, patch=patch)
+    _reconcile(spec, name, namespace, meta, status, memo, patch)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 def finalize(
     name: str,
-    namespace: str,
+    namespace: str | None,
     meta: Mapping[str, Any],
     status: Mapping[str, Any],
-    memo: kopf.Memo,
+    memo: Any,
     patch: kopf.Patch,
     **_: Any,
 ) -> None:
     """Delete the sandbox's namespace and hold the finalizer until it is gone."""
+    ns = _namespace(namespace)
     _record(
         patch,
         lambda: finalize_sandbox(
             api=memo["api"],
             name=name,
-            namespace=namespace,
+            namespace=ns,
             generation=int(meta.get("generation", 0)),
             previous=status.get("conditions", []),
             now=now(),

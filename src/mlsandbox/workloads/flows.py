@@ -187,7 +187,7 @@ def ingestion(
     """Pull an upstream batch, validate its schema, write it to the lake."""
     with _usage():
         raw = pull(bucket, f"upstream/{dataset}/{batch}.csv")
-        df = validate(raw, required_columns, numeric_columns or [], rename or {})
+        df: Any = validate(raw, required_columns, numeric_columns or [], rename or {})  # a DataFrame
         key = write(bucket, f"lake/{dataset}/{batch}.parquet", df)
         return {"dataset": f"lake/{dataset}/{batch}.parquet", "key": key, "rows": len(df)}
 

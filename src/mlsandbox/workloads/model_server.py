@@ -369,7 +369,7 @@ def create_app(
     """The ASGI app (metrics outside, fault hook inside, FastAPI app innermost)."""
     http_metrics = HttpMetrics("model")
     reg = http_metrics.registry
-    extra = {
+    extra: dict[str, Any] = {
         "rows": Counter("model_rows", "Rows predicted", registry=reg),
         "batch": Histogram(
             "model_batch_rows",

@@ -8,7 +8,7 @@ manifest twice is a no-op and a partial failure is repaired by the next reconcil
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from mlsandbox.errors import BackendError
 
@@ -118,7 +118,9 @@ class _translated:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> Literal[False]:
         if exc is None:
             return False
         from kubernetes.client.exceptions import ApiException

@@ -8,8 +8,9 @@ unreachable) become :class:`~mlsandbox.backends.kube.client.TransientApiError`; 
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from mlsandbox.errors import BackendError
 
@@ -200,7 +201,9 @@ class Cluster:
             text = self.core.read_namespaced_pod_log(name, namespace, **kwargs)
         return "" if text is None else str(text)
 
-    def resize_pod(self, name: str, namespace: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
+    def resize_pod(
+        self, name: str, namespace: str, containers: builtins.list[dict[str, Any]]
+    ) -> dict[str, Any]:
         """Change running containers' resources in place (the ``pods/resize`` subresource)."""
         with _refused():
             pod = self.core.patch_namespaced_pod_resize(name, namespace, {"spec": {"containers": containers}})
@@ -211,7 +214,9 @@ class _refused(_translated):
     """As :class:`_translated`, and a 4xx other than 404 becomes :class:`ApiRefused` (404 propagates as
     the dynamic client's ``NotFoundError`` / the client's ``ApiException`` for callers to map)."""
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> Literal[False]:
         if exc is None:
             return False
         super().__exit__(exc_type, exc, tb)  # raises TransientApiError for retryable failures

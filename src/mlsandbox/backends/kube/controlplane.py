@@ -575,8 +575,9 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
     _create_node(core)
 
     def node_ready() -> bool:
-        node = core.read_node(NODE_NAME)
-        return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+        status = core.read_node(NODE_NAME).status
+        conditions = (status.conditions if status is not None else None) or []
+        return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
     for name in ("kube-controller-manager", "kube-scheduler"):
         _wait(cp, name, lambda: True, 5)
@@ -683,8 +684,9 @@ def wait_established(api_client: Any, names: list[str], timeout: float = 30.0) -
     pending = set(names)
     while pending and time.monotonic() < deadline:
         for name in list(pending):
-            crd = ext.read_custom_resource_definition(name)
-            if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+            status = ext.read_custom_resource_definition(name).status
+            conditions = (status.conditions if status is not None else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
                 pending.discard(name)
         if pending:
             time.sleep(0.1)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
+from mlsandbox.backends.protocols.jobs import JobState
 from mlsandbox.workloads.contract import NOTE_PREFIX, endpoint_env, parse_result, thread_env
 
 JOB_ID_LABEL = "mlsandbox.dev/job-id"
@@ -213,6 +214,7 @@ def job_status(
     exit_code = terminated.get("exitCode") if terminated else None
     if terminated and terminated.get("reason") == "OOMKilled":
         exit_code = OOM_EXIT
+    state: JobState
     if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
         state = "succeeded"
         exit_code = 0 if exit_code is None else exit_code

@@ -29,9 +29,12 @@ class JobSpec(Model):
     :meth:`Jobs.submit`."""
 
 
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
 class JobStatus(Model):
     job_id: str
-    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    state: JobState
     exit_code: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
