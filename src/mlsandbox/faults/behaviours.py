@@ -20,7 +20,7 @@ import secrets
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from mlsandbox.backends.protocols import (
     ConfigStore,
@@ -32,7 +32,6 @@ from mlsandbox.backends.protocols import (
     Runtime,
 )
 from mlsandbox.data.formats import from_bytes, to_bytes
-from mlsandbox.data.spec import FileFormat
 from mlsandbox.errors import Unsupported
 from mlsandbox.scenario import perturbations as P
 from mlsandbox.world.episode import EpisodeState
@@ -306,7 +305,7 @@ class MissingColumn(_JobBehaviour):
             if key in self.originals:
                 continue
             rec = ctx.state.datasets[key]
-            fmt = cast(FileFormat, rec.fmt)  # the format the dataset was written in
+            fmt = rec.fmt  # the format the dataset was written in
             original = store.get_object(ctx.state.bucket, key)
             df = from_bytes(original, fmt)
             if self.fault.column not in df.columns:

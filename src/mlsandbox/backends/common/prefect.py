@@ -229,7 +229,7 @@ class PrefectEpisodeFlows:
         placement: FlowPlacement,
         *,
         interpreter: Callable[[str], str],
-        cleanup: Callable[[], None] | None = None,
+        cleanup: Callable[[], object] | None = None,
     ) -> None:
         self.api_url = api_url
         self.episode_id = episode_id
@@ -354,7 +354,7 @@ class PrefectFlows:
         placement: Callable[[Mapping[str, str]], FlowPlacement],
         *,
         interpreter: Callable[[str], str],
-        cleanup: Callable[[Mapping[str, str]], None] | None = None,
+        cleanup: Callable[[Mapping[str, str]], object] | None = None,
     ) -> None:
         self.api_url = api_url
         self._placement = placement

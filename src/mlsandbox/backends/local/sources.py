@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mlsandbox import httpclients
 from mlsandbox.backends.protocols import ServiceHealth
@@ -443,7 +443,9 @@ class LocalEpisodeSources:
                 frame = pd.DataFrame.from_records(cur.fetchall(), columns=names)
         except psycopg.OperationalError as e:
             text = " ".join(str(e).split())
-            kind = "auth" if "password authentication failed" in text else "unavailable"
+            kind: Literal["auth", "unavailable"] = (
+                "auth" if "password authentication failed" in text else "unavailable"
+            )
             raise SourceError(kind, text) from None
         except psycopg.Error as e:
             raise SourceError("error", f"{type(e).__name__}: {e}") from None

@@ -142,7 +142,7 @@ class LocalServiceControl:
         state = self._state()
         record = self._record(service)
         if service in svc.SOURCE_SERVICES:  # as a client: SELECT 1 as the admin role, GET /health
-            return self._sources().probe(service, timeout=timeout)  # type: ignore[no-any-return]
+            return self._sources().probe(service, timeout=timeout)
         ep = self.client_endpoints
         t0 = time.perf_counter()
         try:

@@ -8,6 +8,7 @@ read their endpoints from there (the core's ``train_model`` passes :func:`episod
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,7 @@ def _store(gw: Gateway) -> tuple[ConfigStore, str]:
 def _get_config(gw: Gateway, a: GetConfig) -> dict[str, Any]:
     store, prefix = _store(gw)
     keys = [a.key] if a.key else list(CONFIG_KEYS)
-    values = {k: mask(k, gw.backend_call(lambda k=k: store.get(prefix + k))) for k in keys}
+    values = {k: mask(k, gw.backend_call(functools.partial(store.get, prefix + k))) for k in keys}
     out: dict[str, Any] = {"config": values}
     if a.key is None:
         out["references"] = sorted(REFERENCES)

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from mlsandbox.backends.protocols import EpisodeFlows, FlowRunView
 from mlsandbox.backends.protocols.flows import TERMINAL_STATES
+from mlsandbox.data.formats import Format
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.packs.flows import actions as F
 from mlsandbox.world.episode import DatasetRecord
@@ -117,7 +118,7 @@ def _schema(gw: Gateway, dataset: str) -> tuple[list[str], list[str]]:
     return schemas[dataset]
 
 
-def _put(gw: Gateway, key: str, payload: bytes, fmt: str, target: str | None, origin: str) -> None:
+def _put(gw: Gateway, key: str, payload: bytes, fmt: Format, target: str | None, origin: str) -> None:
     gw.runtime.object_store.put_object(gw.state.bucket, key, payload)
     gw.state.datasets[key] = DatasetRecord(key, fmt, len(payload), target, origin)
 

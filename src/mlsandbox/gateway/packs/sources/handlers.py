@@ -44,7 +44,7 @@ from mlsandbox.backends.protocols import (
 from mlsandbox.backends.protocols.sources import API_SOURCE, POSTGRES
 from mlsandbox.data.corruption import change_schema
 from mlsandbox.data.drift_stats import column_drift, ks_statistic
-from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
+from mlsandbox.data.formats import SUFFIX, Format, format_of, from_bytes, to_bytes
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.packs.sources import actions as S
 from mlsandbox.scenario.sources import ApiSource, LakeSource, PostgresSource, drifting
@@ -526,7 +526,7 @@ def _refresh(gw: Gateway, rt: SourceRuntime, refresh: bool) -> bool:
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return json.loads(frame.to_json(orient="records", date_format="iso", date_unit="s"))  # type: ignore[no-any-return]
+    return json.loads(frame.to_json(orient="records", date_format="iso", date_unit="s"))
 
 
 def _dtypes(frame: pd.DataFrame) -> dict[str, str]:
@@ -594,7 +594,7 @@ def preview_source(gw: Gateway, a: S.PreviewSource) -> dict[str, Any]:
     }
 
 
-def _output_key(a: S.IngestSource) -> tuple[str, str]:
+def _output_key(a: S.IngestSource) -> tuple[str, Format]:
     key = a.output or f"sources/{a.source}.parquet"
     if key.split("/", 1)[0] in ("raw", "lake"):
         raise ActionError("forbidden_name", f"{key!r}: raw/ and lake/ hold source data and are read-only")
@@ -629,10 +629,10 @@ def _lake_parts(gw: Gateway, rt: SourceRuntime, a: S.IngestSource) -> tuple[pd.D
     parts = []
     for b in wanted:
         frame = gw.read(gw.dataset(rt.arrived[b][0]))
-        unknown = sorted(set(a.rename) - set(frame.columns) - set(a.rename.values()))
-        if len(unknown) == len(a.rename) and a.rename and len(wanted) == 1:
+        missing_columns = sorted(set(a.rename) - set(frame.columns) - set(a.rename.values()))
+        if len(missing_columns) == len(a.rename) and a.rename and len(wanted) == 1:
             raise ActionError(
-                "invalid_parameters", f"rename names columns {unknown} that batch {b} does not have"
+                "invalid_parameters", f"rename names columns {missing_columns} that batch {b} does not have"
             )
         parts.append((b, frame.rename(columns={k: v for k, v in a.rename.items() if k in frame.columns})))
     first_b, first = parts[0]
@@ -702,7 +702,7 @@ def ingest_source(gw: Gateway, a: S.IngestSource) -> dict[str, Any]:
         frame = frame.rename(columns=a.rename)
     if refreshed:
         _handled(gw, a.source, ("credentials_rotated",))
-    payload = to_bytes(frame, fmt)  # type: ignore[arg-type]
+    payload = to_bytes(frame, fmt)
     gw.backend_call(lambda: gw.runtime.object_store.put_object(gw.state.bucket, key, payload))
     target = rt.target if rt.target in frame.columns else None
     gw.state.datasets[key] = DatasetRecord(
