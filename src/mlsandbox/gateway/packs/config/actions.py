@@ -46,4 +46,5 @@ PACK = ActionPack(
     description="The episode's config store (Prefect variables): inspect and fix endpoints and credentials.",
     read_only=frozenset({"get_config"}),
     destructive=frozenset({"set_config"}),
+    capabilities={"get_config": "config", "set_config": "config"},
 )

@@ -105,4 +105,5 @@ PACK = ActionPack(
     implementation="mlsandbox.gateway.packs.flows.handlers",
     description="Pipelines on Prefect: list, run, inspect and retry flow runs.",
     read_only=frozenset({"list_flows", "get_flow_run"}),
+    capabilities=dict.fromkeys(("list_flows", "run_flow", "get_flow_run", "retry_flow_run"), "flows"),
 )

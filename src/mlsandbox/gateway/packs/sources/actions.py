@@ -100,4 +100,10 @@ PACK = ActionPack(
     implementation="mlsandbox.gateway.packs.sources.handlers",
     description="Data sources (HTTP API, PostgreSQL, lake batches) and data checks between datasets",
     read_only=frozenset({"list_sources", "preview_source", "sample_dataset", "schema_diff", "drift_check"}),
+    # Lake sources need only the object store; which API or PostgreSQL sources a backend hosts is said by
+    # ``sources.api`` and ``sources.postgres`` (an episode with a refused one does not start).
+    capabilities={
+        **dict.fromkeys(("list_sources", "preview_source", "ingest_source"), "sources"),
+        **dict.fromkeys(("sample_dataset", "schema_diff", "drift_check"), "object_store"),
+    },
 )
