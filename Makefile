@@ -12,7 +12,7 @@ help:
 	@echo "make test      setup + the whole test suite (real services)"
 	@echo "make test-fast setup + the tests that need no services (-m 'not services')"
 	@echo "make bench     setup + benchmarks; figures printed and saved under .bench/"
-	@echo "make lint      ruff and the import-layer contracts"
+	@echo "make lint      ruff, the import-layer contracts and the type checker (mypy)"
 	@echo "make gc        remove what crashed runs left behind"
 
 setup:
@@ -40,6 +40,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 gc: setup
 	$(VENV)/bin/mlsandbox gc

@@ -4,9 +4,6 @@
 
 from __future__ import annotations
 
-from mlsandbox.backends.registry import BUILTIN_BACKENDS, DEFAULT_BACKEND, backend_names, get_backend
+from mlsandbox.backends.registry import DEFAULT_BACKEND, backend_names, get_backend
 
-BACKENDS: tuple[str, ...] = tuple(BUILTIN_BACKENDS)
-"""The built-in backends' names (:func:`backend_names` lists the plug-ins too)."""
-
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_names", "get_backend"]
+__all__ = ["DEFAULT_BACKEND", "backend_names", "get_backend"]

@@ -75,8 +75,6 @@ class Gateway:
         """The episode's compute pool: every job goes through it."""
         self.catalog = get_catalog()
         self._packs = PackRuntime.load(self.catalog)
-        self.ext: dict[str, dict[str, Any]] = {p.name: {} for p in self.catalog.packs}
-        """Per-pack episode state, keyed by pack name (being replaced by :meth:`pack_state`)."""
         self._pack_states: dict[type[Any], Any] = {}
         self.faults: PerturbationEngine | None = None
         """The perturbation engine (None when the scenario has no plan)."""
