@@ -17,7 +17,7 @@ import pytest
 
 if TYPE_CHECKING:
     from mlsandbox.backends.local import LocalBackend
-    from mlsandbox.backends.protocols import Endpoints, Runtime
+    from mlsandbox.backends.protocols import Runtime
 
 SERVICE_FIXTURES = frozenset({"sandbox", "runtime", "s3"})
 
@@ -48,14 +48,6 @@ def sandbox() -> Iterator[LocalBackend]:
 @pytest.fixture(scope="session")
 def runtime(sandbox: LocalBackend) -> Runtime:
     return sandbox.runtime()
-
-
-@pytest.fixture
-def endpoints() -> Endpoints:
-    """A sandbox's endpoints as workloads in a cluster reach them (nothing listens): :data:`tests.helpers.ENDPOINTS`."""
-    from tests.helpers import ENDPOINTS
-
-    return ENDPOINTS
 
 
 @pytest.fixture(scope="session")

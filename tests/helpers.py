@@ -3,8 +3,7 @@
 ``ok(gw, action)`` takes a step that must succeed and returns its result; ``err(gw, action)`` takes a
 step that must fail and returns its error (``code``, ``message``, ``details``). ``ENDPOINTS`` are a
 sandbox's endpoints as the chart's Services name them inside a cluster (what workloads get in their
-environment); nothing listens there, so they suit manifest builders and unit tests (the ``endpoints``
-fixture of ``tests/conftest.py`` hands them out).
+environment); nothing listens there, so they suit manifest builders and unit tests.
 """
 
 from __future__ import annotations

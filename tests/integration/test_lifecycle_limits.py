@@ -13,6 +13,7 @@ import httpx
 import orjson
 import psutil
 import pytest
+from tests.helpers import err, ok
 
 from mlsandbox.backends.local.jobs import (
     LIMITS_ENV,
@@ -44,18 +45,6 @@ LIBRARY_ERRORS = (
     "TypeError",
 )
 TERMINAL = ("Completed", "Failed", "Crashed", "Cancelled")
-
-
-def ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], (action, obs["error"])
-    return obs["result"]
-
-
-def err(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert not obs["ok"], (action, obs["result"])
-    return obs["error"]
 
 
 def wait_job(gw: Gateway, job_id: str, timeout: float = 900) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 import pandas as pd
 import psutil
 import pytest
+from tests.helpers import err as step_err
+from tests.helpers import ok as step_ok
 
 from mlsandbox.backends.local.serving.processes import EPISODE_ENV, SERVING_ENV
 from mlsandbox.backends.protocols.serving import FEATURE_SERVICE, DeploymentView, ReplicaView
@@ -35,18 +37,6 @@ def serving_procs(episode: str, what: str | None = None) -> list[psutil.Process]
         if env.get(EPISODE_ENV) == episode and (what is None or env.get(SERVING_ENV) == what):
             found.append(p)
     return found
-
-
-def step_ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], (action, obs["error"])
-    return obs["result"]
-
-
-def step_err(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert not obs["ok"], (action, obs["result"])
-    return obs["error"]
 
 
 def wait_job(gw: Gateway, job_id: str) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from tests.helpers import err as _err
+from tests.helpers import ok as _ok
 
 from mlsandbox.backends.local.sources import SourceServices
 from mlsandbox.faults.engine import FaultRecord
@@ -27,18 +29,6 @@ def _start(runtime: Any, sandbox: Any, scenario: str) -> Gateway:
     gw = Gateway(runtime, load_builtin(scenario), sandbox=sandbox.name)
     gw.start()
     return gw
-
-
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    res = gw.step(action)
-    assert res.observation["ok"], res.observation["error"]
-    return res.observation["result"]
-
-
-def _err(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    res = gw.step(action)
-    assert not res.observation["ok"], res.observation["result"]
-    return res.observation["error"]
 
 
 def _pid(sandbox: Any, service: str) -> int:

@@ -12,6 +12,8 @@ import httpx
 import psutil
 import psycopg
 import pytest
+from tests.helpers import err as _err
+from tests.helpers import ok as _ok
 
 from mlsandbox.backends.local import services as svc
 from mlsandbox.backends.local.sources import SourceServices
@@ -30,18 +32,6 @@ def _start(runtime: Any, sandbox: Any, scenario: str | Scenario, seed: int | Non
     gw = Gateway(runtime, sc, seed=seed, sandbox=sandbox.name)
     gw.start()
     return gw
-
-
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    res = gw.step(action)
-    assert res.observation["ok"], res.observation["error"]
-    return res.observation["result"]
-
-
-def _err(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    res = gw.step(action)
-    assert not res.observation["ok"], res.observation["result"]
-    return res.observation["error"]
 
 
 def _faults(gw: Gateway, kind: str) -> list[FaultRecord]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+from tests.helpers import ENDPOINTS as WORKLOAD_ENDPOINTS
 
 from mlsandbox.backends.kube import manifests as M
 from mlsandbox.backends.kube.backend import KubeBackend
@@ -23,13 +24,6 @@ from mlsandbox.backends.protocols import Endpoints, JobSpec, JobStatus
 
 T = TypeVar("T")
 KWOK_OUTCOME = "mlsandbox.dev/kwok-outcome"
-WORKLOAD_ENDPOINTS = Endpoints(
-    s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
-    s3_access_key="access",
-    s3_secret_key="secret",
-    mlflow_url="http://mls-mlsandbox-mlflow.mlsandbox.svc:5000",
-    prefect_api_url="http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api",
-)
 
 
 def wait_for(fn: Callable[[], T | None], what: str, timeout: float = 60.0, every: float = 0.3) -> T:

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from test_kube_serving_cluster import WORKLOAD_ENDPOINTS, runtime_of, wait_for
+from tests.helpers import ok as _ok
 
 from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.backends.kube.controlplane import OUTCOME_ANNOTATION
@@ -26,12 +27,6 @@ from mlsandbox.backends.kube.flows import FLOW_COMPONENT
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.models import Scenario
-
-
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], (action, obs["error"])
-    return obs["result"]
 
 
 @pytest.fixture()

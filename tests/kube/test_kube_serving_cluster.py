@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+from tests.helpers import ENDPOINTS as WORKLOAD_ENDPOINTS
 
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.kube.backend import KubeBackend
@@ -31,13 +32,6 @@ from mlsandbox.backends.protocols.serving import (
 T = TypeVar("T")
 EPISODE = ("mlsandbox.world.episode", "ep-srv")
 TINY = Machine(name="cpu-tiny", cpus=0.25, memory_mb=256, credits_per_second=0.01)
-WORKLOAD_ENDPOINTS = Endpoints(
-    s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
-    s3_access_key="access",
-    s3_secret_key="secret",
-    mlflow_url="http://mls-mlsandbox-mlflow.mlsandbox.svc:5000",
-    prefect_api_url="http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api",
-)
 
 
 def wait_for(fn: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:

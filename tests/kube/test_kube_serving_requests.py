@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 from test_kube_serving_cluster import runtime_of, wait_for  # tests/kube is on sys.path
+from tests.helpers import err as _err
+from tests.helpers import ok as _ok
 
 from mlsandbox.backends.kube.backend import KubeBackend
 from mlsandbox.gateway.dispatcher import Gateway
@@ -35,18 +37,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
         return int(s.getsockname()[1])
-
-
-def _ok(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert obs["ok"], (action, obs["error"])
-    return obs["result"]
-
-
-def _err(gw: Gateway, action: dict[str, Any]) -> dict[str, Any]:
-    obs = gw.step(action).observation
-    assert not obs["ok"], (action, obs["result"])
-    return obs["error"]
 
 
 class Server:

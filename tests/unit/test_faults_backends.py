@@ -9,22 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers import ENDPOINTS
 from typer.testing import CliRunner
 
 from mlsandbox.backends.kube.faults import chaos_mesh as C
 from mlsandbox.backends.kube.faults import control as K
-from mlsandbox.backends.protocols import Endpoints, HttpFault, JobStatus
+from mlsandbox.backends.protocols import HttpFault, JobStatus
 from mlsandbox.cli.main import app
 from mlsandbox.errors import Unsupported
 from mlsandbox.scenario.perturbations import FAULT_TYPES
-
-ENDPOINTS = Endpoints(
-    s3_url="http://127.0.0.1:9000",
-    s3_access_key="k",
-    s3_secret_key="s",
-    mlflow_url="http://127.0.0.1:5000",
-    prefect_api_url="http://127.0.0.1:4200/api",
-)
 
 
 def _catalog(*args: str, env: dict[str, str] | None = None) -> Any:

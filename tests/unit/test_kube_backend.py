@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends import backend_names, get_backend
 from mlsandbox.backends.kube import manifests as M
@@ -20,16 +21,9 @@ from mlsandbox.backends.kube.faults import chaos_mesh as C
 from mlsandbox.backends.kube.faults import control as F
 from mlsandbox.backends.kube.faults import native as N
 from mlsandbox.backends.kube.runtime import client_endpoints, workload_endpoints
-from mlsandbox.backends.protocols import Endpoints, JobSpec
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.errors import MissingToolError, NotRunningError
 
-ENDPOINTS = Endpoints(
-    s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
-    s3_access_key="access",
-    s3_secret_key="secret",
-    mlflow_url="http://mls-mlsandbox-mlflow.mlsandbox.svc:5000",
-    prefect_api_url="http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api",
-)
 SPEC = JobSpec(
     job_id="7-abc12345-job-1",
     workload="trainer",
@@ -68,7 +62,10 @@ def test_sandbox_jobs_and_their_secret_validate_strictly() -> None:
     secret = M.s3_secret(
         M.S3_SECRET_NAME, namespace="sbx-mlsandbox-demo", sandbox="demo", endpoints=ENDPOINTS
     )
-    assert secret["stringData"] == {"access-key": "access", "secret-key": "secret"}
+    assert secret["stringData"] == {
+        "access-key": ENDPOINTS.s3_access_key,
+        "secret-key": ENDPOINTS.s3_secret_key,
+    }
     try:
         report = schemas.kubeconform([_job(), secret])
     except MissingToolError as exc:

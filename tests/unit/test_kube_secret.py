@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from test_kube_serving import ENDPOINTS
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends.kube.manifests import S3_SECRET_NAME
 from mlsandbox.backends.kube.runtime import KubeRuntime

@@ -13,21 +13,14 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends.kube import schemas
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.kube.manifests import S3_SECRET_NAME, SANDBOX_LABEL
-from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.backends.protocols.serving import DeploymentView, ReplicaView, ServingError
 from mlsandbox.errors import MissingToolError
 
-ENDPOINTS = Endpoints(
-    s3_url="http://mls-mlsandbox-minio.mlsandbox.svc:9000",
-    s3_access_key="mlsandbox",
-    s3_secret_key="secret-secret",
-    mlflow_url="http://mls-mlsandbox-mlflow.mlsandbox.svc:5000",
-    prefect_api_url="http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api",
-)
 EPISODE = ("mlsandbox.world.episode", "7-0a1b2c3d")
 
 

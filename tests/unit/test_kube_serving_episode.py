@@ -10,11 +10,12 @@ import itertools
 from typing import Any
 
 import pytest
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.kube.deployments import KubeEpisodeServing, KubeServing
 from mlsandbox.backends.kube.manifests import SANDBOX_LABEL
-from mlsandbox.backends.protocols import Endpoints, EnvironmentInfo
+from mlsandbox.backends.protocols import EnvironmentInfo
 from mlsandbox.backends.protocols.serving import (
     DeploymentSpec,
     DeploymentView,
@@ -24,13 +25,6 @@ from mlsandbox.backends.protocols.serving import (
 )
 from mlsandbox.errors import Unsupported
 
-ENDPOINTS = Endpoints(
-    s3_url="http://s3",
-    s3_access_key="k",
-    s3_secret_key="s",
-    mlflow_url="http://m",
-    prefect_api_url="http://p/api",
-)
 EPISODE = {"mlsandbox.world.episode": "ep-1"}
 MACHINE = Machine(name="cpu-small", cpus=1.0, memory_mb=2048, credits_per_second=0.05)
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends.kube import serving as KS
 from mlsandbox.backends.local.serving.deployments import Deployment, Placement
-from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.backends.protocols.serving import (
     DeploymentView,
     Limits,
@@ -66,15 +66,8 @@ def test_local_and_kube_views_have_the_same_keys_and_values() -> None:
         deployment="churn", model="churn", registry_name="ep-churn", version="1", replicas=1,
         machine="cpu-small", cpus=1.0, memory_mb=2048,
     )  # fmt: skip
-    endpoints = Endpoints(
-        s3_url="http://s3",
-        s3_access_key="k",
-        s3_secret_key="s",
-        mlflow_url="http://m",
-        prefect_api_url="http://p",
-    )
     manifest = KS.model_server_deployment(
-        spec, namespace="ns", sandbox="s", image="i", endpoints=endpoints, history=["1"]
+        spec, namespace="ns", sandbox="s", image="i", endpoints=ENDPOINTS, history=["1"]
     )
     manifest["status"] = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
     pod = {
