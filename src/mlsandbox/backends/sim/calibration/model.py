@@ -61,7 +61,6 @@ JOB_FEATURES: frozenset[str] = frozenset(
     {
         "one",  # 1.0: an explicit intercept term where a model wants one per feature set
         "proxy_val_auc",  # the proxy model's AUC on the job's validation split (20 %)
-        "proxy_holdout_auc",  # the proxy model's AUC on the clean holdout the grade uses
         "rows",  # training rows the job reads (before its validation split)
         "log10_rows",
         "columns",  # feature columns (the target excluded)
@@ -140,7 +139,10 @@ PLACEHOLDERS: frozenset[str] = frozenset(
         "host",
         "port",
         "site_packages",
+        "package_dir",  # the mlsandbox package's directory (where the workloads' files are)
         "sandbox_dir",
+        "operation",  # an S3 operation (GetObject, PutObject) or an API path
+        "what",  # what the client was doing (put_object, list_runs)
         # services, sources, flows, serving
         "service",
         "endpoint",
@@ -606,6 +608,8 @@ ERROR_KEYS: tuple[str, ...] = (
     "storage.timeout",  # the object store does not answer in time (frozen, timeout toxic)
     "storage.reset",  # the connection is reset (reset_peer)
     "storage.no_such_key",
+    "storage.signature_mismatch",  # the S3 error detail of a wrong secret key
+    "storage.invalid_access_key",  # the S3 error detail of an unknown access key
     "tracking.unreachable",
     "tracking.timeout",
     "tracking.reset",
