@@ -45,6 +45,7 @@ from mlsandbox.backends.protocols import (
     TableRows,
     TaskRunView,
 )
+from mlsandbox.backends.protocols.runtime import random_episode_id
 from mlsandbox.backends.protocols.sources import API_SOURCE, POSTGRES
 from mlsandbox.errors import Unsupported
 
@@ -545,6 +546,9 @@ class MemoryRuntime:
 
     def support(self) -> Support:
         return Support(backend=BACKEND)
+
+    def new_episode_id(self, seed: int) -> str:
+        return random_episode_id(seed)
 
     def close(self) -> None:
         pass

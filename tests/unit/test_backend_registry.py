@@ -100,11 +100,11 @@ def test_a_plugin_backend_is_found_and_a_broken_one_is_reported_not_fatal(
         _ep("local", "fake_backend_plugin:FAKE"),
         _ep("Bad Name", "fake_backend_plugin:FAKE"),
     ]
-    assert R.backend_names() == ("local", "kube", "fake", "missing", "wrong", "misnamed")
+    assert R.backend_names() == ("local", "kube", "sim", "fake", "missing", "wrong", "misnamed")
     fake = R.get_backend("fake", "sbx", size=3)
     assert fake.config.size == 3 and fake.name == "sbx"  # type: ignore[attr-defined]
     types = R.backend_types()  # loads every plug-in: the broken ones are left out
-    assert sorted(types) == ["fake", "kube", "local"]
+    assert sorted(types) == ["fake", "kube", "local", "sim"]
     assert types["fake"].origin == "plugin:fake"
     broken = {b.name: b.error for b in R.broken_backends()}
     assert set(broken) == {"missing", "wrong", "misnamed", "local", "Bad Name"}
@@ -114,7 +114,7 @@ def test_a_plugin_backend_is_found_and_a_broken_one_is_reported_not_fatal(
     assert "already registered" in broken["local"]
     with pytest.raises(ValueError, match=r"backend 'missing' is not available: .*ModuleNotFoundError"):
         R.get_backend("missing", "x")
-    assert R.backend_names() == ("local", "kube", "fake")  # what failed to load is no longer offered
+    assert R.backend_names() == ("local", "kube", "sim", "fake")  # what failed to load is no longer offered
     assert isinstance(R.backend_type("fake"), BackendType)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mlsandbox.backends.common.clock import RealClock
+from mlsandbox.backends.protocols.runtime import random_episode_id
 from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.gateway import Gateway
 from mlsandbox.scenario import load_builtin
@@ -54,6 +55,9 @@ class RefusingRuntime:
     @property
     def faults(self) -> Any:
         raise Unsupported("faults", "fake", "this fake has no services to control")
+
+    def new_episode_id(self, seed: int) -> str:
+        return random_episode_id(seed)
 
 
 def test_backend_call_maps_unsupported_to_an_unsupported_error() -> None:

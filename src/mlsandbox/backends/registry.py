@@ -3,7 +3,7 @@
 Each entry point names a :class:`~mlsandbox.backends.protocols.BackendType`: the backend's name (the
 entry point's name must be the same), a description, its typed config model (deriving
 :class:`~mlsandbox.backends.protocols.BackendConfig`, with ``type: Literal["<name>"]``) and a factory that
-makes the backend from a config without starting anything. ``local`` and ``kube`` are declared by this
+makes the backend from a config without starting anything. ``local``, ``kube`` and ``sim`` are declared by this
 package the same way (``pyproject.toml``); :data:`BUILTIN_BACKENDS` names them too, so a checkout whose
 installed metadata is older than its code still finds them.
 
@@ -35,6 +35,7 @@ ENTRY_POINT_GROUP = "mlsandbox.backends"
 BUILTIN_BACKENDS: dict[str, str] = {
     "local": "mlsandbox.backends.local.backend:BACKEND_TYPE",
     "kube": "mlsandbox.backends.kube.backend:BACKEND_TYPE",
+    "sim": "mlsandbox.backends.sim:BACKEND_TYPE",
 }
 """The backends this package ships (``name -> module:attribute``), in the order they are listed."""
 DEFAULT_BACKEND = "local"

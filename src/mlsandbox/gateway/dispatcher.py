@@ -28,7 +28,7 @@ from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.scenario.compute import Machine
 from mlsandbox.scenario.models import Scenario
 from mlsandbox.world import compute as P
-from mlsandbox.world.episode import DatasetRecord, EpisodeState, JobRecord, new_episode_id
+from mlsandbox.world.episode import DatasetRecord, EpisodeState, JobRecord
 
 log = logging.getLogger(__name__)
 _S = TypeVar("_S")
@@ -59,7 +59,7 @@ class Gateway:
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.state = EpisodeState(
-            episode_id=new_episode_id(self.seed),
+            episode_id=runtime.new_episode_id(self.seed),
             scenario=scenario,
             seed=self.seed,
             sandbox=runtime.sandbox if sandbox is None else sandbox,

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from mlsandbox.backends.protocols import EnvironmentInfo
+from mlsandbox.backends.protocols.runtime import random_episode_id
 from mlsandbox.data.formats import Format
 from mlsandbox.scenario.models import Scenario
 
 
 def new_episode_id(seed: int) -> str:
-    return f"{seed % 100000}-{uuid.uuid4().hex[:8]}"
+    """A random episode id (what :meth:`~mlsandbox.backends.protocols.Runtime.new_episode_id` gives on
+    backends shared by several processes)."""
+    return random_episode_id(seed)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from mlsandbox.backends.common.config_store import PrefectConfigStore, job_confi
 from mlsandbox.backends.kube.faults.control import UNAVAILABLE as FAULTS_UNAVAILABLE
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
 from mlsandbox.backends.protocols import Endpoints, Support
+from mlsandbox.backends.protocols.runtime import random_episode_id
 
 from . import environments as kube_environments
 from . import sources as kube_sources
@@ -171,6 +172,10 @@ class KubeRuntime(ServiceClients):
     def audit(self) -> FileAuditLog:
         """The episodes' audit logs, on this client's machine (under :func:`client_state_dir`)."""
         return self._audit
+
+    def new_episode_id(self, seed: int) -> str:
+        """Random: several clients share the sandbox's namespace."""
+        return random_episode_id(seed)
 
     def support(self) -> Support:
         """The static refusals, and the fault types this cluster lacks (no Chaos Mesh CRDs)."""

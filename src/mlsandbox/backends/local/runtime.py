@@ -10,6 +10,7 @@ from mlsandbox.backends.common.clients import ServiceClients
 from mlsandbox.backends.common.clock import RealClock
 from mlsandbox.backends.local.jobs import LocalJobs
 from mlsandbox.backends.protocols import Endpoints, Support
+from mlsandbox.backends.protocols.runtime import random_episode_id
 from mlsandbox.errors import BackendError
 
 if TYPE_CHECKING:
@@ -61,6 +62,10 @@ class LocalRuntime(ServiceClients):
     @property
     def audit(self) -> FileAuditLog:
         return self._audit
+
+    def new_episode_id(self, seed: int) -> str:
+        """Random: several processes share the sandbox's services."""
+        return random_episode_id(seed)
 
     def support(self) -> Support:
         """The backend's support (what this machine lacks: binaries, cgroups), refined by the running

@@ -13,6 +13,7 @@ each with a typed config model (see :mod:`mlsandbox.backends.registry`).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -92,10 +93,22 @@ class Runtime(Protocol):
         """What this runtime refuses, and why (the backend's support, refined by what is running)."""
         ...
 
+    def new_episode_id(self, seed: int) -> str:
+        """The id of a new episode of this sandbox, unique in it (it names the episode's bucket,
+        experiment, job label and audit log): :func:`random_episode_id` on backends whose sandboxes
+        several processes share (local, kube); derived from the sandbox's seed on sim, so that a run is
+        reproducible, ids included."""
+        ...
+
     def close(self) -> None:
         """Stop what this runtime started for its client (jobs of this process); the services are the
         backend's."""
         ...
+
+
+def random_episode_id(seed: int) -> str:
+    """``<seed mod 100000>-<8 random hex digits>``: an episode id no other process will make."""
+    return f"{seed % 100000}-{uuid.uuid4().hex[:8]}"
 
 
 @runtime_checkable

@@ -153,6 +153,10 @@ class ServingResponse(Model):
     status: int
     body: bytes
     content_type: str | None = None
+    elapsed_s: float | None = None
+    """How long the answer took, when the backend says it: a backend whose clock does not move while
+    requests overlap (sim's virtual clock) gives each request's latency here; None: the caller measures
+    it on the runtime's clock."""
 
 
 class ReplicaRef(Model):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ L2 = 1.0
 NEWTON_STEPS = 8
 
 
-Frame = pa.Table | pd.DataFrame
+Frame: TypeAlias = pa.Table | pd.DataFrame
 """Rows as an Arrow table (what the simulator reads from its object store) or a pandas frame (what the
 grading code passes)."""
 

@@ -218,12 +218,12 @@ class TrafficGenerator:
     def _send(self, ids: list[str]) -> None:
         sent = self.clock.time()
         t0 = self.clock.monotonic()
-        status, preds = 0, None
+        status, preds, elapsed = 0, None, None
         try:
             resp = self.serving.request(
                 self.target, "/predict", self._body(ids), timeout_s=self.traffic.timeout_s
             )
-            status = resp.status
+            status, elapsed = resp.status, resp.elapsed_s
             if status == 200:
                 preds = orjson.loads(resp.body).get("predictions")
         except ServingError:
@@ -233,7 +233,8 @@ class TrafficGenerator:
         finally:
             with self._busy_lock:
                 self._busy -= 1
-        self.log.add(Outcome(sent, self.clock.monotonic() - t0, status, ids, preds))
+        latency = self.clock.monotonic() - t0 if elapsed is None else elapsed
+        self.log.add(Outcome(sent, latency, status, ids, preds))
 
     # ------------------------------------------------------------------------------------- figures
 

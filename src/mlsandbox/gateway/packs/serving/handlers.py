@@ -353,7 +353,7 @@ def _predict(gw: Gateway, a: S.Predict) -> dict[str, Any]:
             a.deployment, "/predict", orjson.dumps(body), timeout_s=PREDICT_TIMEOUT_S
         )
     )
-    latency = (clock.monotonic() - t0) * 1000.0
+    latency = (clock.monotonic() - t0 if resp.elapsed_s is None else resp.elapsed_s) * 1000.0
     try:
         payload = orjson.loads(resp.body)
     except orjson.JSONDecodeError:

@@ -1,0 +1,527 @@
+"""The surrogate of the ``sim`` backend's jobs: what a training job would do, from the calibration.
+
+:func:`plan_trainer` turns a trainer job (its arguments, limits, the rows it reads, the episode's config)
+into a :class:`JobPlan`: the phases of its run (the start before the fit, the fit, the end after it), each
+with the CPU-seconds it needs and the wall time it takes at full speed; the moments of its run at which
+it needs a service (the tracker when it starts its run and when it logs the model, the object store when
+it reads); its memory profile; the log lines it prints and where; and, when it fails for a reason known
+at its start (bad hyperparameters, missing values into an estimator that refuses them, divergence, a
+wrong config), where and how. :mod:`mlsandbox.backends.sim.jobs` plays the plan on the virtual clock.
+
+Outcome. The job's rows are the real rows (read from the sim's object store); the surrogate fits the
+proxy model on them (:mod:`mlsandbox.backends.sim.proxy`), with the trainer's own validation split, and
+adds the algorithm's calibrated corrections: the validation AUC it reports is ``proxy + val_delta``; the
+model it registers is the proxy with seeded score noise sized to lose ``holdout_delta`` of AUC. The
+corrections are applied at their mean (no residual draw), so the same rows and hyperparameters give the
+figures real runs give on average; durations and CPU-seconds draw their residual with the job's seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from mlsandbox.backends.sim.calibration.model import AlgorithmModel, Calibration, FailureMode, LinearModel
+from mlsandbox.backends.sim.world import stable_seed
+
+PRE, FIT, POST = 0, 1, 2
+"""The phases of a trainer job (its position runs from 0 to 3: phase index + fraction done)."""
+
+
+@dataclass
+class Phase:
+    name: str
+    cpu: float
+    """CPU-seconds it needs."""
+    wall: float
+    """Seconds it takes with all the CPU it can use."""
+
+
+@dataclass(order=True)
+class Event:
+    pos: float
+    order: int
+    kind: str = field(compare=False)
+    """``line`` (print ``text``), ``need`` (a service: ``service``), ``fail`` (``mode``)."""
+    text: str = field(default="", compare=False)
+    service: str = field(default="", compare=False)
+    mode: str = field(default="", compare=False)
+    values: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class Outcome:
+    """What a successful run reports and leaves in the tracker."""
+
+    metrics: dict[str, float]
+    params: dict[str, Any]
+    model: Any
+    experiment_id: str
+    run_name: str
+
+
+@dataclass
+class JobPlan:
+    phases: list[Phase]
+    events: list[Event]
+    import_rss_mb: float
+    peak_rss_mb: float
+    peak_at: float
+    """Position at which the job reaches its peak memory (it ramps from ``import_rss_mb`` through the
+    fit)."""
+    exit_code: int = 0
+    outcome: Outcome | None = None
+    result_line: str | None = None
+    tracker_run: bool = True
+    """Whether the job starts a tracker run (a trainer does; a burn job does not)."""
+    failures: dict[str, FailureMode] = field(default_factory=dict)
+    fill: dict[str, Any] = field(default_factory=dict)
+    """Placeholders the failure texts use."""
+
+    @property
+    def end(self) -> float:
+        return float(len(self.phases))
+
+    def memory_at(self, pos: float) -> float:
+        """Resident MiB at position ``pos``."""
+        if pos < 0.1:
+            return 30.0 + (self.import_rss_mb - 30.0) * pos / 0.1
+        start = 1.0 if len(self.phases) > 1 else 0.1
+        if pos <= start:
+            return self.import_rss_mb
+        if pos >= self.peak_at:
+            return self.peak_rss_mb
+        span = max(1e-9, self.peak_at - start)
+        return self.import_rss_mb + (self.peak_rss_mb - self.import_rss_mb) * (pos - start) / span
+
+    def oom_position(self, limit_mb: float, after: float = 0.0) -> float | None:
+        """The first position at or after ``after`` where memory exceeds ``limit_mb`` (None: never)."""
+        if self.memory_at(after) > limit_mb:
+            return after
+        if self.peak_rss_mb <= limit_mb:
+            return None
+        lo, hi = after, self.peak_at
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if self.memory_at(mid) > limit_mb:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+
+# ------------------------------------------------------------------------------------------ arguments
+
+
+@dataclass
+class TrainerArgs:
+    bucket: str
+    key: str
+    target: str
+    algorithm: str
+    hyperparams: dict[str, Any]
+    experiment_id: str
+    run_name: str | None
+    seed: int
+    config_prefix: str | None
+
+
+class UsageError(ValueError):
+    """The trainer's own argument parser refuses the command line (exit status 2)."""
+
+
+def parse_trainer(args: list[str]) -> TrainerArgs:
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        name = args[i]
+        if not name.startswith("--") or i + 1 >= len(args):
+            raise UsageError(f"unrecognized arguments: {' '.join(args[i:])}")
+        values[name[2:].replace("-", "_")] = args[i + 1]
+        i += 2
+    missing = [
+        f"--{k.replace('_', '-')}"
+        for k in ("bucket", "key", "target", "algorithm", "experiment_id")
+        if k not in values
+    ]
+    if missing:
+        raise UsageError(f"the following arguments are required: {', '.join(missing)}")
+    try:
+        hyperparams = json.loads(values.get("hyperparams", "{}"))
+    except json.JSONDecodeError as e:
+        raise UsageError(f"argument --hyperparams: invalid loads value: {e}") from None
+    if not isinstance(hyperparams, dict):
+        raise UsageError(f"--hyperparams must be a JSON object, got {values.get('hyperparams')!r}")
+    return TrainerArgs(
+        bucket=values["bucket"],
+        key=values["key"],
+        target=values["target"],
+        algorithm=values["algorithm"],
+        hyperparams=hyperparams,
+        experiment_id=values["experiment_id"],
+        run_name=values.get("run_name"),
+        seed=int(values.get("seed", "0")),
+        config_prefix=values.get("config_prefix"),
+    )
+
+
+# ------------------------------------------------------------------------------------- scikit-learn's own
+
+
+@cache
+def _sklearn_nan_message(algorithm: str) -> str:
+    """The message scikit-learn gives when this algorithm's estimator gets missing values."""
+    import numpy as np
+
+    from mlsandbox.workloads.trainer import make_estimator
+
+    estimator = make_estimator(algorithm, {}, 0)
+    if algorithm == "mlp":
+        estimator.set_params(max_iter=1)
+    x = np.array([[0.0], [np.nan], [1.0], [2.0]])
+    try:
+        estimator.fit(x, [0, 1, 0, 1])
+    except ValueError as e:
+        return str(e)
+    return "Input X contains NaN."
+
+
+def hyperparameter_problem(algorithm: str, hyperparams: dict[str, Any], seed: int) -> tuple[str, str] | None:
+    """(``unknown_hyperparameter`` | ``invalid_hyperparameter``, scikit-learn's message) when the
+    estimator refuses the hyperparameters; scikit-learn's own validation (nothing is fitted)."""
+    from mlsandbox.workloads.trainer import make_estimator
+
+    try:
+        estimator = make_estimator(algorithm, hyperparams, seed)
+    except ValueError as e:
+        return "unknown_hyperparameter", str(e)
+    except TypeError as e:
+        return "invalid_hyperparameter", str(e)
+    try:
+        estimator._validate_params()
+    except ValueError as e:  # InvalidParameterError derives from ValueError and TypeError
+        return "invalid_hyperparameter", str(e)
+    return None
+
+
+# -------------------------------------------------------------------------------------------- features
+
+
+def hp_features(model: AlgorithmModel, hyperparams: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, default in model.defaults.items():
+        value = hyperparams.get(name, default)
+        try:
+            x = float(value) if value is not None else float(default)
+        except (TypeError, ValueError):
+            x = float(default)
+        if not math.isfinite(x):
+            x = float(default)
+        out[f"hp:{name}"] = x
+        out[f"log10_hp:{name}"] = math.log10(x) if x > 0 else math.log10(max(float(default), 1e-12))
+    return out
+
+
+def draw(model: LinearModel, values: dict[str, float], rng: random.Random) -> float:
+    return model.value(values, rng.gauss(0.0, 1.0))
+
+
+# ------------------------------------------------------------------------------------------------ plans
+
+
+@dataclass
+class ConfigView:
+    """What the job's config says (or why it cannot be read), against the right values."""
+
+    s3_url: str
+    mlflow_url: str
+    storage_problem: tuple[str, dict[str, Any]] | None = None
+    """(failure mode, its placeholders) when the object store will refuse the job."""
+    tracker_problem: tuple[str, dict[str, Any]] | None = None
+    config_problem: tuple[str, dict[str, Any]] | None = None
+
+
+def plan_trainer(
+    cal: Calibration,
+    args: TrainerArgs,
+    *,
+    job_seed: int,
+    cpus: float,
+    memory_mb: int,
+    table: Any,
+    read_error: str | None,
+    config: ConfigView | None,
+    package_dir: str,
+) -> JobPlan:
+    """The plan of a trainer job (see the module docstring). ``table`` is the Arrow table the job reads
+    (None when it cannot be read: ``read_error`` says why)."""
+    from mlsandbox.backends.sim.proxy import feature_summary, fit_proxy, noise_for, numeric_values
+
+    jobs = cal.jobs
+    rng = random.Random(job_seed)
+    alg = jobs.algorithms.get(args.algorithm)
+    if alg is None:  # the trainer's parser refuses it before anything else
+        raise UsageError(
+            f"argument --algorithm: invalid choice: {args.algorithm!r} (choose from "
+            f"{', '.join(repr(a) for a in jobs.algorithms)})"
+        )
+    threads = max(1, math.floor(cpus))
+    features: dict[str, float] = {
+        "one": 1.0,
+        "cpus": cpus,
+        "threads": float(threads),
+        "memory_mb": float(memory_mb),
+    }
+    if table is not None:
+        features.update(feature_summary(table, args.target))
+    features.update(hp_features(alg, args.hyperparams))
+    res = alg.resources
+    over_cpu = draw(res.overhead_cpu_s, features, rng)
+    over_wall = max(over_cpu, draw(res.overhead_wall_s, features, rng))
+    fit_cpu = draw(res.fit_cpu_s, features, rng) if table is not None else 0.0
+    p = res.parallel_fraction
+    fit_wall = fit_cpu * ((1 - p) + p / threads)
+    fit_cpu_used = fit_cpu * (1.0 + 0.05 * (threads - 1) * p)
+    sf = jobs.trainer.log.start_fraction
+    phases = [
+        Phase("start", over_cpu * sf, over_wall * sf),
+        Phase("fit", fit_cpu_used, fit_wall),
+        Phase("end", over_cpu * (1 - sf), over_wall * (1 - sf)),
+    ]
+    peak = (
+        max(res.import_rss_mb, draw(res.peak_rss_mb, features, rng))
+        if table is not None
+        else res.import_rss_mb
+    )
+    plan = JobPlan(
+        phases,
+        [],
+        import_rss_mb=res.import_rss_mb,
+        peak_rss_mb=peak,
+        peak_at=1.0 + max(0.05, res.oom_at_fraction),
+        failures=dict(jobs.failures),
+    )
+    fill: dict[str, Any] = {
+        "run_name": args.run_name or "(unnamed)",
+        "experiment_id": args.experiment_id,
+        "bucket": args.bucket,
+        "key": args.key,
+        "algorithm": args.algorithm,
+        "target": args.target,
+        "memory_mb": memory_mb,
+        "cpus": cpus,
+        "package_dir": package_dir,
+        "estimator": alg.estimator,
+        "hyperparams": dict(args.hyperparams),
+    }
+    plan.fill = fill
+    seq = iter(range(1_000_000))
+
+    def line(pos: float, template: str, **values: Any) -> None:
+        plan.events.append(Event(pos, next(seq), "line", text=template.format(**{**fill, **values})))
+
+    def need(pos: float, service: str) -> None:
+        plan.events.append(Event(pos, next(seq), "need", service=service))
+
+    def fail(pos: float, mode: str, **values: Any) -> None:
+        plan.events.append(Event(pos, next(seq), "fail", mode=mode, values=values))
+
+    log = jobs.trainer.log
+    if args.config_prefix:
+        assert config is not None
+        fill.update(config_prefix=args.config_prefix, s3_url=config.s3_url, mlflow_url=config.mlflow_url)
+        if config.config_problem is not None:
+            mode, values = config.config_problem
+            fail(0.05, mode, **values)
+            plan.events.sort()
+            return plan
+        line(0.05, log.config_line.text)
+    start = iter(log.start)
+    # starting run ... (the tracker must answer), reading s3://... (the object store must), loaded ...
+    need(0.45, "mlflow")
+    if config is not None and config.tracker_problem is not None:
+        mode, values = config.tracker_problem
+        fail(0.45, mode, **values)
+    line(0.5, next(start).text)
+    need(0.9, "minio")
+    line(0.9, next(start).text)
+    if config is not None and config.storage_problem is not None:
+        mode, values = config.storage_problem
+        fail(0.95, mode, **values)
+    if table is None:
+        fail(0.95, "unreadable_data", detail=read_error or "unreadable")
+        plan.events.sort()
+        return plan
+    rows, columns = table.num_rows, table.num_columns
+    fill.update(rows=rows, columns=columns)
+    line(0.97, next(start).text)
+    if args.target not in table.column_names:
+        fail(0.98, "missing_target")
+        plan.events.sort()
+        return plan
+    problem = hyperparameter_problem(args.algorithm, args.hyperparams, args.seed)
+    if problem is not None and problem[0] == "unknown_hyperparameter":
+        fail(0.99, problem[0], detail=problem[1])
+        plan.events.sort()
+        return plan
+    try:
+        fit = fit_proxy(
+            table,
+            args.target,
+            seed=args.seed,
+            validation_fraction=jobs.trainer.validation_fraction,
+            algorithm=args.algorithm,
+        )
+    except ValueError as e:
+        # The trainer's stratified split (or its estimator) refuses a target without two classes.
+        fail(0.99, "unreadable_data", detail=f"ValueError: {e}")
+        plan.events.sort()
+        return plan
+    fill.update(train_rows=fit.train_rows, val_rows=fit.val_rows)
+    line(1.0, next(start).text)
+    if problem is not None:
+        fail(1.0, problem[0], detail=problem[1])
+        plan.events.sort()
+        return plan
+    if not alg.accepts_missing:
+        features_table = table.drop_columns([args.target])
+        from mlsandbox.backends.sim.proxy import is_numeric_type
+
+        for name in features_table.column_names:
+            if is_numeric_type(features_table.schema.field(name).type):
+                import numpy as np
+
+                if np.isnan(numeric_values(features_table.column(name))).any():
+                    fail(1.0, "missing_values", detail=_sklearn_nan_message(args.algorithm))
+                    plan.events.sort()
+                    return plan
+    # epochs of an algorithm trained epoch by epoch, and its divergence
+    divergence = next((d for d in jobs.divergence if d.algorithm == args.algorithm), None)
+    if divergence is not None:
+        epochs = int(_number(args.hyperparams.get(divergence.epochs_param), divergence.default_epochs))
+        epochs = max(1, epochs)
+        lr = _number(args.hyperparams.get(divergence.param), alg.defaults.get(divergence.param, 0.01))
+        z = (math.log10(max(lr, 1e-12)) - divergence.log10_threshold) / divergence.scale
+        p_div = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+        diverged_at = None
+        if rng.random() < p_div:
+            decades = max(0.0, math.log10(max(lr, 1e-12)) - divergence.log10_threshold)
+            diverged_at = max(
+                1, min(epochs, round(divergence.first_epoch + divergence.epoch_slope * decades))
+            )
+        loss = divergence.initial_loss
+        for epoch in range(1, epochs + 1):
+            pos = 1.0 + epoch / (epochs + 1)
+            if diverged_at is not None and epoch == diverged_at:
+                line(pos, log.per_epoch.text, epoch=epoch, epochs=epochs, loss=float("nan"))
+                fail(pos, "divergence", epoch=epoch, epochs=epochs, loss="nan", learning_rate=lr)
+                plan.events.sort()
+                return plan
+            line(pos, log.per_epoch.text, epoch=epoch, epochs=epochs, loss=loss)
+            loss *= divergence.loss_decay * (1.0 + 0.01 * rng.gauss(0.0, 1.0))
+    # the outcome
+    val_auc = min(0.9999, max(0.0, fit.val_auc + alg.auc.val_delta.mean(_with(features, fit.val_auc))))
+    target_hold = fit.val_auc + min(0.0, alg.auc.holdout_delta.mean(_with(features, fit.val_auc)))
+    noise = noise_for(fit.val_scores, fit.val_labels, fit.val_auc, target_hold)
+    model = fit.model
+    model.noise_sd = noise
+    model.noise_seed = stable_seed("model", job_seed)
+    accuracy = min(
+        1.0, max(0.0, fit.val_accuracy + alg.auc.accuracy_offset.mean(_with(features, fit.val_auc)))
+    )
+    log_loss = max(1e-6, fit.val_log_loss + alg.auc.log_loss_offset.mean(_with(features, fit.val_auc)))
+    metrics = {
+        "val_auc": float(val_auc),
+        "val_accuracy": float(accuracy),
+        "val_log_loss": float(log_loss),
+        "train_rows": float(fit.train_rows),
+        "train_seconds": round(fit_wall, 3),
+    }
+    fill.update(seconds=fit_wall, val_auc=val_auc, val_accuracy=accuracy, val_log_loss=log_loss)
+    after = iter(log.after_fit)
+    line(2.0, next(after).text)
+    for tmpl in after:
+        line(2.02, tmpl.text)
+    need(2.05, "mlflow")
+    plan.outcome = Outcome(
+        metrics=metrics,
+        params={"target": args.target, "features": int(features.get("columns", 0))},
+        model=model,
+        experiment_id=args.experiment_id,
+        run_name=args.run_name or "",
+    )
+    # A job over its memory limit is killed where its usage crosses it (see JobPlan.memory_at).
+    plan.events.sort()
+    return plan
+
+
+def _with(features: dict[str, float], proxy_val_auc: float) -> dict[str, float]:
+    return {**features, "proxy_val_auc": proxy_val_auc}
+
+
+def _number(value: Any, default: float) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return float(default)
+    return x if math.isfinite(x) else float(default)
+
+
+def plan_burn(args: list[str], *, job_seed: int) -> JobPlan:
+    """The plan of a ``burn`` job (allocate, spin, sleep, exit with a status)."""
+    values = {"mem_mb": 0.0, "cpu_seconds": 0.0, "children": 0.0, "sleep": 0.0, "exit_code": 0.0}
+    i = 0
+    while i + 1 < len(args):
+        name = args[i].removeprefix("--").replace("-", "_")
+        if name in values:
+            values[name] = float(args[i + 1])
+        i += 2
+    mem = values["mem_mb"]
+    phases = [
+        Phase("allocate", 0.02 + mem * 0.0005, 0.05 + mem * 0.0005),
+        Phase("spin", values["cpu_seconds"], values["cpu_seconds"]),
+        Phase("sleep", 0.0, values["sleep"]),
+    ]
+    plan = JobPlan(
+        phases, [], import_rss_mb=12.0 + mem, peak_rss_mb=12.0 + mem, peak_at=0.1, tracker_run=False
+    )
+    seq = iter(range(1000))
+    lines: list[tuple[float, str]] = []
+    for k in range(50, int(mem) + 1, 50):
+        lines.append((0.1 + 0.8 * k / max(mem, 1), f"allocated {k} MiB"))
+    if mem:
+        lines.append((0.95, f"allocated {int(mem)} MiB"))
+    if values["cpu_seconds"]:
+        lines.append((2.0, f"burned {values['cpu_seconds']:.2f} CPU s"))
+    if values["sleep"]:
+        lines.append((2.0, f"sleeping {values['sleep']} s"))
+    for pos, text in lines:
+        plan.events.append(Event(pos, next(seq), "line", text=text))
+    plan.exit_code = int(values["exit_code"])
+    if plan.exit_code == 0:
+        plan.result_line = "MLSANDBOX_RESULT " + json.dumps(
+            {"mem_mb": int(mem), "cpu_seconds": values["cpu_seconds"]}
+        )
+    else:
+        plan.events.append(Event(3.0, next(seq), "line", text=f"exiting with status {plan.exit_code}"))
+    plan.events.sort()
+    return plan
+
+
+__all__ = [
+    "ConfigView",
+    "Event",
+    "JobPlan",
+    "Outcome",
+    "Phase",
+    "TrainerArgs",
+    "UsageError",
+    "hyperparameter_problem",
+    "parse_trainer",
+    "plan_burn",
+    "plan_trainer",
+]
