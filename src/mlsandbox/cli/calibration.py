@@ -1,0 +1,214 @@
+"""Calibration and fidelity commands: ``calibrate`` (the sweep of real runs and the fit the ``sim``
+backend ships) and ``fidelity`` (the same agents and seeds on two backends, compared)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mlsandbox.cli.common import backend_option
+from mlsandbox.terminal import print_error
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(msg: Any) -> typer.Exit:
+    print_error(err_console, msg)
+    return typer.Exit(code=1)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    )
+
+
+def default_records() -> Path:
+    from mlsandbox import paths
+    from mlsandbox.data.tabular import GENERATOR_VERSION
+
+    return paths.home() / "calibration" / f"records-g{GENERATOR_VERSION}.jsonl"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def calibrate(
+        records: Annotated[
+            Path | None,
+            typer.Option(
+                "--records",
+                help="The sweep's raw records (JSONL; appended to, so a stopped sweep resumes). "
+                "Default: $MLSANDBOX_HOME/calibration/records-g<generator version>.jsonl.",
+            ),
+        ] = None,
+        quick: Annotated[bool, typer.Option("--quick", help="A small sweep (a smoke run, minutes).")] = False,
+        section: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--section", help="Only these parts of the sweep (repeatable): job, fit, serving, flow."
+            ),
+        ] = None,
+        fit_only: Annotated[
+            bool, typer.Option("--fit-only", help="Fit from the records without measuring anything.")
+        ] = False,
+        no_fit: Annotated[bool, typer.Option("--no-fit", help="Measure only; do not fit.")] = False,
+        out: Annotated[
+            Path | None,
+            typer.Option(
+                "--out", help="Where to write the fitted calibration (default: the one the package ships)."
+            ),
+        ] = None,
+        backend: Annotated[str, backend_option("The backend the sweep measures")] = "local",
+        name: Annotated[str, typer.Option("--name", "-n", help="Sandbox name for the sweep.")] = "calibrate",
+    ) -> None:
+        """Calibrate the simulator: measure real jobs, fits, serving and flows (resumable), then fit."""
+        from mlsandbox.calibration.plan import SECTIONS, build_plan
+        from mlsandbox.calibration.sweep import run_sweep
+
+        path = records or default_records()
+        sections = tuple(section or SECTIONS)
+        if not fit_only:
+            try:
+                points = build_plan(quick=quick, sections=sections)
+            except ValueError as e:
+                raise _fail(e) from None
+            console.print(f"calibration sweep: {len(points)} points -> {path}")
+            with _progress() as progress:
+                task = progress.add_task("sweep", total=None, status="")
+
+                def on_progress(i: int, n: int, label: str) -> None:
+                    progress.update(task, total=n, completed=i, status=label)
+
+                try:
+                    summary = run_sweep(
+                        points, path, backend=backend, sandbox=name, quick=quick, on_progress=on_progress
+                    )
+                except KeyboardInterrupt:
+                    err_console.print("interrupted: the records so far are kept; run again to resume")
+                    raise typer.Exit(code=130) from None
+            console.print(
+                f"measured {summary.measured} point(s) in {summary.seconds:.0f} s "
+                f"({summary.done_before} already recorded)"
+            )
+            for line in summary.failed_points:
+                err_console.print(f"  point failed: {line}")
+        if no_fit:
+            return
+        _fit(path, out)
+
+    @app.command()
+    def fidelity(
+        scenarios: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--scenarios", "--scenario", "-s", help="Scenarios (repeatable; default: every built-in one)."
+            ),
+        ] = None,
+        seeds: Annotated[
+            int, typer.Option("--seeds", min=1, help="Episodes (seeds) per scenario and agent.")
+        ] = 1,
+        agents: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--agents", "--agent", "-a", help="Agents (repeatable; default: rule, reference, random)."
+            ),
+        ] = None,
+        base_seed: Annotated[
+            int, typer.Option("--base-seed", help="Episode k uses scenario seed + base + k.")
+        ] = 0,
+        out: Annotated[
+            Path | None, typer.Option("--out", help="Output directory (default: fidelity/<time>).")
+        ] = None,
+        real: Annotated[str, backend_option("The real backend")] = "local",
+        simulated: Annotated[str, typer.Option("--sim", help="The simulated backend.")] = "sim",
+        name: Annotated[
+            str, typer.Option("--name", "-n", help="Sandbox name on both backends.")
+        ] = "fidelity",
+    ) -> None:
+        """Run the same agents and seeds on a real and a simulated backend and compare: success, reward per
+        component, holdout AUC, steps, job durations, where trajectories diverge (JSON + HTML per scenario)."""
+        from mlsandbox.fidelity.run import AGENTS
+        from mlsandbox.fidelity.suite import run_fidelity
+        from mlsandbox.scenario import load_scenario
+        from mlsandbox.scenario.loader import catalog_ids
+
+        chosen = list(scenarios or catalog_ids())
+        try:
+            for sid in chosen:
+                load_scenario(sid)
+        except Exception as e:
+            raise _fail(e) from None
+        who = tuple(agents or AGENTS)
+        target = out or Path("fidelity") / time.strftime("%Y%m%d-%H%M%S")
+        total = len(chosen) * seeds * len(who)
+        with _progress() as progress:
+            task = progress.add_task("fidelity", total=total, status="")
+
+            def on_triple(t: Any) -> None:
+                verdict = "agree" if t.success_agrees else "DISAGREE"
+                progress.update(task, advance=1, status=f"{t.scenario} {t.agent} {t.seed}: {verdict}")
+
+            try:
+                index = run_fidelity(
+                    chosen, target, seeds=seeds, agents=who, base_seed=base_seed,
+                    backends=(real, simulated), sandbox=name, on_triple=on_triple,
+                )  # fmt: skip
+            except KeyboardInterrupt:
+                err_console.print(f"interrupted: pages of the finished scenarios are in {target}")
+                raise typer.Exit(code=130) from None
+        table = Table(title=f"fidelity: {real} against {simulated}")
+        for col in (
+            "scenario",
+            "triples",
+            "success agreement",
+            "median |AUC diff|",
+            "reward diff",
+            "diverged",
+            "KS job time",
+        ):
+            table.add_column(col, justify="left" if col == "scenario" else "right")
+        rows = [*index.scenarios.items(), ("overall", index.figures)]
+        for sid, f in rows:
+            table.add_row(
+                sid,
+                f"{f.comparable}/{f.triples}",
+                "-" if f.success_agreement is None else f"{f.success_agreement:.0%}",
+                "-" if f.median_abs_auc_diff is None else f"{f.median_abs_auc_diff:.4f}",
+                "-" if f.mean_reward_diff is None else f"{f.mean_reward_diff:+.2f}",
+                str(f.diverged),
+                "-" if f.job_duration_ks is None else f"{f.job_duration_ks:.2f}",
+            )
+        console.print(table)
+        console.print(f"report: {target / 'index.html'}")
+
+
+def _fit(path: Path, out: Path | None) -> None:
+    from mlsandbox.calibration.fit import fit_calibration, write_calibration
+
+    if not path.exists():
+        raise _fail(f"no calibration records at {path}: run `mlsandbox calibrate` first")
+    t0 = time.perf_counter()
+    calibration, report = fit_calibration(path)
+    target = write_calibration(calibration, out)
+    table = Table(title=f"calibration fitted in {time.perf_counter() - t0:.1f} s")
+    table.add_column("figure", justify="left")
+    table.add_column("value", justify="right")
+    for key, value in report.items():
+        table.add_row(key, value if isinstance(value, str) else f"{value:.4g}")
+    console.print(table)
+    console.print(f"written to {target}")
+
+
+__all__ = ["register"]
