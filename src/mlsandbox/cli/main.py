@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from mlsandbox import __version__
+from mlsandbox.cli.calibration import register as register_calibration_commands
 from mlsandbox.cli.common import BackendOpt
 from mlsandbox.cli.evaluation import register as register_eval_commands
 from mlsandbox.cli.faults import register as register_fault_commands
@@ -35,6 +36,7 @@ app.add_typer(scenarios_app, name="scenarios")
 register_interface_commands(app)  # serve (HTTP gateway), mcp, tools
 register_fault_commands(app)  # curriculum show, faults catalog
 register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
+register_calibration_commands(app)  # calibrate, fidelity
 app.add_typer(kube_app, name="kube")
 app.add_typer(operator_app, name="operator")
 app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.cli.watch)
