@@ -93,9 +93,11 @@ class GatewayClient:
         scenario: str = "tabular-quality-basic",
         seed: int | None = None,
         options: SessionOptions | dict[str, Any] | None = None,
+        backend: str | None = None,
     ) -> SessionCreated:
+        """A new session; ``backend``: a sandbox of its own of that in-process backend (``sim``)."""
         opts = options if isinstance(options, SessionOptions) else SessionOptions(**(options or {}))
-        req = CreateSessionRequest(scenario=scenario, seed=_integer(seed), options=opts)
+        req = CreateSessionRequest(scenario=scenario, seed=_integer(seed), options=opts, backend=backend)
         created = self._call("POST", "/sessions", SessionCreated, json=req.model_dump(exclude_defaults=True))
         self.tokens[created.session_id] = created.token
         return created

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, field_validator
 
 from mlsandbox import __version__
-from mlsandbox.backends.protocols import Runtime
+from mlsandbox.backends.protocols import Backend, Runtime
+from mlsandbox.backends.registry import backend_type, get_backend
 from mlsandbox.errors import MLSandboxError
 from mlsandbox.gateway.actions import ACTION_TYPES, action_catalog
 from mlsandbox.gateway.dispatcher import Gateway
@@ -72,6 +73,15 @@ def _scenario_ids() -> list[JsonValue]:
     return list(catalog_ids())
 
 
+def _in_process(name: str) -> bool:
+    """Whether the registered backend ``name`` keeps its sandbox in this process (what a session may ask
+    for); False for an unknown or broken one."""
+    try:
+        return backend_type(name).in_process
+    except (ValueError, ImportError):
+        return False
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,6 +103,14 @@ class CreateSessionRequest(_Wire):
         description="A built-in scenario id (see `mlsandbox scenarios list`).",
         json_schema_extra={"enum": _scenario_ids()},
     )
+    backend: str | None = Field(
+        default=None,
+        description=(
+            "Run the session on a sandbox of its own of this backend, one whose sandbox lives in the "
+            "gateway's process (sim): fast episodes, isolated from every other session. The gateway's own "
+            "sandbox when omitted."
+        ),
+    )
     seed: StrictInt | None = Field(  # JSON true is not seed 1
         default=None, ge=0, le=MAX_SEED, description="Episode seed; the scenario's own seed when omitted."
     )
@@ -102,6 +120,16 @@ class CreateSessionRequest(_Wire):
     @classmethod
     def _known_scenario(cls, v: str) -> str:
         return _check_scenario(v)
+
+    @field_validator("backend")
+    @classmethod
+    def _in_process_backend(cls, v: str | None) -> str | None:
+        if v is None or _in_process(v):
+            return v
+        raise ValueError(
+            f"a session may ask for a backend whose sandbox lives in the gateway's process (such as sim); "
+            f"{v!r} is not one"
+        )
 
 
 class ResetRequest(_Wire):
@@ -151,6 +179,7 @@ class SessionCreated(_Wire):
     token: str = Field(description="Bearer token for this session only: `Authorization: Bearer <token>`.")
     scenario: str
     seed: int
+    backend: str = Field(description="The backend the session's episodes run on.")
     observation: Observation
     info: dict[str, Any]
 
@@ -224,6 +253,8 @@ class Session:
     seed: int
     options: SessionOptions
     gateway: Gateway
+    backend: Backend | None = None
+    """The session's own sandbox (a backend whose sandbox lives in this process), None: the gateway's."""
     created_at: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     closed: bool = False
@@ -314,14 +345,23 @@ class SessionManager:
                 self._scenario(request.scenario, request.options),
                 self._seed(request.scenario, request.seed),
             )
-            gateway, observation, info = self._start(scenario, seed)
+            session_id = f"s-{secrets.token_hex(8)}"
+            own = self._own_sandbox(request.backend, session_id)
+            try:
+                runtime = own.runtime() if own is not None else self.runtime
+                gateway, observation, info = self._start(scenario, seed, runtime, shared=own is None)
+            except BaseException:
+                if own is not None:
+                    own.down()
+                raise
             session = Session(
-                id=f"s-{secrets.token_hex(8)}",
+                id=session_id,
                 token=secrets.token_urlsafe(32),
                 scenario=scenario,
                 seed=seed,
                 options=request.options,
                 gateway=gateway,
+                backend=own,
                 observation=observation,
             )
             with self._lock:
@@ -336,6 +376,7 @@ class SessionManager:
             token=session.token,
             scenario=scenario.id,
             seed=seed,
+            backend=gateway.runtime.backend,
             observation=Observation.model_validate(observation),
             info=info,
         )
@@ -373,11 +414,16 @@ class SessionManager:
             scenario = self._scenario(scenario_id, options)
             seed = self._seed(scenario_id, request.seed)
             session.gateway.close()
+            runtime = session.gateway.runtime
             try:
-                gateway, observation, info = self._start(scenario, seed)
+                gateway, observation, info = self._start(
+                    scenario, seed, runtime, shared=session.backend is None
+                )
             except SessionStartError:
                 self._forget(session)  # its episode is gone and no new one started: the session ends
                 session.closed = True
+                if session.backend is not None:
+                    session.backend.down()
                 raise
             session.gateway, session.scenario, session.seed, session.options = (
                 gateway,
@@ -403,6 +449,8 @@ class SessionManager:
             session.closed = True
             self._forget(session)
             session.gateway.close()
+            if session.backend is not None:
+                session.backend.down()
         return True
 
     def close_all(self) -> int:
@@ -432,14 +480,32 @@ class SessionManager:
     def _seed(scenario_id: str, seed: int | None) -> int:
         return load_builtin(scenario_id).seed if seed is None else seed
 
-    def _start(self, scenario: Scenario, seed: int) -> tuple[Gateway, dict[str, Any], dict[str, Any]]:
+    def _own_sandbox(self, backend: str | None, session_id: str) -> Backend | None:
+        """The session's own sandbox: of ``backend`` when asked for, or of the gateway's backend when its
+        sandbox lives in this process (so sessions never share a virtual clock); None: the gateway's."""
+        if backend is None:
+            if not _in_process(self.runtime.backend):
+                return None
+            backend = self.runtime.backend
+        own = get_backend(backend, f"{self.sandbox_name}-{session_id}")
+        own.up(ephemeral=True)
+        return own
+
+    def _start(
+        self, scenario: Scenario, seed: int, runtime: Runtime | None = None, *, shared: bool = True
+    ) -> tuple[Gateway, dict[str, Any], dict[str, Any]]:
+        """A new episode on ``runtime`` (the gateway's when None); ``shared``: its sandbox is the one every
+        session uses, so the restart policy applies."""
         t0 = time.perf_counter()
-        denied = {"restart_service": SHARED_RESTART_DENIED} if self.restart_policy == "deny" else None
+        runtime = runtime or self.runtime
+        denied = (
+            {"restart_service": SHARED_RESTART_DENIED} if shared and self.restart_policy == "deny" else None
+        )
         gateway = Gateway(
-            self.runtime,
+            runtime,
             scenario,
             seed=seed,
-            sandbox=self.sandbox_name,
+            sandbox=self.sandbox_name if shared else runtime.sandbox,
             denied_actions=denied,
         )
         try:
@@ -453,7 +519,8 @@ class SessionManager:
             "episode_id": gateway.state.episode_id,
             "scenario": scenario.id,
             "seed": seed,
-            "sandbox": self.sandbox_name,
+            "sandbox": gateway.state.sandbox,
+            "backend": runtime.backend,
             "actions": list(ACTION_TYPES),
             "timings": {"reset_s": round(time.perf_counter() - t0, 6)},
         }

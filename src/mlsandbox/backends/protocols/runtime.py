@@ -164,3 +164,6 @@ class BackendType:
     create: Callable[[Any], Backend]
     """Make the backend from an instance of ``config`` (nothing is started)."""
     origin: str = "builtin"
+    in_process: bool = False
+    """The backend's whole sandbox lives in the calling process (no service, process or socket): making
+    one is cheap, so a gateway gives each session a sandbox of its own."""

@@ -18,6 +18,7 @@ BACKEND_TYPE = BackendType(
     ),
     config=SimConfig,
     create=create,
+    in_process=True,
 )
 
 __all__ = ["BACKEND_TYPE", "SimBackend", "SimConfig", "SimRuntime"]

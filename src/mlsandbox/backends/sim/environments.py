@@ -5,7 +5,9 @@ resolved to the default environment's version when it satisfies the specifier, e
 version the calibration knows that does; requirements nothing satisfies fail with the resolver's message.
 A build is charged the calibrated build time. The key is a content address of the normalised
 requirements, as on local. Jobs, flow runs and replicas in a named environment behave as in the default
-one (the surrogate does not model library versions).
+one: the surrogate does not model library versions, so an environment that would put another version of
+a library the workloads use (scikit-learn, numpy, pandas, scipy) in place of the default's is refused
+with :class:`~mlsandbox.errors.Unsupported` (``environments.build``) rather than faked.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import json
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from mlsandbox.backends.protocols import DEFAULT_KEY, EnvironmentBuildError, EnvironmentInfo
+from mlsandbox.backends.protocols import DEFAULT_KEY, EnvironmentBuildError, EnvironmentInfo, Unsupported
 from mlsandbox.backends.sim.world import SimWorld
 
 SERVER_REQUIREMENTS = ("fastapi", "uvicorn", "prometheus-client", "orjson", "mlflow")
+MODELLED = ("scikit-learn", "numpy", "pandas", "scipy")
+"""Libraries whose version changes what a workload does (a named environment may not change them here)."""
 """What the model server adds to an environment (``for_serving``)."""
 
 
@@ -57,24 +61,31 @@ class SimEnvironments:
         for text in reqs:
             req = Requirement(text)
             name = req.name.lower()
-            candidates = list(self.cal.known_versions.get(name, []))
-            default = packages.get(name)
-            if default is not None:
-                candidates.append(default)
-            pinned = [
-                s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version
-            ]
-            candidates += pinned
-            if default is not None and req.specifier.contains(default):
-                chosen: str | None = default
-            else:
-                ok = [v for v in set(candidates) if req.specifier.contains(v, prereleases=False)]
-                chosen = max(ok, key=_version_key) if ok else None
-            if chosen is None:
+            default = self.cal.default_packages.get(name)
+            if default is not None and req.specifier.contains(default, prereleases=True):
+                packages[name] = default
+                continue
+            if name in MODELLED:
+                raise Unsupported(
+                    "environments.build",
+                    "sim",
+                    f"{text} in place of the default's {req.name} {default}: the simulator does not model "
+                    "library versions (a model saved under one release and loaded under another); run this on "
+                    "the local backend",
+                )
+            candidates = [v for v in self.cal.known_versions.get(name, []) if req.specifier.contains(v)]
+            pinned = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+            lower = [s.version for s in req.specifier if s.operator in (">=", "~=")]
+            if candidates:
+                packages[name] = max(candidates, key=_version_key)
+            elif pinned or lower:
+                packages[name] = (pinned or lower)[0]
+            elif name in self.cal.known_versions:
                 detail = f"there is no version of {req.name}{req.specifier} and you require {text}"
                 self.world.clock.charge(1.0)
                 raise EnvironmentBuildError(self.cal.resolution_error.text.format(detail=detail))
-            packages[name] = chosen
+            else:
+                packages[name] = "(latest)"
         self.world.clock.charge(self.cal.build_s)
         info = EnvironmentInfo(key=key, requirements=reqs, packages=packages)
         self.built[key] = info
