@@ -175,4 +175,3 @@ class FaultControl(Protocol):
     def unavailable(self) -> dict[str, str]:
         """Fault types that cannot be made real on this sandbox, each with the reason (nothing is tried)."""
         ...
-
