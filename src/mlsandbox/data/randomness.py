@@ -29,8 +29,13 @@ def check_seed(seed: object) -> int:
 
 
 def workers() -> int:
-    """Threads for column-parallel work (numpy and Arrow release the GIL); results never depend on it."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """Threads for column-parallel work (numpy and Arrow release the GIL), at most the CPUs this process
+    may run on (a process pinned to one core works serially); results never depend on it."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
 
 
 def parallel_map(fn: Callable[[T], R], items: Iterable[T], min_items: int = 2) -> list[R]:

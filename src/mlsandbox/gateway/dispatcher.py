@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from mlsandbox.backends.protocols import EnvironmentInfo, FaultControl, Jobs, JobSpec, Runtime
-from mlsandbox.data.formats import SUFFIX, from_bytes, to_bytes
+from mlsandbox.data.formats import SUFFIX, Format, from_bytes, to_bytes
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.evaluation.constraints import Violation, check_action, check_budget
@@ -106,12 +108,11 @@ class Gateway:
             tags={"mlsandbox.world.episode": st.episode_id, "mlsandbox.scenario": self.scenario.id},
         )
         for i, spec in enumerate(self.scenario.datasets):
-            data = generate_tabular(spec, self.seed * 1000 + i)
-            st.ground_truth.manifests[spec.name] = data.manifest
-            st.ground_truth.holdouts[spec.name] = data.holdout
-            for fmt in spec.formats:
+            manifest, holdout, payloads = generated_dataset(spec, self.seed * 1000 + i)
+            st.ground_truth.manifests[spec.name] = manifest
+            st.ground_truth.holdouts[spec.name] = holdout
+            for fmt, payload in payloads.items():
                 key = f"raw/{spec.name}{SUFFIX[fmt]}"
-                payload = to_bytes(data.train_table, fmt)  # the bytes of the frame, without pandas
                 rt.object_store.put_object(st.bucket, key, payload)
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
         P.register(st.episode_id, self.pool)  # the compute faults find the episode's pool by its id
@@ -441,6 +442,34 @@ class Gateway:
             self.runtime.audit.append(st.episode_id, record)
         except Exception as e:  # the audit log never breaks a step
             log.warning("episode %s: audit log append failed: %s", st.episode_id, e)
+
+
+_GENERATED: OrderedDict[tuple[str, int], tuple[dict[str, Any], Any, dict[Format, bytes]]] = OrderedDict()
+_GENERATED_KEPT = 8
+_GENERATED_LOCK = threading.Lock()
+
+
+def generated_dataset(spec: Any, seed: int) -> tuple[dict[str, Any], Any, dict[Format, bytes]]:
+    """A scenario dataset's manifest, hidden holdout and bytes in each of its formats, for ``seed``: a pure
+    function of the spec and the seed (the generator is deterministic), so the last few are kept for the
+    episodes that start from the same ones (repeated episodes of one variant). The manifest and the
+    holdout are shared by those episodes: read-only."""
+    key = (spec.model_dump_json(), seed)
+    with _GENERATED_LOCK:
+        hit = _GENERATED.get(key)
+        if hit is not None:
+            _GENERATED.move_to_end(key)
+            return hit[0], hit[1], dict(hit[2])
+    data = generate_tabular(spec, seed)
+    payloads: dict[Format, bytes] = {
+        fmt: to_bytes(data.train_table, fmt)
+        for fmt in spec.formats  # the table's bytes, without pandas
+    }
+    with _GENERATED_LOCK:
+        _GENERATED[key] = (data.manifest, data.holdout, dict(payloads))
+        while len(_GENERATED) > _GENERATED_KEPT:
+            _GENERATED.popitem(last=False)
+    return data.manifest, data.holdout, payloads
 
 
 def unsupported_error(e: Unsupported) -> ActionError:

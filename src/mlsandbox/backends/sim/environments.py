@@ -74,7 +74,9 @@ class SimEnvironments:
                     "the local backend",
                 )
             candidates = [v for v in self.cal.known_versions.get(name, []) if req.specifier.contains(v)]
-            pinned = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+            pinned = [
+                s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version
+            ]
             lower = [s.version for s in req.specifier if s.operator in (">=", "~=")]
             if candidates:
                 packages[name] = max(candidates, key=_version_key)

@@ -18,8 +18,10 @@ The tracker run a trainer job starts is real in the sim's tracking: ``RUNNING`` 
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -274,7 +276,7 @@ class SimJobs:
             spec.memory_mb,
         )
         config = self._config_view(args) if args.config_prefix else None
-        table, error = self._read(args)
+        table, error, data_key = self._read(args)
         try:
             return plan_trainer(
                 cal,
@@ -284,24 +286,34 @@ class SimJobs:
                 memory_mb=spec.memory_mb,
                 table=table,
                 read_error=error,
+                data_key=data_key,
                 config=config,
                 package_dir=PACKAGE_DIR,
             )
         except UsageError as e:
             return _usage_plan(str(e))
 
-    def _read(self, args: TrainerArgs) -> tuple[Any, str | None]:
-        """The table the job will read (as the trainer reads it), or why it cannot."""
+    def _read(self, args: TrainerArgs) -> tuple[Any, str | None, str | None]:
+        """The table the job will read (as the trainer reads it) and a digest of its bytes, or why it
+        cannot be read."""
         data = self.store.peek(args.bucket, args.key)
         if data is None:
             if args.bucket not in self.store.buckets:
-                return None, (
-                    "botocore.errorfactory.NoSuchBucket: An error occurred (NoSuchBucket) when calling the "
-                    "GetObject operation: The specified bucket does not exist"
+                return (
+                    None,
+                    (
+                        "botocore.errorfactory.NoSuchBucket: An error occurred (NoSuchBucket) when calling the "
+                        "GetObject operation: The specified bucket does not exist"
+                    ),
+                    None,
                 )
-            return None, (
-                "botocore.errorfactory.NoSuchKey: An error occurred (NoSuchKey) when calling the GetObject "
-                "operation: The specified key does not exist."
+            return (
+                None,
+                (
+                    "botocore.errorfactory.NoSuchKey: An error occurred (NoSuchKey) when calling the GetObject "
+                    "operation: The specified key does not exist."
+                ),
+                None,
             )
         name = args.key.lower()
         if name.endswith((".parquet", ".pq")):
@@ -309,14 +321,19 @@ class SimJobs:
         elif name.endswith((".csv", ".csv.gz")):
             kind = "csv.gz" if name.endswith(".gz") else "csv"
         else:
-            return None, (
-                f"ValueError: cannot read {args.key!r}: unsupported file type (expected .csv, .csv.gz, "
-                ".parquet or .pq)"
+            return (
+                None,
+                (
+                    f"ValueError: cannot read {args.key!r}: unsupported file type (expected .csv, .csv.gz, "
+                    ".parquet or .pq)"
+                ),
+                None,
             )
+        digest = f"{kind}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
         try:
-            return self.store.parsed(data, f"table:{kind}", lambda d: _parse(d, kind)), None
+            return _parsed(digest, data, kind), None, digest
         except Exception as e:
-            return None, f"{type(e).__name__}: {e}"
+            return None, f"{type(e).__name__}: {e}", None
 
     def _config_view(self, args: TrainerArgs) -> ConfigView:
         """What the job reads from the config store at its start, against the right values."""
@@ -548,6 +565,22 @@ def _host_port(url: str) -> tuple[str, int | str]:
 
     parts = urlsplit(url)
     return parts.hostname or url, parts.port or ""
+
+
+_TABLES: OrderedDict[str, Any] = OrderedDict()
+_TABLES_KEPT = 32
+
+
+def _parsed(digest: str, data: bytes, kind: str) -> Any:
+    """The Arrow table of ``data`` (kept by the digest of its bytes: tables are never changed)."""
+    found = _TABLES.get(digest)
+    if found is None:
+        found = _TABLES[digest] = _parse(data, kind)
+        while len(_TABLES) > _TABLES_KEPT:
+            _TABLES.popitem(last=False)
+    else:
+        _TABLES.move_to_end(digest)
+    return found
 
 
 def _parse(data: bytes, kind: str) -> Any:

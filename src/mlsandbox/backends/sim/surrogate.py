@@ -18,15 +18,20 @@ figures real runs give on average; durations and CPU-seconds draw their residual
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from mlsandbox.backends.sim.calibration.model import AlgorithmModel, Calibration, FailureMode, LinearModel
 from mlsandbox.backends.sim.world import stable_seed
+
+_R = TypeVar("_R")
 
 PRE, FIT, POST = 0, 1, 2
 """The phases of a trainer job (its position runs from 0 to 3: phase index + fraction done)."""
@@ -254,6 +259,7 @@ def plan_trainer(
     memory_mb: int,
     table: Any,
     read_error: str | None,
+    data_key: str | None = None,
     config: ConfigView | None,
     package_dir: str,
 ) -> JobPlan:
@@ -277,7 +283,9 @@ def plan_trainer(
         "memory_mb": float(memory_mb),
     }
     if table is not None:
-        features.update(feature_summary(table, args.target))
+        features.update(
+            _cached(("features", data_key, args.target), lambda: feature_summary(table, args.target))
+        )
     features.update(hp_features(alg, args.hyperparams))
     res = alg.resources
     over_cpu = draw(res.overhead_cpu_s, features, rng)
@@ -363,19 +371,26 @@ def plan_trainer(
         fail(0.98, "missing_target")
         plan.events.sort()
         return plan
-    problem = hyperparameter_problem(args.algorithm, args.hyperparams, args.seed)
+    problem = _cached(
+        (
+            "hyperparameters",
+            args.algorithm,
+            json.dumps(args.hyperparams, sort_keys=True, default=str),
+            args.seed,
+        ),
+        lambda: hyperparameter_problem(args.algorithm, args.hyperparams, args.seed),
+    )
     if problem is not None and problem[0] == "unknown_hyperparameter":
         fail(0.99, problem[0], detail=problem[1])
         plan.events.sort()
         return plan
     try:
-        fit = fit_proxy(
-            table,
-            args.target,
-            seed=args.seed,
-            validation_fraction=jobs.trainer.validation_fraction,
-            algorithm=args.algorithm,
+        vf = jobs.trainer.validation_fraction
+        fit = _cached(
+            ("fit", data_key, args.target, args.seed, vf),
+            lambda: fit_proxy(table, args.target, seed=args.seed, validation_fraction=vf),
         )
+        fit = dataclasses.replace(fit, model=dataclasses.replace(fit.model, algorithm=args.algorithm))
     except ValueError as e:
         # The trainer's stratified split (or its estimator) refuses a target without two classes.
         fail(0.99, "unreadable_data", detail=f"ValueError: {e}")
@@ -457,6 +472,25 @@ def plan_trainer(
     # A job over its memory limit is killed where its usage crosses it (see JobPlan.memory_at).
     plan.events.sort()
     return plan
+
+
+_CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_CACHE_KEPT = 128
+
+
+def _cached(key: tuple[Any, ...], compute: Callable[[], _R]) -> _R:
+    """``compute()``, kept by ``key`` when the key names its inputs (``None`` in it: not kept). What is
+    kept is only read afterwards (a fit's model is copied before a job changes it)."""
+    if any(k is None for k in key):
+        return compute()
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return cast(_R, _CACHE[key])
+    value = compute()
+    _CACHE[key] = value
+    while len(_CACHE) > _CACHE_KEPT:
+        _CACHE.popitem(last=False)
+    return value
 
 
 def _with(features: dict[str, float], proxy_val_auc: float) -> dict[str, float]:

@@ -3,13 +3,19 @@ tracking, registry, operations and submit."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, cast, get_args
+
+import orjson
 
 from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.data.clean import clean_frame
-from mlsandbox.data.formats import SUFFIX, format_of, to_bytes
+from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
 from mlsandbox.data.profile import profile_frame
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.packs.core import actions as C
@@ -20,6 +26,7 @@ if TYPE_CHECKING:
 
 _TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
 _LOG_TAIL_LINES = 15
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -28,6 +35,46 @@ class CoreState:
 
     job_requests: dict[str, C.TrainModel] = field(default_factory=dict)
     """Each job's ``train_model`` request (``retry_job`` submits it again, with changes)."""
+
+
+RESULTS_KEPT = 64
+_RESULTS: OrderedDict[tuple[Any, ...], tuple[bytes | None, bytes]] = OrderedDict()
+"""Results of the data actions by the content of what they read (a digest of the object's bytes) and
+their parameters: profiling or cleaning the same bytes again gives the same answer (they are pure
+functions of the bytes), so it is not computed again, in this episode or another of this process
+(:data:`RESULTS_KEPT` at most, least recently used out first). Kept as bytes: each use gets a fresh copy."""
+_RESULTS_LOCK = threading.Lock()
+
+
+def _memo(key: tuple[Any, ...], compute: Callable[[], tuple[bytes | None, _T]]) -> tuple[bytes | None, _T]:
+    """``compute()`` (an optional payload and a JSON-able result), or what it gave for ``key`` before."""
+    with _RESULTS_LOCK:
+        hit = _RESULTS.get(key)
+        if hit is not None:
+            _RESULTS.move_to_end(key)
+    if hit is not None:
+        return hit[0], cast(_T, orjson.loads(hit[1]))
+    payload, result = compute()
+    with _RESULTS_LOCK:
+        _RESULTS[key] = (payload, orjson.dumps(result))
+        while len(_RESULTS) > RESULTS_KEPT:
+            _RESULTS.popitem(last=False)
+    return payload, result
+
+
+def _read_bytes(gw: Gateway, rec: DatasetRecord) -> tuple[bytes, str]:
+    """The object's bytes and their digest (what the data actions' results are remembered by)."""
+    data: bytes = gw.backend_call(lambda: gw.runtime.object_store.get_object(gw.state.bucket, rec.key))
+    return data, hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _frame(rec: DatasetRecord, data: bytes) -> Any:
+    try:
+        return from_bytes(data, rec.fmt)
+    except Exception as e:
+        raise ActionError(
+            "unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}"
+        ) from None
 
 
 def _requests(gw: Gateway) -> dict[str, C.TrainModel]:
@@ -57,9 +104,15 @@ def list_datasets(gw: Gateway, _: C.ListDatasets) -> dict[str, Any]:
 
 def check_data_quality(gw: Gateway, a: C.CheckDataQuality) -> dict[str, Any]:
     rec = gw.dataset(a.dataset)
-    df = gw.read(rec)
-    target = rec.target if rec.target in df.columns else None
-    return {"dataset": rec.key, "format": rec.fmt, "profile": profile_frame(df, target)}
+    data, digest = _read_bytes(gw, rec)
+
+    def profile() -> tuple[None, dict[str, Any]]:
+        df = _frame(rec, data)
+        target = rec.target if rec.target in df.columns else None
+        return None, profile_frame(df, target)
+
+    _, found = _memo(("profile", digest, rec.fmt, rec.target), profile)
+    return {"dataset": rec.key, "format": rec.fmt, "profile": found}
 
 
 def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
@@ -77,9 +130,16 @@ def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
             "invalid_parameters",
             f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
         ) from None
-    df = gw.read(rec)
-    cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
-    payload = to_bytes(cleaned, out_fmt)
+    data, digest = _read_bytes(gw, rec)
+
+    def clean() -> tuple[bytes, dict[str, Any]]:
+        df = _frame(rec, data)
+        cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
+        return to_bytes(cleaned, out_fmt), {"rows": len(cleaned), "summary": summary}
+
+    payload, facts = _memo(("clean", digest, rec.fmt, rec.target, a.strategy, out_fmt), clean)
+    assert payload is not None
+    summary = facts["summary"]
     gw.backend_call(lambda: gw.runtime.object_store.put_object(gw.state.bucket, out_key, payload))
     gw.state.datasets[out_key] = DatasetRecord(
         out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key
@@ -88,7 +148,7 @@ def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
         "dataset": out_key,
         "source": rec.key,
         "strategy": a.strategy,
-        "rows": len(cleaned),
+        "rows": facts["rows"],
         "changes": summary,
     }
 
