@@ -326,11 +326,11 @@ def compare_auc_models(points: list[Sample], folds: int = 5) -> AucComparison:
         for algorithm in TRAINER_DEFAULTS:
             tr = [s for s in train if s.algorithm == algorithm]
             te = [s for s in test if s.algorithm == algorithm]
-            if len(tr) < 10 or not te:
-                continue
             defaults = TRAINER_DEFAULTS[algorithm]
             hp = hp_terms(tr, algorithm)
             terms = [*AUC_TERMS, *hp]
+            if len(tr) <= len(terms) or not te:
+                continue
             delta = fit_linear(tr, lambda s: s.holdout_auc - s.proxy_holdout_auc, terms, defaults)  # type: ignore[operator]
             direct_terms = [t for t in terms if t != "proxy_val_auc"]
             direct = fit_linear(tr, lambda s: s.holdout_auc, direct_terms, defaults)
@@ -387,8 +387,21 @@ def template(text: str, replacements: dict[str, str] | None = None) -> str:
     return out
 
 
+_TRACKER_LINE = re.compile(r"View (run|experiment)")
+
+
+def _tracker_link(text: str) -> str:
+    """MLflow's closing lines of a run (a link to it): its address, run and experiment as placeholders."""
+    if not _TRACKER_LINE.search(text):
+        return text
+    text = re.sub(r"https?://[\w.-]+:\d+", "{mlflow_url}", text)
+    text = re.sub(r"/runs/[0-9a-f]{32}", "/runs/{run_id}", text)
+    text = re.sub(r"/experiments/\d+", "/experiments/{experiment_id}", text)
+    return re.sub(r"View run \S+ at", "View run {run_name} at", text)
+
+
 def captured(lines: Iterable[str], replacements: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    return [{"text": template(line, replacements), "captured": True} for line in lines]
+    return [{"text": _tracker_link(template(line, replacements)), "captured": True} for line in lines]
 
 
 _NORMAL_LINE = re.compile(

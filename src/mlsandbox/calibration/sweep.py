@@ -475,8 +475,9 @@ def session_header(session: str, backend: str, quick: bool) -> R.Session:
 
 @contextlib.contextmanager
 def _runtime(backend: str, sandbox: str) -> Iterator[Runtime]:
-    """A running sandbox of ``backend`` for the sweep (started for it and stopped after, unless it was
-    already running)."""
+    """A running sandbox of ``backend`` for the sweep: started for it and stopped after, or attached to
+    when it is already running (then left as it is: the session's own jobs and objects are removed by
+    :meth:`Context.close`)."""
     from mlsandbox.backends.registry import get_backend
 
     be = get_backend(backend, sandbox)
@@ -487,8 +488,8 @@ def _runtime(backend: str, sandbox: str) -> Iterator[Runtime]:
     try:
         yield rt
     finally:
-        rt.close()
         if started:
+            rt.close()
             be.down()
 
 
@@ -500,22 +501,24 @@ def run_sweep(
     sandbox: str = "calibrate",
     quick: bool = False,
     on_progress: Callable[[int, int, str], None] | None = None,
+    runtime: Runtime | None = None,
 ) -> SweepSummary:
     """Measure every point not yet in ``path`` (appending as each finishes); a point that raises is
-    recorded with its error and the sweep goes on."""
+    recorded with its error and the sweep goes on. ``runtime``: measure on this one (else a sandbox
+    ``sandbox`` of ``backend`` is started, or attached to when it runs)."""
     done = {r.id for r in R.records(path)}
     todo = [p for p in points if p.id() not in done]
     summary = SweepSummary(planned=len(points), done_before=len(points) - len(todo))
     if not todo:
         return summary
     session = secrets.token_hex(4)
-    R.append(path, session_header(session, backend, quick))
+    R.append(path, session_header(session, runtime.backend if runtime is not None else backend, quick))
     t_start = time.perf_counter()
     needs_runtime = any(not isinstance(p, FitPoint) for p in todo)
     with contextlib.ExitStack() as stack:
         ctx: Context | None = None
         if needs_runtime:
-            rt = stack.enter_context(_runtime(backend, sandbox))
+            rt = runtime if runtime is not None else stack.enter_context(_runtime(backend, sandbox))
             ctx = Context.open(rt, session)
             stack.callback(ctx.close)
         for i, point in enumerate(todo):
