@@ -96,7 +96,10 @@ class VirtualClock:
                 except Exception:  # a ticker never dies of its work
                     log.exception("ticker %s failed", ticker.name)
                 if ticker.interval is not None and not ticker.cancelled:
-                    ticker.due = max(due + ticker.interval, self.now)
+                    nxt = due + ticker.interval
+                    if nxt <= self.now:  # it ran late: the next run one interval from now, none made up
+                        nxt = self.now + ticker.interval
+                    ticker.due = nxt
                     heapq.heappush(heap, (ticker.due, next(self._seq), ticker))
             if end > self.now:
                 self.now = end

@@ -461,7 +461,8 @@ def plan_trainer(
     line(2.0, next(after).text)
     for tmpl in after:
         line(2.02, tmpl.text)
-    need(2.05, "mlflow")
+    need(2.05, "mlflow")  # logging the metrics and the model
+    need(2.98, "mlflow")  # ending the run
     plan.outcome = Outcome(
         metrics=metrics,
         params={"target": args.target, "features": int(features.get("columns", 0))},
