@@ -35,6 +35,7 @@ bench: setup
 	$(PY) benchmarks/bench_faults.py
 	$(PY) benchmarks/bench_serving.py
 	$(PY) benchmarks/bench_kube.py
+	$(PY) benchmarks/bench_sim.py
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
