@@ -899,14 +899,19 @@ class Builder:
                         t: {"intercept": round(max(0.01, total * shares[t]), 3)} for t in tasks
                     }
                 logs = _flow_log_templates(done[0][1]["logs"], done[0][0], tasks)
-                model["logs"].update({k: v for k, v in logs.items() if v})
+                model["logs"].update({k: v for k, v in logs.items() if v or k == "task_start"})
             failed = [(p, r) for p, r in recs if p.flow == name and r["state_type"] == "FAILED"]
             if failed:
                 _p, r = failed[0]
-                tail = [line for line in r["logs"] if "Finished in state Failed" in line]
-                if tail and r.get("message"):
+                flow_lines = [
+                    _message(line)
+                    for line in r["logs"]
+                    if " prefect.flow_runs: Finished in state Failed" in line
+                ]
+                if flow_lines and r.get("message"):
                     detail = str(r["message"]).removeprefix("Flow run encountered an exception: ")
-                    model["logs"]["failed"] = captured([_message(tail[0])], {detail: "{detail}"})
+                    kept = [x for x in model["logs"]["failed"] if "Finished in state" not in x["text"]]
+                    model["logs"]["failed"] = [*kept, *captured(flow_lines[-1:], {detail: "{detail}"})]
             self.report[f"flow {name}: runs / completed"] = (
                 f"{len([1 for p, _ in recs if p.flow == name])} / {len(done)}"
             )
@@ -1055,19 +1060,19 @@ def _seconds(line: str) -> int | None:
 
 
 def _task_shares(logs: list[str], tasks: list[str]) -> dict[str, float]:
-    """Each task's share of the run, from the log's timestamps (one-second resolution): a task runs from
-    its ``Created task run`` line to the next task's."""
-    starts: dict[str, int] = {}
-    for line in logs:
-        m = re.search(r"Created task run '([a-z-]+)-[0-9a-f]+' for task '([a-z-]+)'", line)
-        t = _seconds(line)
-        if m and t is not None and m.group(2) in tasks and m.group(2) not in starts:
-            starts[m.group(2)] = t
-    end = next((_seconds(line) for line in reversed(logs) if _seconds(line) is not None), None)
-    if len(starts) != len(tasks) or end is None:
+    """Each task's share of the run, from the log's timestamps (one-second resolution): the run begins at
+    its ``Beginning flow run`` line and each task ends at its ``Finished in state`` line (Prefect's task
+    logger), in the flow's order; equal shares when the log does not show every task."""
+    begin = next((_seconds(line) for line in logs if "Beginning flow run" in line), None)
+    ends = [
+        _seconds(line)
+        for line in logs
+        if " prefect.task_runs: Finished in state" in line and _seconds(line) is not None
+    ]
+    if begin is None or len(ends) < len(tasks):
         return {t: 1.0 / len(tasks) for t in tasks}
-    bounds = [starts[t] for t in tasks] + [end]
-    spans = [max(0.5, float(b - a)) for a, b in itertools.pairwise(bounds)]
+    bounds = [begin, *ends[: len(tasks)]]
+    spans = [max(0.1, float(b - a)) for a, b in itertools.pairwise(bounds)]  # type: ignore[operator]
     total = sum(spans)
     return {t: s / total for t, s in zip(tasks, spans, strict=True)}
 
@@ -1075,7 +1080,8 @@ def _task_shares(logs: list[str], tasks: list[str]) -> dict[str, float]:
 def _flow_log_templates(
     logs: list[str], point: FlowPoint, tasks: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    """The moments of a completed run's log as templates (see ``FlowModel``)."""
+    """The moments of a completed run's log as templates (see ``FlowModel``); ``task_start`` is empty
+    when the orchestrator logs no line as a task starts (Prefect 3 does not)."""
     out: dict[str, list[dict[str, Any]]] = {
         "start": [],
         "task_start": [],
