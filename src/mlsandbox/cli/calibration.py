@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--base-seed", help="Episode k uses scenario seed + base + k.")
         ] = 0,
         out: Annotated[
-            Path | None, typer.Option("--out", help="Output directory (default: fidelity/<time>).")
+            Path | None, typer.Option("--out", help="Output directory (default: fidelity-results/<time>).")
         ] = None,
         real: Annotated[str, backend_option("The real backend")] = "local",
         simulated: Annotated[str, typer.Option("--sim", help="The simulated backend.")] = "sim",
@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
         except Exception as e:
             raise _fail(e) from None
         who = tuple(agents or AGENTS)
-        target = out or Path("fidelity") / time.strftime("%Y%m%d-%H%M%S")
+        target = out or Path("fidelity-results") / time.strftime("%Y%m%d-%H%M%S")
         total = len(chosen) * seeds * len(who)
         with _progress() as progress:
             task = progress.add_task("fidelity", total=total, status="")
