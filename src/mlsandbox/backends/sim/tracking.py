@@ -139,6 +139,7 @@ class MemoryTracking:
         entities = [_entity(r) for r in runs]
         try:
             if filter_string:
+                _validate_filter(filter_string)
                 entities = SearchUtils.filter(entities, filter_string)
             entities = SearchUtils.sort(entities, order_by or ["attributes.start_time DESC"])
         except MlflowException as e:
@@ -280,6 +281,22 @@ class MemoryTracking:
         run = self.runs.get(run_id)
         if run is not None:
             run.params.update({k: str(v) for k, v in (params or {}).items()})
+
+
+def _validate_filter(filter_string: str) -> None:
+    """Refuse a filter the tracking server refuses (MLflow checks each clause's comparator as it reads
+    it, even when there is no run to match: done here on an empty run)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.search_utils import SearchUtils
+
+    empty = _entity(_Run("0" * 32, "0", "", "FINISHED", 0.0))
+    for clause in SearchUtils.parse_search_filter(filter_string):
+        try:
+            SearchUtils._does_run_match_clause(empty, clause)
+        except MlflowException:
+            raise
+        except (TypeError, ValueError) as e:
+            raise MlflowException(f"Invalid value in clause {clause}: {e}") from None
 
 
 def _entity(run: _Run) -> Any:
