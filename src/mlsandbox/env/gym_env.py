@@ -49,13 +49,15 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         start_sandbox: bool = True,
         render_mode: str | None = None,
         vector_kwargs: dict[str, Any] | None = None,
+        backend_config: dict[str, Any] | None = None,
     ) -> None:
         # ``vector_kwargs`` is the registration's advice to gymnasium.make_vec (no shared memory for Text
         # observations); a single env ignores it.
         self.render_mode = check_render_mode(render_mode)
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.sandbox_name = sandbox or default_sandbox_name()
-        self._backend: Backend = get_backend(backend, self.sandbox_name)
+        # ``backend_config``: fields of the backend's typed config (sim: seed, calibration, audit_dir, ...).
+        self._backend: Backend = get_backend(backend, self.sandbox_name, **(backend_config or {}))
         self._start_sandbox = start_sandbox
         self._owns_sandbox = False
         self._runtime: Runtime | None = None

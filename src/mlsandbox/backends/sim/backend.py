@@ -9,6 +9,7 @@ run is a function of the sandbox's seed and of what was done to it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ from mlsandbox.backends.sim.world import PORTS, SERVICES, URLS, SimWorld
 from mlsandbox.errors import NotRunningError
 
 BACKEND = "sim"
+AUDIT_DIR_ENV = "MLSANDBOX_SIM_AUDIT_DIR"
 
 
 class SimConfig(BackendConfig):
@@ -41,9 +43,10 @@ class SimConfig(BackendConfig):
     """The sandbox's seed: the ids it hands out (episodes, runs, flow runs) follow from it."""
     calibration: str | None = None
     """A calibration file to use instead of the shipped one (``mlsandbox calibrate --out``)."""
-    audit_dir: str | None = None
-    """Write each episode's audit log as a JSON-lines file in this directory (for ``mlsandbox watch``);
-    kept in memory when None."""
+    audit_dir: str | None = Field(default_factory=lambda: os.environ.get(AUDIT_DIR_ENV) or None)
+    """Write each episode's audit log as a JSON-lines file in this directory (for ``mlsandbox watch
+    --backend sim``, which reads the same directory); kept in memory when None. Default:
+    ``$MLSANDBOX_SIM_AUDIT_DIR``."""
     step_cost_s: float = Field(default=0.0, ge=0.0)
     """Virtual seconds each step of an episode takes besides its operations (an agent's think time)."""
 
