@@ -67,6 +67,9 @@ def test_an_http_session_asks_for_the_sim_backend_and_runs_an_episode() -> None:
             for a in SCRIPT
         ]
         assert again == obs
+        implicit = http.post("/sessions", json={"scenario": SCENARIO, "seed": 4}).json()
+        assert implicit["backend"] == "sim"  # a sim gateway gives every session a sandbox of its own
+        assert implicit["info"]["sandbox"] not in (body["info"]["sandbox"], "http-gw")
         refused = http.post("/sessions", json={"backend": "local"})
         assert refused.status_code == 422
         assert "lives in the gateway's process" in refused.text

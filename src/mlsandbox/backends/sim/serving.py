@@ -104,6 +104,7 @@ class SimEpisodeServing:
     """The deployments of one episode (:class:`~mlsandbox.backends.protocols.EpisodeServing`)."""
 
     def __init__(self, owner: SimServing, episode_id: str) -> None:
+        self.owner = owner
         self.world = owner.world
         self.tracking = owner.tracking
         self.store = owner.store
@@ -502,6 +503,8 @@ class SimEpisodeServing:
         self.features = None
         self.feature_replica = None
         self.closed = True
+        if self.owner.episodes.get(self.episode_id) is self:
+            del self.owner.episodes[self.episode_id]
 
 
 def _plain(value: Any) -> Any:
