@@ -67,7 +67,7 @@ SCRIPT: list[Any] = [
     {"type": "check_data_quality", "dataset": "raw/customers.parquet"},
     {"type": "clean_dataset", "dataset": "raw/customers.parquet", "strategy": "drop_na"},
     {"type": "train_model", "dataset": "clean/customers-drop-na.parquet", "algorithm": "mlp",
-     "hyperparams": {"learning_rate_init": 5.0}},
+     "hyperparams": {"learning_rate_init": 1000.0}},
     {"type": "train_model", "dataset": "raw/customers.parquet", "algorithm": "logistic_regression"},
     {"type": "train_model", "dataset": "clean/customers-drop-na.parquet", "algorithm": "random_forest",
      "hyperparams": {"n_estimators": 20}},
