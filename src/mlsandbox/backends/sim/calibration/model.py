@@ -186,6 +186,9 @@ class LinearModel(Model):
     residual_sd: float = Field(default=0.0, ge=0.0)
     minimum: float | None = None
     maximum: float | None = None
+    bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    """Per feature, the range the fit saw: a value outside is clamped to it (the model does not
+    extrapolate); a feature not listed is used as it is."""
 
     def features(self) -> set[str]:
         return set(self.coefficients)
@@ -210,8 +213,14 @@ class LinearModel(Model):
     def value(self, values: dict[str, float], z: float) -> float:
         """The figure for feature ``values`` and a standard normal draw ``z``."""
         eta = self.intercept + self.residual_sd * z
+        bounds = self.bounds
         for name, coef in self.coefficients.items():
-            eta += coef * values.get(name, 0.0)
+            x = values.get(name, 0.0)
+            if bounds:
+                lo_hi = bounds.get(name)
+                if lo_hi is not None:
+                    x = min(max(x, lo_hi[0]), lo_hi[1])
+            eta += coef * x
         out = math.exp(min(eta, 700.0)) if self.link == "log" else eta
         if self.minimum is not None:
             out = max(self.minimum, out)

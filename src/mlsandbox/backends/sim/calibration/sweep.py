@@ -230,10 +230,16 @@ def fit_linear(
     if len(rows) < 3:
         return {"model": {"intercept": float(np.mean(ys)) if ys else 0.0}, "quality": {"points": len(rows)}}
     coef, sd, r2 = least_squares(np.array(rows), np.array(ys))
+    x = np.array(rows)
     model: dict[str, Any] = {
         "intercept": float(coef[terms.index("one")]),
         "coefficients": {t: round(float(c), 6) for t, c in zip(terms, coef, strict=True) if t != "one"},
         "residual_sd": round(sd, 6),
+        "bounds": {
+            t: (round(float(x[:, k].min()), 6), round(float(x[:, k].max()), 6))
+            for k, t in enumerate(terms)
+            if t != "one"
+        },
     }
     if log:
         model["link"] = "log"
