@@ -17,7 +17,7 @@ from mlsandbox.backends.sim.calibration import default_path, load_calibration
 from mlsandbox.backends.sim.clock import VirtualClock
 from mlsandbox.data.formats import to_bytes
 from mlsandbox.data.tabular import generate_tabular
-from mlsandbox.errors import BackendError, ConfigError
+from mlsandbox.errors import BackendError, ConfigError, Unsupported
 from mlsandbox.scenario import load_builtin
 from mlsandbox.world.serving.monitoring import parse_scrape
 
@@ -142,6 +142,9 @@ def test_the_object_store_keeps_bytes_refuses_over_quota_and_fails_as_the_client
         store.get_object("bk1", "a.txt")
     faults.network.reset()
     assert store.get_object("bk1", "a.txt") == b"x" * 100
+    with pytest.raises(Unsupported) as refused:  # a Toxiproxy toxic no fault type uses: refused, not faked
+        faults.network.add_toxic("minio", "x", "slicer", {})
+    assert refused.value.capability == "fault:slicer" and refused.value.backend == "sim"
 
 
 # ---------------------------------------------------------------------------------------------- tracking

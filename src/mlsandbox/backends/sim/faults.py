@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlsandbox.backends.protocols import HttpFault, NoSuchTarget, ServiceHealth
+from mlsandbox.backends.protocols import HttpFault, NoSuchTarget, ServiceHealth, Unsupported
 from mlsandbox.backends.sim.jobs import MACHINE_CPUS, SimJobs
 from mlsandbox.backends.sim.world import ENDPOINTS, SERVICES, SimWorld
 
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from mlsandbox.backends.sim.storage import MemoryObjectStore
 
 PROBE_TIMEOUT_S = 5.0
-TOXIC_KINDS = ("latency", "bandwidth", "timeout", "reset_peer", "slow_close", "limit_data", "slicer")
+TOXIC_KINDS = ("latency", "bandwidth", "timeout", "reset_peer")
+"""The network faults simulated here (Toxiproxy's other toxics are refused, not faked)."""
 
 
 @dataclass
@@ -234,7 +235,11 @@ class SimNetwork:
     ) -> None:
         ep = self._endpoint(endpoint)
         if kind not in TOXIC_KINDS:
-            raise ValueError(f"unknown toxic type {kind!r}")
+            raise Unsupported(
+                f"fault:{kind}",
+                "sim",
+                f"the simulated network has {', '.join(TOXIC_KINDS)} and endpoint_down only",
+            )
         ep.toxics[name] = (kind, dict(attributes))
         self.world.endpoint_changed(endpoint)
 
