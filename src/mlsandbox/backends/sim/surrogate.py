@@ -329,8 +329,9 @@ def plan_trainer(
     plan.fill = fill
     seq = iter(range(1_000_000))
 
-    def line(pos: float, template: str, **values: Any) -> None:
-        plan.events.append(Event(pos, next(seq), "line", text=template.format(**{**fill, **values})))
+    def line(pos: float, template: str | None, **values: Any) -> None:
+        if template is not None:  # a calibration with fewer lines: nothing printed there
+            plan.events.append(Event(pos, next(seq), "line", text=template.format(**{**fill, **values})))
 
     def need(pos: float, service: str) -> None:
         plan.events.append(Event(pos, next(seq), "need", service=service))
@@ -354,9 +355,9 @@ def plan_trainer(
     if config is not None and config.tracker_problem is not None:
         mode, values = config.tracker_problem
         fail(0.45, mode, **values)
-    line(0.5, next(start).text)
+    line(0.5, _next_text(start))
     need(0.9, "minio")
-    line(0.9, next(start).text)
+    line(0.9, _next_text(start))
     if config is not None and config.storage_problem is not None:
         mode, values = config.storage_problem
         fail(0.95, mode, **values)
@@ -366,7 +367,7 @@ def plan_trainer(
         return plan
     rows, columns = table.num_rows, table.num_columns
     fill.update(rows=rows, columns=columns)
-    line(0.97, next(start).text)
+    line(0.97, _next_text(start))
     if args.target not in table.column_names:
         fail(0.98, "missing_target")
         plan.events.sort()
@@ -397,7 +398,9 @@ def plan_trainer(
         plan.events.sort()
         return plan
     fill.update(train_rows=fit.train_rows, val_rows=fit.val_rows)
-    line(1.0, next(start).text)
+    line(1.0, _next_text(start))
+    for extra in start:  # what a calibration captured beyond the trainer's own four lines
+        line(1.0, extra.text)
     if problem is not None:
         fail(1.0, problem[0], detail=problem[1])
         plan.events.sort()
@@ -458,7 +461,7 @@ def plan_trainer(
     }
     fill.update(seconds=fit_wall, val_auc=val_auc, val_accuracy=accuracy, val_log_loss=log_loss)
     after = iter(log.after_fit)
-    line(2.0, next(after).text)
+    line(2.0, _next_text(after))
     for tmpl in after:
         line(2.02, tmpl.text)
     need(2.05, "mlflow")  # logging the metrics and the model
@@ -492,6 +495,12 @@ def _cached(key: tuple[Any, ...], compute: Callable[[], _R]) -> _R:
     while len(_CACHE) > _CACHE_KEPT:
         _CACHE.popitem(last=False)
     return value
+
+
+def _next_text(lines: Any) -> str | None:
+    """The next template of a calibration's line list, None when it has no more."""
+    found = next(lines, None)
+    return None if found is None else str(found.text)
 
 
 def _with(features: dict[str, float], proxy_val_auc: float) -> dict[str, float]:
