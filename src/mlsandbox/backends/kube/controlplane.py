@@ -134,6 +134,9 @@ STAGES: list[dict[str, Any]] = [
                     "  ready: true\n"
                     "  started: true\n"
                     "  restartCount: 0\n"
+                    # What a kubelet with in-place resize (on by default since 1.33) reports: the API
+                    # server resizes only pods whose running containers carry it.
+                    "  resources:{{ with .resources }}{{ YAML . 2 }}{{ else }} {}{{ end }}\n"
                     "  state:\n"
                     "    running:\n"
                     "      startedAt: {{ $now | Quote }}\n"
