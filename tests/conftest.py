@@ -5,6 +5,9 @@ process, ephemeral (owned by this process: if pytest dies, the next garbage coll
 brought ``down`` at the end of the session. ``runtime`` is its :class:`~mlsandbox.backends.protocols.Runtime`.
 Every test using either fixture is marked ``services`` automatically. ``MLSANDBOX_HOME`` is left as it is:
 the MinIO binary lives there.
+
+``control_plane`` is the kube tier's cluster (see tests/kube/conftest.py), here so that every tier using it
+(tests/kube, tests/conformance) shares one per session.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pytest
 if TYPE_CHECKING:
     from mlsandbox.backends.local import LocalBackend
     from mlsandbox.backends.protocols import Runtime
+    from mlsandbox.k8s_operator.testbed import Testbed
 
 SERVICE_FIXTURES = frozenset({"sandbox", "runtime", "s3"})
 
@@ -43,6 +47,14 @@ def sandbox() -> Iterator[LocalBackend]:
         yield backend
     finally:
         backend.down()
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Testbed]:
+    from mlsandbox.k8s_operator.testbed import testbed
+
+    with testbed() as bed:
+        yield bed
 
 
 @pytest.fixture(scope="session")
