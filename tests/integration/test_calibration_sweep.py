@@ -73,7 +73,6 @@ def test_sweep_of_real_jobs(runtime: Runtime, tmp_path: Path) -> None:
     )
     tail = [t.text for t in failures.unknown_hyperparameter.log_tail]
     assert tail[-1] == "ValueError: {detail}" and "Traceback (most recent call last):" in tail
-    links = [t for t in tail if "View run" in t]  # MLflow's link to the failed run, as a template
-    assert links and "{mlflow_url}" in links[0] and "{run_id}" in links[0]
+    assert not [t for t in tail if "View run" in t]  # MLflow's links to the run are left out
     package = str(Path(mlsandbox.__file__).resolve().parent)
     assert all(package not in t for t in tail)  # no machine path in what ships

@@ -405,21 +405,13 @@ def template(text: str, replacements: dict[str, str] | None = None) -> str:
     return out
 
 
-_TRACKER_LINE = re.compile(r"View (run|experiment)")
-
-
-def _tracker_link(text: str) -> str:
-    """MLflow's closing lines of a run (a link to it): its address, run and experiment as placeholders."""
-    if not _TRACKER_LINE.search(text):
-        return text
-    text = re.sub(r"https?://[\w.-]+:\d+", "{mlflow_url}", text)
-    text = re.sub(r"/runs/[0-9a-f]{32}", "/runs/{run_id}", text)
-    text = re.sub(r"/experiments/\d+", "/experiments/{experiment_id}", text)
-    return re.sub(r"View run \S+ at", "View run {run_name} at", text)
+_TRACKER_LINE = re.compile(r"View (run|experiment) ")
+"""MLflow's closing lines of a run (links to it): left out of the captured tails, since the simulator does
+not fill the tracker's address and the run's id into failure texts."""
 
 
 def captured(lines: Iterable[str], replacements: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    return [{"text": _tracker_link(template(line, replacements)), "captured": True} for line in lines]
+    return [{"text": template(line, replacements), "captured": True} for line in lines]
 
 
 _NORMAL_LINE = re.compile(
@@ -429,12 +421,13 @@ _NORMAL_LINE = re.compile(
 
 
 def tail_after_normal(lines: list[str]) -> list[str]:
-    """The lines of a failed job's log after the last line a normal run also prints."""
+    """The lines of a failed job's log after the last line a normal run also prints (without MLflow's
+    links to the run)."""
     last = -1
     for i, line in enumerate(lines):
         if _NORMAL_LINE.match(line):
             last = i
-    return [line for line in lines[last + 1 :] if line.strip()]
+    return [line for line in lines[last + 1 :] if line.strip() and not _TRACKER_LINE.search(line)]
 
 
 # ------------------------------------------------------------------------------------------ the builder
@@ -557,16 +550,20 @@ class Builder:
                     "minimum": floor,
                 }
                 if key == "peak_rss_mb" and algorithm in oom:
-                    # The kernel kills at the limit, not at the free-running high-water mark (page cache is
-                    # reclaimed first): shift the line to the limit that separates killed from survived.
-                    threshold, rows_at = oom[algorithm]
-                    shift = threshold - (intercept + slope * rows_at)
-                    model["intercept"] = intercept + shift
+                    # The kernel kills at the limit: when the free-running high-water mark is not between
+                    # the largest limit that killed the job and the smallest it survived, move the line
+                    # inside that interval.
+                    killed, survived, rows_at = oom[algorithm]
+                    predicted = intercept + slope * rows_at
+                    inside = min(max(predicted, killed + 4.0), survived - 4.0)
+                    if inside != predicted:
+                        model["intercept"] = intercept + (inside - predicted)
+                        self.notes.append(
+                            f"{algorithm}: peak memory line moved by {inside - predicted:+.0f} MiB into the "
+                            f"out-of-memory interval measured at {rows_at:.0f} rows ({killed:.0f} MiB killed, "
+                            f"{survived:.0f} MiB survived)"
+                        )
                     model["residual_sd"] = min(sd, 4.0)
-                    self.notes.append(
-                        f"{algorithm}: peak memory line shifted by {shift:+.0f} MiB to the out-of-memory "
-                        f"threshold measured at {rows_at:.0f} rows ({threshold:.0f} MiB)"
-                    )
                 res[key] = model
                 quality[f"resources.{key}"] = {"points": n, "residual_sd": round(sd, 4)}
             half = [(p, r) for p, r in jobs if p.cpus < 1.0 and r.get("wall_s")]
@@ -584,9 +581,9 @@ class Builder:
                 "depend on the load, wall times do"
             )
 
-    def _oom_thresholds(self) -> dict[str, tuple[float, float]]:
-        """Per algorithm: (the memory limit between the largest killed and the smallest survived, rows)."""
-        out: dict[str, tuple[float, float]] = {}
+    def _oom_thresholds(self) -> dict[str, tuple[float, float, float]]:
+        """Per algorithm: (the largest memory limit that killed it, the smallest it survived, rows)."""
+        out: dict[str, tuple[float, float, float]] = {}
         by_alg: dict[str, list[tuple[JobPoint, dict[str, Any]]]] = defaultdict(list)
         for p, r in _jobs(self.recs, ("oom",)):
             by_alg[p.algorithm].append((p, r))
@@ -595,41 +592,53 @@ class Builder:
             survived = [p.memory_mb for p, r in jobs if r.get("state") == "succeeded"]
             rows = _median([(r.get("data") or {}).get("rows") for _, r in jobs], 0.0)
             if killed and survived and max(killed) < min(survived):
-                out[algorithm] = ((max(killed) + min(survived)) / 2.0, rows)
-            elif killed and not survived:
-                out[algorithm] = (float(max(killed)) + 16.0, rows)
-            self.report[f"{algorithm}: killed / survived limits (MiB)"] = (
+                out[algorithm] = (float(max(killed)), float(min(survived)), rows)
+            self.report[f"{algorithm}: OOM-killed / survived limits (MiB)"] = (
                 f"{sorted(killed)} / {sorted(survived)}"
             )
         return out
 
     def oom(self) -> None:
+        """Where a job over its memory is killed: the memory it holds once its libraries are imported (a
+        limit below it kills it before it prints anything), and per algorithm where in its run it reaches
+        its peak (the last line a job killed just below its peak printed: before the fit, an epoch, or
+        after the fit when the model is logged)."""
         jobs = [(p, r) for p, r in _jobs(self.recs, ("oom",)) if r.get("exit_code") == 137]
         if not jobs:
             return
-        normal = self._normal_wall()
-        import_limits = [p.memory_mb for p, r in jobs if not _printed(r)]
-        later = [p.memory_mb for p, r in jobs if _printed(r)]
-        fractions = [
-            float(r["wall_s"]) / normal[p.algorithm]
-            for p, r in jobs
-            if _printed(r) and r.get("wall_s") and normal.get(p.algorithm)
-        ]
-        at = min(1.0, _median(fractions, 0.55))
+        silent = [p.memory_mb for p, r in jobs if not _printed(r)]
+        spoke = [p.memory_mb for p, r in jobs if _printed(r)]
+        import_rss = None
+        if silent:
+            top = max(silent)
+            above = [m for m in spoke if m > top]
+            import_rss = float((top + min(above)) / 2.0 if above else top + 16.0)
+        where: dict[str, float] = {}
+        for algorithm in TRAINER_DEFAULTS:
+            mine = [(p, r) for p, r in jobs if p.algorithm == algorithm and _printed(r)]
+            if mine:
+                _, last = max(mine, key=lambda pr: pr[0].memory_mb)
+                where[algorithm] = _peak_position((last.get("log") or {}).get("lines") or [])
+        fallback = where.get("gradient_boosting", _median(list(where.values()), 0.05))
         for algorithm in TRAINER_DEFAULTS:
             res = self.doc["jobs"]["algorithms"][algorithm]["resources"]
-            if import_limits:
-                top = max(import_limits)
-                above = [m for m in later if m > top]
-                res["import_rss_mb"] = float((top + min(above)) / 2.0 if above else top + 16.0)
-            res["oom_at_fraction"] = round(at, 3)
+            if import_rss is not None:
+                res["import_rss_mb"] = import_rss
+            res["oom_at_fraction"] = round(where.get(algorithm, fallback), 3)
+        self.report["memory once imported (MiB)"] = import_rss if import_rss is not None else float("nan")
+        self.notes.append(
+            "out of memory: the last line printed before the kill, by limit: "
+            + "; ".join(
+                f"{p.algorithm} {p.memory_mb} MiB: {_last_normal((r.get('log') or {}).get('lines') or [])}"
+                for p, r in sorted(jobs, key=lambda pr: (pr[0].algorithm, pr[0].memory_mb))
+            )
+        )
         note = next((n for _, r in jobs for n in (r.get("log") or {}).get("notes", [])), None)
         mode = self.doc["jobs"]["failures"]["out_of_memory"]
-        mode.update(exit_code=137, at_fraction=round(at, 3), cpu_fraction=round(self._cpu_fraction(jobs), 3))
+        mode.update(exit_code=137, cpu_fraction=round(self._cpu_fraction(jobs), 3))
         if note:
             limit = str(jobs[0][0].memory_mb)
             mode["log_tail"] = captured([note], {f"memory limit {limit} MiB": "memory limit {memory_mb} MiB"})
-        mode["run_status"] = "FAILED" if any((r.get("run") or {}).get("status") for _, r in jobs) else "none"
 
     def _normal_wall(self) -> dict[str, float]:
         base = _jobs(self.recs, ("base",))
@@ -795,15 +804,9 @@ class Builder:
         )
         if epoch_line is not None:
             trainer["log"]["per_epoch"] = {"text": "epoch {epoch}/{epochs} loss={loss:.6g}", "captured": True}
-        fractions = []
-        for _, r in ok:
-            train_s = (r.get("metrics") or {}).get("train_seconds")
-            wall = r.get("wall_s")
-            if train_s is not None and wall:
-                # Before the fit: the overhead's share up to the data being read (about half of it).
-                fractions.append(max(0.0, min(1.0, 0.5 * (float(wall) - float(train_s)) / float(wall))))
-        if fractions:
-            trainer["log"]["start_fraction"] = round(_median(fractions, 0.35), 3)
+        # How the overhead splits around the fit is not measured (the log has no timestamps): half before
+        # it (interpreter, imports, reading), half after (evaluation, logging the model).
+        trainer["log"]["start_fraction"] = 0.5
         starts = [r.get("observed_s", 0.0) - (r.get("wall_s") or 0.0) for _, r in ok if r.get("wall_s")]
         self.doc["jobs"]["queue_start_s"] = round(max(0.0, _median(starts, 0.05)), 4)
 
@@ -975,6 +978,30 @@ class Builder:
         }
 
 
+def _last_normal(lines: list[str]) -> str:
+    """The kind of the last ordinary line of a job's log (``loaded``, ``logging model``), or ``nothing``."""
+    for line in reversed(lines):
+        m = _NORMAL_LINE.match(line)
+        if m:
+            return m.group(1).split()[0].rstrip("=")
+    return "nothing"
+
+
+def _peak_position(lines: list[str]) -> float:
+    """Where in the fit a job reaches its peak memory (the simulator's ``oom_at_fraction``), from the last
+    line it printed before the kernel killed it just below that peak."""
+    normal = [x for x in lines if _NORMAL_LINE.match(x)]
+    if not normal:
+        return 0.05
+    last = normal[-1]
+    m = re.match(r"epoch (\d+)/(\d+) ", last)
+    if m:
+        return max(0.05, min(1.0, int(m.group(1)) / int(m.group(2))))
+    if last.startswith(("fitted in", "val_", "logging model")):
+        return 1.0
+    return 0.05
+
+
 def _printed(result: dict[str, Any]) -> bool:
     """Whether a killed job had printed anything of its own before."""
     return any(
@@ -1054,8 +1081,9 @@ def _detail_values(point: JobPoint, result: dict[str, Any]) -> dict[str, str]:
 
 
 def _unreadable_values(point: JobPoint, result: dict[str, Any]) -> dict[str, str]:
+    """The client's last line is the detail as a whole (the simulator gives the exception's line)."""
     last = (result.get("log") or {}).get("last_line") or ""
-    return {last.split(": ", 1)[1]: "{detail}"} if ": " in last else {}
+    return {last: "{detail}"} if last else {}
 
 
 def _usage(result: dict[str, Any]) -> float | None:
