@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+SLOWEST_SHOWN = 5
+
 CheckName = Literal["declaration", "step", "outcome", "refusal", "error_code", "shape", "grade", "cleanup"]
 CHECKS: tuple[CheckName, ...] = (
     "declaration",
@@ -133,6 +135,11 @@ class BackendReport:
             lines.append(f"  {name:<{width}}  {ep.seconds:6.1f} s  {state}")
         for s in self.skipped:
             lines.append(f"  skipped {s.episode}/{s.label}: {s.note}")
+        ran = [s for e in self.episodes.values() for s in e.steps if s.status == "ran"]
+        slowest = sorted(ran, key=lambda s: s.seconds, reverse=True)[:SLOWEST_SHOWN]
+        if slowest and slowest[0].seconds >= 1.0:
+            shown = ", ".join(f"{s.episode}/{s.label} {s.seconds:.1f} s" for s in slowest if s.seconds >= 1.0)
+            lines.append(f"  slowest steps: {shown}")
         for n in self.notes:
             lines.append(f"  note: {n}")
         lines.append(f"  {len(self.failures)} finding(s)" + (":" if self.failures else ""))
