@@ -135,8 +135,8 @@ class BackendReport:
             lines.append(f"  {name:<{width}}  {ep.seconds:6.1f} s  {state}")
         for s in self.skipped:
             lines.append(f"  skipped {s.episode}/{s.label}: {s.note}")
-        ran = [s for e in self.episodes.values() for s in e.steps if s.status == "ran"]
-        slowest = sorted(ran, key=lambda s: s.seconds, reverse=True)[:SLOWEST_SHOWN]
+        steps_ran = [s for e in self.episodes.values() for s in e.steps if s.status == "ran"]
+        slowest = sorted(steps_ran, key=lambda s: s.seconds, reverse=True)[:SLOWEST_SHOWN]
         if slowest and slowest[0].seconds >= 1.0:
             shown = ", ".join(f"{s.episode}/{s.label} {s.seconds:.1f} s" for s in slowest if s.seconds >= 1.0)
             lines.append(f"  slowest steps: {shown}")
