@@ -131,7 +131,7 @@ def test_replicas_run_in_cgroups_with_the_machine_limits_and_an_oom_kill_shows(
     assert int((cg.cpu / "cpu.cfs_period_us").read_text()) == 100_000
     assert replica.record.pid in cg.pids()  # the server itself (the shim exec'd into it)
     # Where `mlsandbox gc` looks: under the sandbox's job cgroups, owner-marked like jobs.
-    assert cg.memory.parent == sandbox_cgroup_dirs(sandbox.name)[0]
+    assert cg.memory.parent.parent == sandbox_cgroup_dirs(sandbox.name)[0]  # <sandbox>/<owner>/<replica>
     assert OWNER_ENV in psutil.Process(replica.record.pid).environ()
 
     # A client sends a batch far bigger than the replica's memory: the kernel kills it.

@@ -166,15 +166,30 @@ def _print_status(backend: Any) -> None:
 
 
 @app.command()
-def gc() -> None:
-    """Remove what crashed runs left behind: processes, pid registries, episode resources."""
+def gc(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Remove what crashed runs left behind: sandboxes, processes, cgroups, faults, episode resources."""
     from mlsandbox.backends.kube import controlplane
-    from mlsandbox.backends.local.gc import collect_garbage
+    from mlsandbox.backends.local.gc import GcItem, collect_garbage_report
 
-    removed = collect_garbage() + controlplane.collect_garbage()
-    for line in removed:
-        console.print(f"removed: {line}")
-    console.print(f"gc: {len(removed)} item(s) removed")
+    items = collect_garbage_report()
+    items += [GcItem(kind="control_plane", what=line) for line in controlplane.collect_garbage()]
+    if as_json:
+        console.print_json(json.dumps([i.model_dump() for i in items]))
+    else:
+        if items:
+            table = Table(title="removed by gc")
+            for col in ("kind", "sandbox", "what", "detail"):
+                table.add_column(col, overflow="fold")
+            for i in items:
+                detail = i.detail if i.ok else f"[red]FAILED: {i.detail}[/]"
+                table.add_row(i.kind, i.sandbox or "-", i.what, detail)
+            console.print(table)
+        failed = sum(not i.ok for i in items)
+        console.print(f"gc: {len(items)} item(s) removed{f', {failed} failed' if failed else ''}")
+    if any(not i.ok for i in items):
+        raise typer.Exit(1)
 
 
 # ------------------------------------------------------------------------------------------- scenarios

@@ -5,21 +5,29 @@ A sandbox is garbage when
 - its directory has no readable state (a start that crashed before writing it, or a torn-down leftover);
 - its start was interrupted (state still ``starting`` and nobody holds its lock);
 - it is ephemeral and the process that owns it is gone (pid dead, or reused by another process);
-- it is persistent and some of its services are not running.
+- it is persistent and some of its services are not running (other than those a live process killed
+  as a fault).
 
 A live ephemeral sandbox (owner still running) and a healthy persistent one are never touched, nor is a
-sandbox whose lock is held (an ``up`` or ``down`` in progress). Then every process carrying the marker of a
+sandbox whose lock is held (an ``up`` or ``down`` in progress). Every process carrying the marker of a
 sandbox that has no state any more (jobs, flow runs, services of a crashed start) is stopped, and so is
-every job or model-server replica whose owning process is gone; their (then empty) cgroups are removed.
+every job or model-server replica whose owning process is gone; then the cgroups of every gone owner are
+removed (:mod:`mlsandbox.backends.local.cgroups`: found wherever they are nested, what is left in them
+killed, retried until the kernel lets go of the last task).
 
-A sandbox that is left running may still carry faults injected by an episode whose process died (Toxiproxy
-toxics, a disabled proxy, a bucket quota, a SIGSTOPped service, cut job limits): each process journals
-them under ``<sandbox>/faults/``, and the journals of gone processes are undone here.
+A sandbox that is left running may still carry what an episode whose process died changed or made: faults
+(Toxiproxy toxics, a disabled proxy, a bucket quota, a SIGSTOPped or killed service, cut job limits, CPU
+burners, fault-hook files) and resources (its bucket, MLflow experiment and registered models, Prefect
+deployments and flow runs, config variables, API-source datasets, PostgreSQL database and role). Each
+process journals them under ``<sandbox>/faults/``, and the journals of gone processes are undone here (a
+service such a process killed is started again).
+
+:func:`collect_garbage_report` says what it removed, one :class:`GcItem` per thing (``mlsandbox gc`` prints
+them as a table, or JSON with ``--json``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections import defaultdict
 from typing import Literal
@@ -32,9 +40,11 @@ from mlsandbox.backends.local.faults.control import killed_on_purpose, undo_stal
 from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.errors import BackendError
 
+from . import cgroups as cgroup_layout
 from . import services as svc
 from . import supervisor
 from .backend import SandboxState, home_key, read_state, sandbox_lock, teardown
+from .gc_report import GcItem
 
 ORPHAN_STOP_TIMEOUT_S = 3.0
 
@@ -118,15 +128,31 @@ def garbage_reason(
     return None
 
 
-def collect_garbage() -> list[str]:
-    """Stop and remove every garbage sandbox, then stop orphaned marked processes; one line per removal."""
+def collect_garbage_report() -> list[GcItem]:
+    """Remove what dead owners left, one :class:`GcItem` per thing removed, undone or restarted:
+
+    1. jobs and model-server replicas whose owning process is gone (in sandboxes that live on);
+    2. garbage sandboxes (stopped, their directory removed); in the others, the journals of gone processes
+       undone (faults, and what their episodes made: buckets, experiments, registered models, flows, config
+       variables, API datasets, databases; a service they killed is started again);
+    3. marked processes of sandboxes that have no state any more;
+    4. the cgroups of gone processes (killing what is left in them, retried until the kernel lets go);
+    5. PostgreSQL data kept outside a gone sandbox's directory, stale lock files.
+    """
     home = home_key()
-    lines = [line for name in _sandbox_names() if (line := _collect_sandbox(name, home))]
-    lines += _collect_orphans(home)
-    lines += _collect_orphan_jobs(home)
-    lines += _collect_postgres_dirs(home)
+    items = _collect_orphan_jobs(home)
+    for name in _sandbox_names():
+        items += _collect_sandbox(name, home)
+    items += _collect_orphans(home)
+    items += _collect_cgroups(home)
+    items += _collect_postgres_dirs(home)
     _remove_stale_locks()
-    return lines
+    return items
+
+
+def collect_garbage() -> list[str]:
+    """:func:`collect_garbage_report` as one line of text per item."""
+    return [item.line for item in collect_garbage_report()]
 
 
 def _remove_stale_locks() -> None:
@@ -145,66 +171,76 @@ def _remove_stale_locks() -> None:
                 lock.unlink(missing_ok=True)
 
 
-def _collect_sandbox(name: str, home: str) -> str | None:
+def _collect_sandbox(name: str, home: str) -> list[GcItem]:
+    layout = svc.Layout(paths.sandbox_dir(name))
     with sandbox_lock(name, blocking=False) as acquired:
         if not acquired:
-            return None  # an up/down of it is in progress
-        layout = svc.Layout(paths.sandbox_dir(name))
-        readable = True
-        try:
-            state = read_state(layout)
-        except BackendError:
-            state, readable = None, False
-        # Faults of episodes whose process died are undone first (toxics, quotas, SIGSTOPs, job limits);
-        # a service killed as a fault by a live episode is down on purpose, not broken.
-        lines = undo_stale_journals(layout.root, state) if state is not None else []
+            return []  # an up/down of it is in progress
+        state, readable = _state_of(layout)
+        # Garbage whatever its services do: no state, an interrupted start, an owner that is gone.
+        reason = garbage_reason(state, readable, excused=frozenset(svc.RESERVED_SERVICE_NAMES))
+        if reason is not None or state is None:
+            return [_teardown_item(name, home, layout, state, reason or "it has no state")]
+    # It lives on: undo what gone processes left in it (outside the lock: restarting a service a gone
+    # process killed as a fault takes it). A service killed by a live episode is down on purpose.
+    items = undo_stale_journals(layout.root, state)
+    with sandbox_lock(name, blocking=False) as acquired:
+        if not acquired:
+            return items
+        state, readable = _state_of(layout)
         reason = garbage_reason(state, readable, killed_on_purpose(layout.root))
-        if reason is None:
-            return "\n".join(lines) or None
-        stopped = teardown(name, home, layout, state, remove_data=True)
-        return f"sandbox {name}: {reason}; stopped {len(stopped)} process(es), removed {layout.root}"
+        if reason is not None:
+            items.append(_teardown_item(name, home, layout, state, reason))
+    return items
 
 
-def _collect_orphans(home: str) -> list[str]:
+def _state_of(layout: svc.Layout) -> tuple[SandboxState | None, bool]:
+    try:
+        return read_state(layout), True
+    except BackendError:
+        return None, False
+
+
+def _teardown_item(
+    name: str, home: str, layout: svc.Layout, state: SandboxState | None, reason: str
+) -> GcItem:
+    stopped = teardown(name, home, layout, state, remove_data=True)
+    return GcItem(
+        kind="sandbox",
+        sandbox=name,
+        what=f"sandbox {name}",
+        detail=f"{reason}; stopped {len(stopped)} process(es), removed {layout.root}",
+    )
+
+
+def _collect_orphans(home: str) -> list[GcItem]:
     """Stop marked processes of sandboxes that have no state (their process groups when they lead them)."""
     by_sandbox: dict[str, list[psutil.Process]] = defaultdict(list)
     for proc in supervisor.find_marked(None, home):
         name = supervisor.marker_of(proc)
         if name is not None:
             by_sandbox[name].append(proc)
-    lines = []
+    items = []
     for name, procs in sorted(by_sandbox.items()):
         try:
             layout = svc.Layout(paths.sandbox_dir(name))
         except ValueError:  # not a valid sandbox name: no sandbox can own these processes
-            lines.append(_stop_orphans(name, procs))
+            items.append(_stop_orphans(name, procs))
             continue
         with sandbox_lock(name, blocking=False) as acquired:
             if acquired and not layout.state_file.exists():
-                lines.append(_stop_orphans(name, procs))
-    return lines
+                items.append(_stop_orphans(name, procs))
+    return items
 
 
-def _stop_orphans(name: str, procs: list[psutil.Process]) -> str:
+def _stop_orphans(name: str, procs: list[psutil.Process]) -> GcItem:
     stopped = supervisor.stop([], extra=_with_marked_groups(procs), timeout=ORPHAN_STOP_TIMEOUT_S)
-    _remove_cgroups({name}, sandbox_gone=True)
-    return f"orphans of sandbox {name}: stopped {len(stopped)} process(es)"
-
-
-def _remove_cgroups(names: set[str], sandbox_gone: bool = False) -> None:
-    """The (now empty) cgroups of jobs and model-server replicas of ``names``, when they were nested in
-    ours; with ``sandbox_gone`` also the sandbox's own (empty) cgroup directories."""
-    from .jobs import cgroups_available, remove_stale_cgroups, sandbox_cgroup_dirs
-
-    if not names or not cgroups_available():
-        return
-    for name in names:
-        with contextlib.suppress(OSError, ValueError):
-            remove_stale_cgroups(paths.validate_sandbox_name(name))
-            if sandbox_gone:
-                for d in sandbox_cgroup_dirs(name):
-                    with contextlib.suppress(OSError):
-                        d.rmdir()
+    return GcItem(
+        kind="processes",
+        sandbox=name,
+        what=f"orphans of sandbox {name}",
+        detail=f"stopped {len(stopped)} process(es)",
+    )
 
 
 def _with_marked_groups(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -228,8 +264,8 @@ def _with_marked_groups(procs: list[psutil.Process]) -> list[psutil.Process]:
     return list(targets.values())
 
 
-def _collect_orphan_jobs(home: str) -> list[str]:
-    """Stop jobs (and their process groups) whose owning process is gone, in sandboxes that live on."""
+def _collect_orphan_jobs(home: str) -> list[GcItem]:
+    """Stop jobs and replicas (and their process groups) whose owning process is gone."""
     from .jobs import OWNER_ENV
 
     gone: dict[str, list[psutil.Process]] = defaultdict(list)
@@ -247,22 +283,58 @@ def _collect_orphan_jobs(home: str) -> list[str]:
             alive = False
         if not alive:
             gone[owner].append(proc)
-    lines = []
-    sandboxes: set[str] = set()
+    items = []
     for owner, procs in sorted(gone.items()):
-        sandboxes.update(n for p in procs if (n := supervisor.marker_of(p)))
+        sandboxes = sorted({n for p in procs if (n := supervisor.marker_of(p))})
         stopped = supervisor.stop([], extra=_with_marked_groups(procs), timeout=1.0)
-        lines.append(f"jobs of gone process {owner.split('-')[0]}: stopped {len(stopped)} process(es)")
-    _remove_cgroups(sandboxes)  # jobs' and replicas' (model servers carry the owner marker too)
-    return lines
+        items.append(
+            GcItem(
+                kind="processes",
+                sandbox=", ".join(sandboxes) or None,
+                what=f"jobs of gone process {owner.split('-')[0]}",
+                detail=f"stopped {len(stopped)} process(es)",
+            )
+        )
+    return items
 
 
-def _collect_postgres_dirs(home: str) -> list[str]:
+def _collect_cgroups(home: str) -> list[GcItem]:
+    """The memory and cpu cgroups of jobs and replicas whose owning process is gone (anywhere in the
+    hierarchies: the owner may have run in another cgroup than this process)."""
+    from .jobs import cgroups_available
+
+    if not cgroups_available():
+        return []
+    live = set(_sandbox_names())
+    items = []
+    for r in cgroup_layout.collect(home, legacy=lambda name: name not in live):
+        killed = f"; killed {r.killed} process(es) left in it" if r.killed else ""
+        owner = f" of gone process {r.owner.split('-')[0]}" if r.owner != "-" else ""
+        items.append(
+            GcItem(
+                kind="cgroup",
+                sandbox=r.sandbox,
+                what=f"cgroup {r.leaf}{owner}",
+                detail=(f"{' and '.join(r.controllers)} removed{killed}" if r.removed else r.detail),
+                ok=r.removed,
+            )
+        )
+    return items
+
+
+def _collect_postgres_dirs(home: str) -> list[GcItem]:
     """PostgreSQL source data kept outside a sandbox directory whose sandbox is gone."""
     import shutil
 
-    lines = []
+    items = []
     for path in svc.stale_external_postgres_dirs(home, set(_sandbox_names())):
         shutil.rmtree(path, ignore_errors=True)
-        lines.append(f"postgres data of gone sandbox {path.name}: removed {path}")
-    return lines
+        items.append(
+            GcItem(
+                kind="postgres_data",
+                sandbox=path.name,
+                what=f"postgres data of gone sandbox {path.name}",
+                detail=f"removed {path}",
+            )
+        )
+    return items

@@ -8,8 +8,10 @@ MLflow, Prefect), thread-count variables from ``cpus``, ``spec.env``, and the sa
 stray processes.
 
 Limits. As root on a cgroup v1 hierarchy, a job runs in its own memory and cpu cgroups
-``<own cgroup>/mlsandbox/<sandbox_name>/<job_id>.<random>`` (nested under the cgroup of the process that runs
-:class:`LocalJobs`, so jobs stay inside whatever limits that process is under):
+``<own cgroup>/mlsandbox/<sandbox_name>/<owner>/<job_id>.<random>`` (nested under the cgroup of the process
+that runs :class:`LocalJobs`, so jobs stay inside whatever limits that process is under; ``<owner>`` names
+that process, so the garbage collector removes the cgroups of a process that is gone:
+:mod:`mlsandbox.backends.local.cgroups`):
 ``memory.limit_in_bytes = memory_mb`` (no swap) and ``cpu.cfs_quota_us`` from ``cpus``. A tiny ``sh``
 shim joins the cgroups and then ``exec``s the workload, so every byte and cycle of the job is accounted.
 The kernel OOM-kills a job that goes over its memory: it fails with exit code 137 and its log ends with a
@@ -58,6 +60,8 @@ from typing import Any
 import psutil
 
 from mlsandbox import paths
+from mlsandbox.backends.local import cgroups as cgroup_layout
+from mlsandbox.backends.local.cgroups import CGROUP_ROOT
 from mlsandbox.backends.local.supervisor import marker_env
 from mlsandbox.backends.protocols import DEFAULT_KEY, Endpoints, JobSpec, JobStatus
 from mlsandbox.errors import BackendError
@@ -69,7 +73,6 @@ from mlsandbox.workloads.contract import (
     thread_env,
 )
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 CFS_PERIOD_US = 100_000
 KILL_WAIT_S = 5.0
 _JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
@@ -84,16 +87,6 @@ CGROUP_SHIM = 'echo $$ > "$1" && echo $$ > "$2" || exit 125; shift 2; exec "$@"'
 
 
 # ------------------------------------------------------------------------------------------- cgroups
-
-
-def _own_cgroup(controller: str) -> str:
-    """This process's cgroup path in the v1 hierarchy of ``controller`` (``/`` when not found)."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if controller in controllers.split(","):
-                return path
-    return "/"
 
 
 def cgroups_available() -> bool:
@@ -146,20 +139,21 @@ _TREE_LOCK = threading.Lock()  # between making and removing the shared parent d
 
 
 def sandbox_cgroup_dirs(sandbox_name: str) -> list[Path]:
-    """The memory and cpu cgroup directories that hold this process's jobs of ``sandbox_name``."""
-    return [
-        CGROUP_ROOT / c / _own_cgroup(c).lstrip("/") / "mlsandbox" / sandbox_name for c in ("memory", "cpu")
-    ]
+    """The memory and cpu cgroup directories of ``sandbox_name`` in this process's own cgroups (each holds
+    one directory per owning process: :mod:`mlsandbox.backends.local.cgroups`)."""
+    return cgroup_layout.sandbox_dirs(sandbox_name)
 
 
 class Cgroup:
-    """A job's memory and cpu cgroups (v1)."""
+    """A job's memory and cpu cgroups (v1), in this process's owner directory of the sandbox (see
+    :mod:`mlsandbox.backends.local.cgroups`)."""
 
-    def __init__(self, sandbox_name: str, job_id: str) -> None:
+    def __init__(self, sandbox_name: str, job_id: str, home: str | None = None) -> None:
         # One directory per job *instance*: a forgotten job's late clean-up can never remove (and kill)
         # the cgroup of a new job that reuses its id.
         leaf = f"{job_id}.{secrets.token_hex(4)}"
-        self.memory, self.cpu = (d / leaf for d in sandbox_cgroup_dirs(sandbox_name))
+        home = home or str(paths.home().resolve())
+        self.memory, self.cpu = (d / leaf for d in cgroup_layout.owner_dirs(sandbox_name, home))
 
     @property
     def procs_files(self) -> list[str]:
@@ -261,23 +255,19 @@ def _make_cgroup_dir(path: Path) -> None:
                 raise
 
 
-def _remove_cgroup_dir(path: Path) -> bool:
-    try:
-        path.rmdir()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return True
+_remove_cgroup_dir = cgroup_layout.remove_dir
 
 
-def remove_stale_cgroups(sandbox_name: str) -> None:
-    """Remove empty job cgroups of ``sandbox_name`` left behind by a crashed process."""
-    for parent in sandbox_cgroup_dirs(sandbox_name):
-        if parent.is_dir():
-            for child in parent.iterdir():
-                if child.is_dir() and not (child / "cgroup.procs").read_text().split():
-                    _remove_cgroup_dir(child)
+def remove_stale_cgroups(sandbox_name: str, home: str | None = None) -> list[cgroup_layout.CgroupRemoval]:
+    """Remove the job cgroups of ``sandbox_name`` in this process's own cgroups whose owning process is
+    gone (what is left in them is killed first); see :func:`mlsandbox.backends.local.cgroups.collect`."""
+    roots = {d.parent for d in sandbox_cgroup_dirs(sandbox_name) if d.is_dir()}
+    if not roots:
+        return []
+    found = cgroup_layout.collect(
+        home or str(paths.home().resolve()), roots=sorted(roots), legacy=lambda name: name == sandbox_name
+    )
+    return [r for r in found if r.sandbox == sandbox_name]
 
 
 # ------------------------------------------------------------------------------------------ processes
@@ -384,32 +374,34 @@ class _Registry:
 
     sandbox_name: str
     use_cgroups: bool
+    home: str
     jobs: dict[str, _Job] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def close(self) -> None:
-        """Kill and forget every job; remove the sandbox's (then empty) cgroup directories."""
+        """Kill and forget every job; remove this process's (then empty) cgroup directories of the
+        sandbox, and the sandbox's and ``mlsandbox`` ones when no other process uses them."""
         _kill_all(self.jobs, self.lock)
         with self.lock:
             self.jobs.clear()
         if self.use_cgroups:
             with _TREE_LOCK:  # an empty cgroup left in our parent's cgroup would keep it from being removed
-                for parent in sandbox_cgroup_dirs(self.sandbox_name):
-                    if _remove_cgroup_dir(parent):
-                        _remove_cgroup_dir(parent.parent)  # "mlsandbox", when no other sandbox uses it
+                for owner in cgroup_layout.owner_dirs(self.sandbox_name, self.home):
+                    if _remove_cgroup_dir(owner) and _remove_cgroup_dir(owner.parent):
+                        _remove_cgroup_dir(owner.parent.parent)  # "mlsandbox"
 
 
 _REGISTRIES: dict[tuple[str, str], _Registry] = {}
 _REGISTRIES_LOCK = threading.Lock()
 
 
-def _registry(key: tuple[str, str], sandbox_name: str, use_cgroups: bool) -> _Registry:
+def _registry(key: tuple[str, str], sandbox_name: str, use_cgroups: bool, home: str) -> _Registry:
     with _REGISTRIES_LOCK:
         registry = _REGISTRIES.get(key)
         if registry is None:
             if use_cgroups:
-                remove_stale_cgroups(sandbox_name)
-            registry = _REGISTRIES[key] = _Registry(sandbox_name, use_cgroups)
+                remove_stale_cgroups(sandbox_name, home)
+            registry = _REGISTRIES[key] = _Registry(sandbox_name, use_cgroups, home)
         return registry
 
 
@@ -450,7 +442,7 @@ class LocalJobs:
         """``cgroup``, ``rlimit`` or ``none`` (see the module docstring)."""
         self.use_cgroups = self.limits == "cgroup"
         self._key = (str(Path(sandbox_dir).resolve()), endpoints.model_dump_json())
-        registry = _registry(self._key, sandbox_name, self.use_cgroups)
+        registry = _registry(self._key, sandbox_name, self.use_cgroups, self.home)
         self._registry = registry
         self._jobs, self._lock = registry.jobs, registry.lock
 
@@ -656,7 +648,7 @@ class LocalJobs:
         spec = job.spec
         job.work_dir.mkdir(parents=True, exist_ok=True)
         if self.use_cgroups:
-            cgroup = Cgroup(self.sandbox_name, spec.job_id)
+            cgroup = Cgroup(self.sandbox_name, spec.job_id, self.home)
             cgroup.create(spec.memory_mb, spec.cpus)
             job.cgroup = cgroup  # only once it is ours to remove
         preexec = (

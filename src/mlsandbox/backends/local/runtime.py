@@ -15,8 +15,11 @@ from mlsandbox.errors import BackendError
 
 if TYPE_CHECKING:
     from mlsandbox.backends.common.config_store import PrefectConfigStore
-    from mlsandbox.backends.common.prefect import PrefectFlows
+    from mlsandbox.backends.common.mlflow_tracking import MLflowTracking
+    from mlsandbox.backends.common.s3 import S3ObjectStore
+    from mlsandbox.backends.local.episode_journal import JournaledFlows
     from mlsandbox.backends.local.faults.control import LocalFaultControl
+    from mlsandbox.backends.local.faults.journal import Journal
     from mlsandbox.backends.local.serving.episode import LocalServing
     from mlsandbox.backends.local.sources import LocalSourceHosting
     from mlsandbox.backends.local.venvs import LocalEnvironments
@@ -39,7 +42,8 @@ class LocalRuntime(ServiceClients):
         self._audit = FileAuditLog(self.sandbox_dir / "episodes")
         self._jobs: LocalJobs | None = None
         self._faults: LocalFaultControl | None = None
-        self._flows: PrefectFlows | None = None
+        self._flows: JournaledFlows | None = None
+        self._journal: Journal | None = None
         self._config: PrefectConfigStore | None = None
 
     def __repr__(self) -> str:
@@ -77,6 +81,40 @@ class LocalRuntime(ServiceClients):
         return Support(backend=BACKEND, unsupported=refused)
 
     # -------------------------------------------------------------------------------- capabilities
+
+    @property
+    def journal(self) -> Journal:
+        """This process's undo journal of the sandbox (faults, and what episodes make on the services)."""
+        from mlsandbox.backends.local.faults.journal import Journal
+
+        with self._lock:
+            if self._journal is None:
+                self._journal = Journal(self.sandbox_dir)
+            return self._journal
+
+    @property
+    def object_store(self) -> S3ObjectStore:
+        """MinIO; buckets made here are journaled until deleted (the garbage collector deletes those of a
+        process that died)."""
+        from mlsandbox.backends.local.episode_journal import JournaledObjectStore
+
+        journal = self.journal
+        with self._lock:
+            if self._object_store is None:
+                e = self._endpoints
+                self._object_store = JournaledObjectStore(e.s3_url, e.s3_access_key, e.s3_secret_key, journal)
+            return self._object_store
+
+    @property
+    def tracking(self) -> MLflowTracking:
+        """MLflow; experiments and registered models made here are journaled until deleted."""
+        from mlsandbox.backends.local.episode_journal import JournaledTracking
+
+        journal = self.journal
+        with self._lock:
+            if self._tracking is None:
+                self._tracking = JournaledTracking(self._endpoints.mlflow_url, journal)
+            return self._tracking
 
     @property
     def jobs(self) -> LocalJobs:
@@ -117,21 +155,25 @@ class LocalRuntime(ServiceClients):
         from mlsandbox.backends.local.backend import LocalBackend
         from mlsandbox.backends.local.sources import LocalSourceHosting
 
-        return LocalSourceHosting(LocalBackend(self.sandbox_name))
+        return LocalSourceHosting(LocalBackend(self.sandbox_name), journal=self.journal)
 
     @property
-    def flows(self) -> PrefectFlows:
+    def flows(self) -> JournaledFlows:
         """The sandbox's Prefect server and process worker; runs reach the services as this process does
-        and work in a named environment's interpreter when given one."""
-        from mlsandbox.backends.common.prefect import WORK_POOL, FlowPlacement, PrefectFlows
+        and work in a named environment's interpreter when given one. An episode's flows are journaled
+        until closed."""
+        from mlsandbox.backends.common.prefect import WORK_POOL, FlowPlacement
         from mlsandbox.backends.local import venvs
+        from mlsandbox.backends.local.episode_journal import JournaledFlows
         from mlsandbox.workloads.contract import endpoint_env
 
+        journal = self.journal
         with self._lock:
             if self._flows is None:
                 placement = FlowPlacement(WORK_POOL, endpoint_env(**self._endpoints.model_dump()))
-                self._flows = PrefectFlows(
+                self._flows = JournaledFlows(
                     self._endpoints.prefect_api_url,
+                    journal,
                     lambda labels: placement,
                     interpreter=lambda key: str(venvs.interpreter(key)),
                 )

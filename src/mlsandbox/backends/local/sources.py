@@ -51,6 +51,7 @@ from .backend import (
     sandbox_lock,
     write_state,
 )
+from .faults.journal import Journal, UndoApiDataset, UndoDatabase
 
 START_TIMEOUT_S = 60.0
 log = logging.getLogger(__name__)
@@ -309,22 +310,26 @@ _PG_TYPES = {"i": "bigint", "f": "double precision", "b": "boolean", "M": "times
 
 
 class LocalSourceHosting:
-    """The :class:`~mlsandbox.backends.protocols.SourceHosting` of a local sandbox."""
+    """The :class:`~mlsandbox.backends.protocols.SourceHosting` of a local sandbox. With a ``journal``,
+    what an episode publishes and the databases it creates are journaled until its ``close`` removed them
+    (the garbage collector removes those of a process that died)."""
 
-    def __init__(self, backend: LocalBackend) -> None:
+    def __init__(self, backend: LocalBackend, journal: Journal | None = None) -> None:
         self.backend = backend
+        self.journal = journal
 
     def open(self, episode_id: str) -> LocalEpisodeSources:
-        return LocalEpisodeSources(SourceServices(self.backend), episode_id)
+        return LocalEpisodeSources(SourceServices(self.backend), episode_id, self.journal)
 
 
 class LocalEpisodeSources:
     """The source servers of a local sandbox as one episode uses them (see
     :class:`~mlsandbox.backends.protocols.EpisodeSources`)."""
 
-    def __init__(self, services: SourceServices, episode_id: str) -> None:
+    def __init__(self, services: SourceServices, episode_id: str, journal: Journal | None = None) -> None:
         self.services = services
         self.episode_id = episode_id
+        self.journal = journal
         self._lock = threading.Lock()
         self._client: Any = None
         self._published: dict[str, str] = {}
@@ -342,6 +347,11 @@ class LocalEpisodeSources:
 
         self.services.ensure(svc.API_SOURCE)
         folder = self._dataset_dir(dataset.dataset_id)
+        if self.journal is not None:
+            undo = UndoApiDataset(
+                dataset_id=dataset.dataset_id, source=dataset.name, episode_id=self.episode_id
+            )
+            self.journal.add(f"api:{dataset.dataset_id}", undo)
         folder.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._published[dataset.dataset_id] = dataset.name
@@ -381,6 +391,8 @@ class LocalEpisodeSources:
 
         self.services.ensure(svc.POSTGRES)
         frame = pd.read_parquet(io.BytesIO(parquet))
+        if self.journal is not None:
+            self.journal.add(f"database:{database}", UndoDatabase(database=database, role=role))
         with psycopg.connect(self.services.postgres_dsn(), autocommit=True) as admin:
             admin.execute(
                 sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
@@ -495,15 +507,22 @@ class LocalEpisodeSources:
         for dataset_id, name in published.items():
             shutil.rmtree(self._dataset_dir(dataset_id), ignore_errors=True)
             unregister_hook(name, scope=self.episode_id)
+            self._forget(f"api:{dataset_id}")
         for database, role in databases.items():
             try:
                 self._drop_database(database, role)
             except Exception as e:  # cleanup goes on; gc and down remove what is left
                 log.warning("episode %s: dropping database %s failed: %s", self.episode_id, database, e)
+            else:
+                self._forget(f"database:{database}")
         if client is not None:
             client.close()
 
     # ------------------------------------------------------------------------------------- helpers
+
+    def _forget(self, key: str) -> None:
+        if self.journal is not None:
+            self.journal.remove(key)
 
     def _http(self) -> Any:
         with self._lock:

@@ -36,25 +36,42 @@ from mlsandbox.backends.local.faults.contention import Contention, undo_contenti
 from mlsandbox.backends.local.faults.hooks import HttpHooks
 from mlsandbox.backends.local.faults.journal import (
     Journal,
+    UndoApiDataset,
+    UndoBucket,
     UndoBucketQuota,
     UndoConfigScope,
     UndoContention,
+    UndoDatabase,
+    UndoExperiment,
+    UndoFlows,
     UndoFrozen,
     UndoHookFile,
     UndoJobLimits,
     UndoKilled,
     UndoProxyDisabled,
+    UndoRegisteredModel,
     UndoToxic,
     killed_on_purpose,
     read_journals,
 )
 from mlsandbox.backends.local.faults.service_control import LocalServiceControl
 from mlsandbox.backends.local.faults.toxiproxy import ToxiproxyControl, undo_network
+from mlsandbox.backends.local.gc_report import GcItem, GcKind
 from mlsandbox.backends.local.jobs import OWNER_ENV, LocalJobs, choose_limits, owner_marker
 from mlsandbox.backends.protocols import NETWORK_FAULTS, Endpoints, HttpFault
 from mlsandbox.errors import BackendError, Unsupported
 
 BACKEND = "local"
+MADE = (
+    UndoConfigScope,
+    UndoBucket,
+    UndoExperiment,
+    UndoRegisteredModel,
+    UndoFlows,
+    UndoApiDataset,
+    UndoDatabase,
+)
+"""Journal entries of what episodes made (not fault changes): removed by their owners, or by gc."""
 NO_TOXIPROXY = "toxiproxy-server is not installed (run `make setup`)"
 
 
@@ -192,16 +209,15 @@ class LocalFaultControl:
 
     def recover_all(self) -> list[str]:
         """Undo the fault changes this process's journal holds for the sandbox (frozen services first:
-        the other undos need the services answering); a service killed as a fault is restarted. The
-        episodes' config scopes, journaled by the config store, are the store's to close."""
+        the other undos need the services answering); a service killed as a fault is restarted. What the
+        episodes made (config scopes, buckets, experiments, flows, ...), journaled by the runtime's
+        clients, is theirs to remove."""
         done: list[str] = []
         for key in self._contention.active_keys():
             self._contention.stop(key)
             done.append(f"contention:{key}")
         entries = [
-            (key, entry)
-            for key, entry in self.journal.entries().items()
-            if not isinstance(entry, UndoConfigScope)
+            (key, entry) for key, entry in self.journal.entries().items() if not isinstance(entry, MADE)
         ]
         entries.sort(key=lambda kv: not isinstance(kv[1], UndoFrozen))
         state = self.backend._running_state()
@@ -244,9 +260,40 @@ def unavailable_here() -> dict[str, str]:
 # ------------------------------------------------------------------------------------ garbage collection
 
 
-def undo_entry(entry: Any, state: Any) -> None:
+def undo_entry(entry: Any, state: Any) -> str:
     """Undo one journal entry on the sandbox whose state is ``state`` (a
-    :class:`~mlsandbox.backends.local.backend.SandboxState`). A killed service is left to a restart."""
+    :class:`~mlsandbox.backends.local.backend.SandboxState`); what was done. A killed service is left to
+    a restart (:func:`undo_stale_journals` restarts those of a gone process)."""
+    from mlsandbox.backends.local import episode_journal as made
+    from mlsandbox.paths import sandbox_dir
+
+    if isinstance(entry, UndoBucket):
+        return made.undo_bucket(entry, state.endpoints)
+    if isinstance(entry, UndoExperiment):
+        return made.undo_experiment(entry, state.endpoints)
+    if isinstance(entry, UndoRegisteredModel):
+        return made.undo_registered_model(entry, state.endpoints)
+    if isinstance(entry, UndoFlows):
+        return made.undo_flows(entry, state.endpoints, state.name, state.home)
+    if isinstance(entry, UndoApiDataset):
+        return made.undo_api_dataset(entry, sandbox_dir(state.name))
+    if isinstance(entry, UndoDatabase):
+        return made.undo_database(entry, state.name)
+    _undo_fault(entry, state)
+    done: dict[type, str] = {
+        UndoConfigScope: "deleted",
+        UndoToxic: "removed",
+        UndoProxyDisabled: "enabled again",
+        UndoBucketQuota: "lifted",
+        UndoFrozen: "resumed (SIGCONT)",
+        UndoContention: "burners stopped, CPU affinity given back",
+        UndoHookFile: "cleared",
+        UndoJobLimits: "restored",
+    }
+    return done.get(type(entry), "undone")
+
+
+def _undo_fault(entry: Any, state: Any) -> None:
     if isinstance(entry, UndoToxic | UndoProxyDisabled):
         undo_network(entry, svc.toxiproxy_url(state.ports))
     elif isinstance(entry, UndoBucketQuota):
@@ -277,31 +324,108 @@ def undo_entry(entry: Any, state: Any) -> None:
                 (Path(entry.memory_dir) / "memory.limit_in_bytes").write_text(str(entry.memory_limit_bytes))
 
 
-def undo_stale_journals(sandbox_dir: Path, state: Any) -> list[str]:
-    """Undo the journaled faults of every process that is gone; one line per journal undone."""
-    lines = []
+_UNDO_ORDER: tuple[type, ...] = (UndoFrozen, UndoKilled)
+"""Frozen services are thawed first and killed ones restarted next: the other undos (a quota through
+MinIO's admin API, config variables on Prefect, an experiment on MLflow) need the services answering."""
+
+
+def _order(entry: Any) -> int:
+    """Frozen, killed, the other faults, then what the episodes made."""
+    if isinstance(entry, MADE):
+        return len(_UNDO_ORDER) + 1
+    return next((i for i, kind in enumerate(_UNDO_ORDER) if isinstance(entry, kind)), len(_UNDO_ORDER))
+
+
+def _describe(entry: Any) -> tuple[GcKind, str]:
+    """How a journal entry is named in the garbage collector's report."""
+    if isinstance(entry, UndoBucket):
+        return "bucket", entry.bucket
+    if isinstance(entry, UndoExperiment):
+        return "experiment", entry.name
+    if isinstance(entry, UndoRegisteredModel):
+        return "registered_model", entry.name
+    if isinstance(entry, UndoFlows):
+        return "flows", f"flows of episode {entry.episode_id}"
+    if isinstance(entry, UndoApiDataset):
+        return "api_dataset", f"{entry.source} ({entry.dataset_id})"
+    if isinstance(entry, UndoDatabase):
+        return "database", entry.database
+    if isinstance(entry, UndoConfigScope):
+        return "config", f"variables {entry.prefix}*"
+    if isinstance(entry, UndoKilled):
+        return "service", entry.service
+    if isinstance(entry, UndoToxic):
+        return "fault", f"toxic {entry.name} on {entry.endpoint}"
+    if isinstance(entry, UndoProxyDisabled):
+        return "fault", f"proxy {entry.endpoint} disabled"
+    if isinstance(entry, UndoBucketQuota):
+        return "fault", f"quota on bucket {entry.bucket}"
+    if isinstance(entry, UndoFrozen):
+        return "fault", f"{entry.service} frozen (SIGSTOP)"
+    if isinstance(entry, UndoJobLimits):
+        return "fault", f"limits of job {entry.job_id}"
+    if isinstance(entry, UndoContention):
+        return "fault", f"CPU contention ({len(entry.burners)} burner(s))"
+    if isinstance(entry, UndoHookFile):
+        return "fault", f"HTTP fault hook {Path(entry.path).name}"
+    return "fault", str(getattr(entry, "type", entry))
+
+
+def _restart_killed(service: str, state: Any) -> str:
+    """Start a service that a gone process killed as a fault (it would otherwise stay down), and wait
+    until it answers; its data and port are the same."""
+    from mlsandbox.backends.local.backend import LocalBackend
+
+    backend = LocalBackend(state.name)
+    if service in svc.SOURCE_SERVICES:
+        from mlsandbox.backends.local.sources import SourceServices
+
+        services = SourceServices(backend)
+        if services.is_running(service):
+            return "running (nothing to do)"
+        services.ensure(service)
+        return "started again on its data"
+    record = state.services.get(service)
+    if record is not None and supervisor.is_alive(record.process):
+        return "running (nothing to do)"
+    control = LocalServiceControl(backend, Journal(backend.dir), state.client_endpoints or state.endpoints)
+    health = control.restart(service, wait=True)
+    if not health.healthy:
+        raise BackendError(f"restarted, but not healthy: {health.error}")
+    return "started again on its data (it was killed as a fault)"
+
+
+def undo_stale_journals(sandbox_dir: Path, state: Any) -> list[GcItem]:
+    """Undo the journal of every process that is gone (faults, and what its episodes made on the
+    services; a service it killed is started again); one item per entry."""
+    items: list[GcItem] = []
     for path, journal in read_journals(sandbox_dir):
         if journal is None:
             path.unlink(missing_ok=True)
             continue
         if supervisor.is_alive(journal.owner):
             continue
-        failed = 0
-        # Frozen services first: the other undos (a quota through MinIO's admin API, config variables on
-        # Prefect) need the services answering.
-        entries = sorted(journal.entries.values(), key=lambda e: not isinstance(e, UndoFrozen))
-        for entry in entries:
+        for entry in sorted(journal.entries.values(), key=_order):
+            kind, what = _describe(entry)
             try:
-                undo_entry(entry, state)
-            except Exception:  # best effort: the rest is still undone
-                failed += 1
+                if isinstance(entry, UndoKilled):
+                    detail = _restart_killed(entry.service, state)
+                else:
+                    detail = undo_entry(entry, state)
+                ok = True
+            except Exception as e:  # best effort: the rest is still undone
+                detail, ok = f"{type(e).__name__}: {e}", False
+            items.append(
+                GcItem(
+                    kind=kind,
+                    sandbox=state.name,
+                    what=what,
+                    detail=f"{detail}; left by gone process {journal.owner.pid}",
+                    ok=ok,
+                )
+            )
         path.unlink(missing_ok=True)
-        kinds = sorted({e.type for e in journal.entries.values()})
-        lines.append(
-            f"sandbox {state.name}: undid {len(journal.entries)} fault change(s) of gone process "
-            f"{journal.owner.pid} ({', '.join(kinds)}){f'; {failed} failed' if failed else ''}"
-        )
-    return lines
+    return items
 
 
 __all__ = [

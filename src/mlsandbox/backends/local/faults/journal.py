@@ -1,8 +1,10 @@
-"""The fault journal of a local sandbox: what a process changed that would outlive its crash.
+"""The undo journal of a local sandbox: what a process changed or made that would outlive its crash.
 
 Every fault mechanism writes an undo record here *before* it makes a change (a toxic, a disabled proxy,
 a quota, a SIGSTOP, a cut job limit, burner processes and pinned CPUs, an episode's config variables, a
-fault-hook control file) and removes it once the change is undone. The journal of a process is one file,
+fault-hook control file) and removes it once the change is undone. The runtime's clients do the same for
+what an episode makes on the shared services (its bucket, MLflow experiment and registered models, Prefect
+deployments and flow runs, API-source datasets, PostgreSQL database and role). The journal of a process is one file,
 ``<sandbox>/faults/<pid>-<ticks>.json``, rewritten atomically; :func:`read_journals` reads every one of a
 sandbox, so the garbage collector can undo the journal of a process that is gone
 (:func:`mlsandbox.backends.local.faults.control.undo_stale_journals`).
@@ -89,6 +91,58 @@ class UndoHookFile(_Model):
     path: str
 
 
+# ------------------------------------------------------------------ what an episode (or a session) made
+# Written by the local runtime's clients when the thing is made and removed when it is deleted, so the
+# garbage collector removes what a process that died made on a sandbox that lives on.
+
+
+class UndoBucket(_Model):
+    """A bucket made through the runtime's object store (deleted with everything in it)."""
+
+    type: Literal["bucket"] = "bucket"
+    bucket: str
+
+
+class UndoExperiment(_Model):
+    """An MLflow experiment made through the runtime's tracking client (deleted: it leaves the active
+    list; MLflow keeps deleted experiments until its garbage collection)."""
+
+    type: Literal["experiment"] = "experiment"
+    name: str
+
+
+class UndoRegisteredModel(_Model):
+    """A registered model (every version) made through the runtime's tracking client."""
+
+    type: Literal["registered_model"] = "registered_model"
+    name: str
+
+
+class UndoFlows(_Model):
+    """An episode's flows on the Prefect server: its deployments (tagged ``episode:<id>``) and their runs
+    (unfinished ones cancelled, then deleted)."""
+
+    type: Literal["flows"] = "flows"
+    episode_id: str
+
+
+class UndoApiDataset(_Model):
+    """A dataset an episode published on the API source, and its fault-hook registration."""
+
+    type: Literal["api_dataset"] = "api_dataset"
+    dataset_id: str
+    source: str
+    episode_id: str
+
+
+class UndoDatabase(_Model):
+    """An episode's PostgreSQL database and its login role."""
+
+    type: Literal["database"] = "database"
+    database: str
+    role: str
+
+
 Undo = Annotated[
     UndoToxic
     | UndoProxyDisabled
@@ -98,7 +152,13 @@ Undo = Annotated[
     | UndoJobLimits
     | UndoContention
     | UndoConfigScope
-    | UndoHookFile,
+    | UndoHookFile
+    | UndoBucket
+    | UndoExperiment
+    | UndoRegisteredModel
+    | UndoFlows
+    | UndoApiDataset
+    | UndoDatabase,
     Field(discriminator="type"),
 ]
 
@@ -111,17 +171,41 @@ class JournalFile(_Model):
 _JOURNAL_ADAPTER: TypeAdapter[JournalFile] = TypeAdapter(JournalFile)
 
 
+class _Shared:
+    """The one in-memory copy of a journal file in this process (every :class:`Journal` of it shares it,
+    so two writers in one process never overwrite each other's records)."""
+
+    def __init__(self, path: Path, owner: ProcessRecord) -> None:
+        self.lock = threading.Lock()
+        self.data = JournalFile(owner=owner)
+        if path.is_file():
+            with contextlib.suppress(ValueError, OSError):
+                self.data = JournalFile.model_validate_json(path.read_text())
+
+
+_SHARED: dict[tuple[int, Path], _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class Journal:
-    """The undo records of this process for one sandbox (one file, rewritten atomically)."""
+    """The undo records of this process for one sandbox (one file, rewritten atomically). Every Journal of
+    the same sandbox in one process shares its records."""
 
     def __init__(self, sandbox_dir: Path) -> None:
         self.owner = ProcessRecord.of(os.getpid())
         self.path = Path(sandbox_dir) / JOURNAL_DIR / f"{self.owner.pid}-{self.owner.start_ticks}.json"
-        self._lock = threading.Lock()
-        self._data = JournalFile(owner=self.owner)
-        if self.path.is_file():
-            with contextlib.suppress(ValueError, OSError):
-                self._data = JournalFile.model_validate_json(self.path.read_text())
+        key = (self.owner.pid, self.path.resolve())  # by pid too: a forked child has a journal of its own
+        with _SHARED_LOCK:
+            shared = _SHARED.get(key)
+            if shared is None or (shared.data.entries and not self.path.is_file()):
+                # (records whose file is gone belong to a sandbox of the same name that was removed)
+                shared = _SHARED[key] = _Shared(self.path, self.owner)
+        self._shared = shared
+        self._lock = shared.lock
+
+    @property
+    def _data(self) -> JournalFile:
+        return self._shared.data
 
     def add(self, key: str, undo: Undo) -> None:
         with self._lock:
