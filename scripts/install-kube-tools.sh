@@ -65,7 +65,7 @@ build_wrapped() {
     return 0
   fi
   command -v go >/dev/null 2>&1 || die "${names// /, } $version are built with Go: install Go >= 1.26"
-  say "building ${names// /, } $version from $module (first time: 20-30 minutes on 2 cores; cached after)"
+  say "building ${names// /, } $version from $module (first time: minutes, 20-30 for Kubernetes on 2 cores; cached after)"
   local tmp started=$SECONDS
   tmp="$(mktemp -d)"
   # shellcheck disable=SC2064
@@ -132,12 +132,17 @@ kube_version_ldflags() {
 
 # The six Kubernetes binaries of the control plane and the node, in one build (shared compilation).
 KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
+# The link flags and replacements are worked out once per version (they take the module proxy's
+# answers) and kept beside the binaries, so that a run with everything built only compares stamps.
 build_kubernetes() {
-  local pkgs="" name replaces
+  local pkgs="" name replaces args="$BIN/.kubernetes-$KUBE_APISERVER_VERSION-$KUBE_STAGING_VERSION.args"
   for name in $KUBE_BINARIES; do pkgs+=" $KUBE_APISERVER_GO_MODULE/cmd/$name"; done
-  mapfile -t replaces < <(kube_staging_replaces)
+  if [[ ! -s "$args" ]]; then
+    { kube_version_ldflags; kube_staging_replaces; } > "$args.part" && mv "$args.part" "$args"
+  fi
+  mapfile -t replaces < <(tail -n +2 "$args")
   build_wrapped "$KUBE_BINARIES" "${pkgs# }" "$KUBE_APISERVER_GO_MODULE" "$KUBE_APISERVER_VERSION" \
-    "$(kube_version_ldflags)" "${replaces[@]}"
+    "$(head -n 1 "$args")" "${replaces[@]}"
 }
 
 # Debian's container runtime and the kernel tools the node uses, installed with apt when a command is
@@ -187,4 +192,4 @@ for arg in "$@"; do
     *) die "unknown option $arg (known: --with-kind, --with-control-plane, --with-node)" ;;
   esac
 done
-say "ready: helm $("$BIN/helm" version --short 2>/dev/null), kubeconform $("$BIN/kubeconform" -v 2>/dev/null)"
+say "ready: helm $(cut -d' ' -f1 "$BIN/.helm-version"), kubeconform $(cut -d' ' -f1 "$BIN/.kubeconform-version")"
