@@ -17,10 +17,10 @@ The node is one per machine (kube-proxy and kube-router own machine-wide iptable
 serializes nodes, and :func:`start` waits for it. Everything a node creates is removed by :meth:`Node.stop`
 and, when its owner died, by :func:`collect_garbage` (``mlsandbox gc``): its processes and the
 containers' (its cgroup subtree ``/mlsandbox-node`` in every hierarchy), the pod sandboxes in containerd
-(with their network namespaces, veths and addresses), the bridge, the iptables chains and rules and the
-ipsets that appeared while it ran (by name against a snapshot taken at start), the mounts under its
-directories, and the kernel settings the kubelet and kube-proxy changed (restored to their values at
-start). Every process carries ``MLSANDBOX_NODE=<its directory>`` in its environment, and the directory
+(with their network namespaces, veths and addresses), the bridge, its routing rule, the iptables chains
+and rules and the ipsets that appeared while it ran (by name against a snapshot taken at start), the
+mounts under its directories, and the kernel settings the kubelet and kube-proxy changed (restored to
+their values at start). Every process carries ``MLSANDBOX_NODE=<its directory>`` in its environment, and the directory
 holds the owner's pid.
 
 Needs root. Missing binaries are named with the command that provides them.
