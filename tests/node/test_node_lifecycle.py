@@ -78,9 +78,12 @@ def test_down_leaves_nothing_behind(node_session: Session) -> None:
     # The node made real things: its bridge, its pods' veths and mounts, kube-proxy's and kube-router's chains.
     during = _leftovers(node_session.baseline)
     assert node.BRIDGE in during["links"] and during["chains"] and during["mounts"], during
-    cluster.node.stop()
-    left = _leftovers(node_session.baseline)
-    node_session.stop()  # the control plane goes too
+    cluster.node.stop(release_lock=False)  # no other node may start while the machine is looked at
+    try:
+        left = _leftovers(node_session.baseline)
+    finally:
+        cluster.node.release()
+        node_session.stop()  # the control plane goes too
     assert _nothing(left), left
 
 
@@ -135,7 +138,12 @@ def test_gc_removes_a_node_whose_owner_was_killed(node_session: Session) -> None
         )
         assert gc.returncode == 0, gc.stderr
         assert f"node {root.name}: owner gone" in gc.stdout, gc.stdout
-        left = _leftovers(baseline)
+        lock = node._Lock()  # no other node may start while the machine is looked at
+        lock.acquire(900, print)
+        try:
+            left = _leftovers(baseline)
+        finally:
+            lock.close()
         assert _nothing(left), left
     finally:
         if child.poll() is None:

@@ -344,9 +344,15 @@ class Node:
             usage["pods"] = int(values["total_rss"]) + int(values.get("total_mapped_file", 0))
         return usage
 
-    def stop(self) -> list[str]:
+    def stop(self, *, release_lock: bool = True) -> list[str]:
         """Remove everything the node created (see the module's docstring); one line per kind of thing
-        removed. The images stay in containerd's root."""
+        removed. The images stay in containerd's root. A second call does nothing. With
+        ``release_lock=False`` the machine's node lock stays held (until :meth:`release`), so that no
+        other node starts meanwhile (to look at the machine once this node is gone)."""
+        if not self.root.exists():
+            if release_lock:
+                self.release()
+            return []
         with contextlib.suppress(Exception):
             from kubernetes import client
 
@@ -354,9 +360,14 @@ class Node:
         try:
             return _teardown(self.root, self.procs)
         finally:
-            if self.lock is not None:
-                self.lock.close()
-                self.lock = None
+            if release_lock:
+                self.release()
+
+    def release(self) -> None:
+        """Release the machine's node lock (:meth:`stop` does, unless told not to)."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -1159,7 +1170,9 @@ def _teardown(root: Path, procs: dict[str, subprocess.Popen[bytes]] | None = Non
     try:
         baseline = json.loads((root / "baseline.json").read_text())
     except (OSError, ValueError):
-        baseline = {}
+        # Written before anything else is made: without it, nothing of the machine's was touched yet,
+        # and there is nothing to tell the node's chains and sets from anybody else's.
+        baseline = None
     # 1. Nothing may recreate pods or rules while they go.
     for name in ("kubelet", "kube-router", "kube-proxy"):
         if name in procs:
@@ -1207,12 +1220,12 @@ def _teardown(root: Path, procs: dict[str, subprocess.Popen[bytes]] | None = Non
     # 4. Rules, sets, links, mounts, kernel settings, files.
     # Not `kube-proxy --cleanup` nor `kube-router --cleanup-config`: both flush every IPVS table of the
     # machine, whoever made it. The chains and sets that appeared while the node ran go by name instead.
-    chains = _remove_chains(baseline.get("chains", {}))
-    sets = _remove_ipsets(baseline.get("ipsets", []))
+    chains = _remove_chains(baseline["chains"]) if baseline else 0
+    sets = _remove_ipsets(baseline["ipsets"]) if baseline else 0
     links = _remove_links()
     mounts = _unmount_under(root, containerd_root())
-    restored = _restore_sysctls(baseline.get("sysctls", {}))
-    files = _remove_files(root, baseline.get("dirs", list(HOST_DIRS)))
+    restored = _restore_sysctls(baseline["sysctls"]) if baseline else []
+    files = _remove_files(root, baseline["dirs"] if baseline else list(HOST_DIRS))
     if chains or sets:
         lines.append(f"{chains} iptables chain(s), {sets} ipset(s)")
     if links or mounts:
@@ -1255,7 +1268,7 @@ def collect_garbage() -> list[str]:
     if not _runs().is_dir() or not any(_runs().iterdir()):
         return []
     if os.geteuid() != 0:
-        return []
+        return []  # only root made a node, and only root can take one down
     lock = _Lock()
     try:
         if not lock.try_acquire():
