@@ -138,7 +138,7 @@ def test_gc_removes_a_node_whose_owner_was_killed(node_session: Session) -> None
         )
         assert gc.returncode == 0, gc.stderr
         assert f"node {root.name}: owner gone" in gc.stdout, gc.stdout
-        lock = node._Lock()  # no other node may start while the machine is looked at
+        lock = node.NodeLock()  # no other node may start while the machine is looked at
         lock.acquire(900, print)
         try:
             left = _leftovers(baseline)

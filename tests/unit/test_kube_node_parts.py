@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlsandbox.backends.kube import controlplane, node, node_images, schemas
+from mlsandbox.backends.kube import controlplane, node, node_images, node_manifests, schemas
 from mlsandbox.errors import BackendError, MissingToolError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -69,7 +69,7 @@ def test_the_chart_renders_with_the_node_images_and_never_pulls() -> None:
 
 
 def test_the_manifests_the_node_applies_are_valid() -> None:
-    docs = [*node.dns_manifests("mlsandbox/coredns:v1.15.0"), *node._kube_router_rbac()]
+    docs = [*node.dns_manifests("mlsandbox/coredns:v1.15.0"), *node_manifests.kube_router_rbac()]
     report = schemas.kubeconform(docs)
     assert not report.failures, report.describe()
     service = next(d for d in docs if d["kind"] == "Service")
