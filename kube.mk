@@ -6,6 +6,9 @@
 #   make sandbox-images the workload images (trainer, model server, gateway/operator) from BASE_IMAGE
 #   make images-test    build each image against a local debootstrap base and run its smoke check
 #                       (no registry needed; as root it installs and starts Debian's docker engine)
+#   make node-images    the real-node tier's images (base, pause, CoreDNS, MinIO, MLflow, Prefect and the
+#                       workload images), built only when their inputs changed (as root: docker engine)
+#   make node-test      the real-node tier (tests/node): a kubelet on this machine, the chart on it (root)
 #
 # Needs docker, kind, kubectl and helm (kind and helm: `scripts/install-kube-tools.sh --with-kind` builds
 # them into $MLSANDBOX_HOME/bin). Versions are pinned in versions.env.
@@ -33,7 +36,8 @@ K := $(KUBECTL) --context $(KUBE_CONTEXT)
 
 step = @printf '\033[1m[sandbox-up %s]\033[0m %s\n' "$$(date +%H:%M:%S)" "$(1)"
 
-.PHONY: kube-check kube-tools kube-validate sandbox-up sandbox-down sandbox-images sandbox-base-image images-test
+.PHONY: kube-check kube-tools kube-validate sandbox-up sandbox-down sandbox-images sandbox-base-image images-test \
+  node-images node-test
 
 kube-check:
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "docker is needed: install Docker (https://docs.docker.com/engine/install/)"; exit 1; }
@@ -62,6 +66,13 @@ sandbox-base-image:
 images-test: setup
 	@scripts/docker-engine.sh
 	@scripts/run-tests.sh tests/images -m images
+
+node-images: setup
+	@scripts/docker-engine.sh
+	$(VENV)/bin/python -m mlsandbox.backends.kube.node_images
+
+node-test: setup
+	@scripts/run-tests.sh tests/node -m node
 
 sandbox-up: kube-check sandbox-images
 	$(call step,kind cluster $(KIND_CLUSTER) ($(KIND_NODE_IMAGE)))

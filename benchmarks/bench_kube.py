@@ -8,6 +8,12 @@ proxy (how the gateway reaches replicas on a cluster) against the same request s
 directly (a real model server on this machine behind a kwok pod, a small scikit-learn model). Prints a
 table and saves .bench/kube.json.
 
+Then the same on a real node of this machine (root only; ``BENCH_KUBE_NODE=0`` skips it): the control plane
+and the node from nothing to Ready (binaries and images cached), the chart's ``helm install --wait``, a
+Sandbox -> Ready and a warm reset with the operator running in-cluster from its image and real pods, and
+the memory of the node (its processes and its pods' cgroup) and of the control plane with the chart and
+one sandbox running (goal: <= 4 GB).
+
 What this does not measure: `make sandbox-up` on a real kind cluster (images, Chaos Mesh, pulling), which
 needs Docker with a registry; see the README's kube section.
 """
@@ -22,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from kubernetes import client
 from machine import describe as describe_machine
 from rich.console import Console
@@ -32,6 +39,7 @@ from mlsandbox.k8s_operator.testbed import OPERATOR_USER, testbed
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "kube.json"
 N = int(os.environ.get("BENCH_KUBE_SANDBOXES", "5"))
 RESETS = int(os.environ.get("BENCH_KUBE_RESETS", "3"))
+NODE_SANDBOXES = int(os.environ.get("BENCH_KUBE_NODE_SANDBOXES", "3"))
 SPEC = {
     "scenario": "tabular-quality-basic",
     "seed": 1,
@@ -153,6 +161,147 @@ def serving_proxy(bed: Any, tmp: Path, n: int = 200) -> tuple[list[float], list[
         server.wait(10)
 
 
+def rss(procs: dict[str, Any]) -> int:
+    total = 0
+    for proc in procs.values():
+        try:
+            total += psutil.Process(proc.pid).memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def real_node() -> dict[str, Any]:
+    """Figures of the real-node tier; ``{"unavailable": reason}`` when it cannot run here."""
+    from mlsandbox.backends.kube import controlplane, node
+    from mlsandbox.errors import MLSandboxError
+    from mlsandbox.k8s_operator.node_testbed import NodeCluster
+
+    if os.environ.get("BENCH_KUBE_NODE", "1") == "0":
+        return {"unavailable": "BENCH_KUBE_NODE=0"}
+    try:
+        node.check_prerequisites()
+    except MLSandboxError as exc:
+        return {"unavailable": str(exc)}
+    out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    cp = controlplane.start(kwok=False)
+    out["control plane start (s)"] = time.perf_counter() - t0
+    try:
+        t = time.perf_counter()
+        real = node.start(cp, say=lambda line: console.print(f"[dim]{line}[/]"))
+        out["node start -> Ready with CoreDNS (s)"] = time.perf_counter() - t
+        out["control plane + node from nothing (s)"] = time.perf_counter() - t0
+        out["images built or imported at start (s)"] = dict(real.image_seconds)
+        cluster = NodeCluster(cp, real)
+        try:
+            out["chart images built or imported (s)"] = cluster.node.import_images(
+                ("minio", "mlflow", "prefect", "gateway", "trainer")
+            )
+            out["helm install --wait (s)"] = cluster.install_chart()
+            ready, resets = [], []
+            batch = client.BatchV1Api(cluster.api_client)
+            for i in range(NODE_SANDBOXES):
+                name = f"bench-{i}"
+                cluster.create_sandbox("team-a", name, SPEC)
+                ready.append(cluster.wait_phase("team-a", name, "Ready", timeout=180))
+            ns = "sbx-team-a-bench-0"
+            for episode in range(1, RESETS + 1):
+                labels = {"mlsandbox.episode": f"ep-{episode}"}
+                batch.create_namespaced_job(ns, node_job(f"train-{episode}", labels))
+                cluster.wait(
+                    "the episode's pod running", lambda ns=ns: pods_running(cluster, ns), timeout=180
+                )
+                t = time.perf_counter()
+                cluster.patch_spec("team-a", "bench-0", {"episode": episode})
+                cluster.wait_phase("team-a", "bench-0", "Ready", episode=episode, timeout=180)
+                cluster.wait(
+                    "episode pods gone",
+                    lambda ns=ns: not client.CoreV1Api(cluster.api_client).list_namespaced_pod(ns).items,
+                    timeout=180,
+                )
+                resets.append(time.perf_counter() - t)
+            for i in range(1, NODE_SANDBOXES):
+                cluster.delete_sandbox("team-a", f"bench-{i}")
+            # One sandbox left, with one episode pod running: the memory figure.
+            batch.create_namespaced_job(ns, node_job("train-last", {"mlsandbox.episode": "ep-last"}))
+            cluster.wait("the last episode's pod", lambda: pods_running(cluster, ns), timeout=180)
+            for i in range(1, NODE_SANDBOXES):
+                cluster.wait(
+                    "sandbox gone", lambda i=i: cluster.sandbox("team-a", f"bench-{i}") is None, timeout=180
+                )
+            time.sleep(10)  # let the services settle after their start
+            memory = real.memory()
+            node_bytes = sum(memory.values())
+            cp_bytes = rss(cp.procs)
+            out["sandbox create -> Ready on real pods (s)"] = ready
+            out["warm reset with a running Job -> Ready, pods gone (s)"] = resets
+            out["memory (MiB)"] = {
+                **{k: round(v / 2**20) for k, v in sorted(memory.items())},
+                "node total (processes + pods)": round(node_bytes / 2**20),
+                "control plane (etcd, apiserver, controllers, scheduler)": round(cp_bytes / 2**20),
+                "all": round((node_bytes + cp_bytes) / 2**20),
+            }
+        finally:
+            real.stop()
+    finally:
+        cp.stop()
+    return out
+
+
+def node_job(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "mlsandbox/trainer:0.1.0",
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "3600"],
+        "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+    }
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+def pods_running(cluster: Any, ns: str) -> bool:
+    pods = client.CoreV1Api(cluster.api_client).list_namespaced_pod(ns).items
+    return bool(pods) and all(p.status.phase == "Running" for p in pods)
+
+
+def print_node(figures: dict[str, Any]) -> None:
+    if "unavailable" in figures:
+        console.print(f"real node: not measured ({figures['unavailable']})")
+        return
+    table = Table(title="kube on a real node of this machine (binaries and images cached)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for label, value in figures.items():
+        if isinstance(value, list) and value:
+            shown = f"p50 {statistics.median(value):.2f}, max {max(value):.2f} (n={len(value)})"
+        elif isinstance(value, dict):
+            shown = (
+                ", ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items())
+                or "cached"
+            )
+        elif isinstance(value, float):
+            shown = f"{value:.1f}"
+        else:
+            shown = str(value)
+        table.add_row(label, shown)
+    console.print(table)
+    console.print("target: the node's memory with the chart and one sandbox running <= 4096 MiB")
+
+
 def main() -> None:
     t0 = time.perf_counter()
     with testbed() as bed:
@@ -213,6 +362,8 @@ def main() -> None:
     console.print(
         "targets: warm reset <= 10 s (issue 8); sandbox-up on kind is not measurable on this machine"
     )
+    result["real node"] = real_node()
+    print_node(result["real node"])
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2))
     console.print(f"saved {OUT}")

@@ -4,9 +4,14 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 VENV="${MLSANDBOX_VENV:-$ROOT/.venv}"
-# The kube tier (tests/kube) runs against a real API server built from source: build it first (cached).
+# The kube tier (tests/kube) runs against a real API server built from source, the real-node tier
+# (tests/node, root only) also on a kubelet, kube-proxy, kube-router and Debian's containerd: build and
+# install them first (cached; a second run takes milliseconds). The node's images are built by the tier
+# itself when their inputs changed (mlsandbox.backends.kube.node_images).
 if command -v go >/dev/null 2>&1; then
-  "$ROOT/scripts/install-kube-tools.sh" --with-control-plane || { echo "run-tests: building the control plane failed" >&2; exit 1; }
+  tools=(--with-control-plane)
+  [[ "$(id -u)" != "0" ]] || tools+=(--with-node)
+  "$ROOT/scripts/install-kube-tools.sh" "${tools[@]}" || { echo "run-tests: building the Kubernetes binaries failed" >&2; exit 1; }
 fi
 # The static checks: the import contracts and the type checker (a failure fails the run once the tests
 # have run, so one run reports everything).

@@ -217,6 +217,8 @@ def test_mlflow_runs_lean_as_on_the_local_backend(default_docs: list[dict[str, A
     assert "--serve-artifacts" in command
     allowed = command[command.index("--allowed-hosts") + 1].split(",")
     assert "mls-mlsandbox-mlflow:*" in allowed and "mls-mlsandbox-mlflow.mlsandbox*" in allowed
+    # Inside a sandbox the server is called by the operator's alias (found on the real-node tier: 403).
+    assert {"mlflow", "mlflow:*", "mlflow.sbx-*"} <= set(allowed)
     variables = env(server)
     assert variables["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
     assert variables["MLFLOW_DISABLE_TELEMETRY"] == "true"

@@ -16,7 +16,15 @@ listens on this machine at the pod's port. A test stands a real server behind a 
 
 Every process carries ``MLSANDBOX_CONTROL_PLANE=<dir>`` in its environment and the directory holds the
 owner's pid: :func:`collect_garbage` (called by ``mlsandbox gc``) stops the control planes whose owner
-died without stopping them.
+died without stopping them (and, first, the real nodes of :mod:`.node` whose owner died).
+
+``start(kwok=False)`` prepares the control plane for a real kubelet instead (:mod:`.node` starts it):
+no kwok and no simulated node; the API server listens on every address and advertises this machine's,
+so pods reach it through the ``kubernetes`` Service; it accepts client certificates signed by the
+control plane's CA (the node's components authenticate so), authorizes kubelets with the Node
+authorizer, reaches kubelets by their InternalIP and verifies their serving certificates; the
+controller manager allocates node pod CIDRs from :data:`CLUSTER_CIDR` and runs the node lifecycle
+controller.
 """
 
 from __future__ import annotations
@@ -51,6 +59,11 @@ OUTCOME_ANNOTATION = "mlsandbox.dev/kwok-outcome"
 NODE_NAME = "kwok-node-0"
 ADMIN_USER = "mlsandbox-admin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+"""The ``kubernetes`` Service's ClusterIP (the first of :data:`SERVICE_CIDR`)."""
+CLUSTER_CIDR = "10.244.0.0/16"
+"""Pod addresses (with ``kwok=False``, each node gets a /24 of it)."""
 _HINT = "run scripts/install-kube-tools.sh --with-control-plane (builds them with Go; cached after)"
 
 # kwok's script for nodes and pods (its Stage API). Written for this project: a node is Ready as soon as
@@ -253,31 +266,33 @@ def _write_service_account_keys(pki: Path) -> None:
     )
 
 
-def _write_serving_certificate(pki: Path) -> None:
-    """A CA of this control plane's own and the API server's serving certificate it signs, for
-    127.0.0.1 and localhost: every client verifies the server against ``ca.crt``."""
+def _pem_key(key: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+
+
+def _write_ca(pki: Path) -> None:
+    """A CA of this control plane's own (``ca.crt``, and ``ca.key`` readable by its owner only)."""
     import datetime as dt
-    import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+    from cryptography.x509.oid import NameOID
 
     now = dt.datetime.now(dt.UTC)
-    not_before, not_after = now - dt.timedelta(minutes=5), now + dt.timedelta(days=30)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mlsandbox-control-plane-ca")])
     ca = (
         x509.CertificateBuilder(subject_name=ca_name, issuer_name=ca_name, public_key=ca_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -295,29 +310,79 @@ def _write_serving_certificate(pki: Path) -> None:
         )
         .sign(ca_key, hashes.SHA256())
     )
+    (pki / CA_FILE).write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    key_file = pki / "ca.key"
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(_pem_key(ca_key))
+
+
+def issue_certificate(
+    pki: Path,
+    name: str,
+    common_name: str,
+    *,
+    organizations: tuple[str, ...] = (),
+    ips: tuple[str, ...] = (),
+    dns_names: tuple[str, ...] = (),
+    server: bool = False,
+    client: bool = False,
+) -> tuple[Path, Path]:
+    """A certificate signed by the control plane's CA (in ``pki``): ``<name>.crt`` and ``<name>.key``.
+
+    ``common_name`` and ``organizations`` are the user and groups the API server sees for a client
+    certificate; ``ips`` and ``dns_names`` the names a serving certificate is valid for.
+    """
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca = x509.load_pem_x509_certificate((pki / CA_FILE).read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    now = dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
-    serving = (
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    builder = (
         x509.CertificateBuilder(
-            subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
-            issuer_name=ca_name,
-            public_key=key.public_key(),
+            subject_name=x509.Name(subject), issuer_name=ca.subject, public_key=key.public_key()
         )
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(ca.not_valid_after_utc)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
     )
-    (pki / CA_FILE).write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (pki / "apiserver.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
-    (pki / "apiserver.key").write_bytes(pem_key(key))
+    if ips or dns_names:
+        sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        sans += [x509.DNSName(d) for d in dns_names]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    crt, key_file = pki / f"{name}.crt", pki / f"{name}.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(_pem_key(key))
+    return crt, key_file
+
+
+def _write_serving_certificate(pki: Path, ips: tuple[str, ...] = (), dns_names: tuple[str, ...] = ()) -> None:
+    """A CA of this control plane's own and the API server's serving certificate it signs, for
+    127.0.0.1 and localhost (and ``ips``/``dns_names``): every client verifies the server against
+    ``ca.crt``."""
+    _write_ca(pki)
+    issue_certificate(
+        pki,
+        "apiserver",
+        "kube-apiserver",
+        ips=("127.0.0.1", *ips),
+        dns_names=("localhost", *dns_names),
+        server=True,
+    )
 
 
 @dataclass
@@ -330,7 +395,10 @@ class ControlPlane:
     kubeconfig: Path
     audit_log: Path
     node_ip: str = "10.0.0.1"
-    """The node's address, which every pod has too."""
+    """The node's address (under kwok every pod has it too; with a real node, the API server
+    advertises it)."""
+    kwok: bool = True
+    """Whether kwok plays the node (else a real kubelet is expected: :mod:`.node`)."""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -444,17 +512,20 @@ def start(
     *,
     extra_tokens: dict[str, tuple[str, tuple[str, ...]]] | None = None,
     node_ip: str | None = None,
+    kwok: bool = True,
     timeout: float = 120.0,
 ) -> ControlPlane:
     """Start etcd, the API server, the controllers, the scheduler and kwok with one Ready node.
 
     ``extra_tokens`` maps bearer tokens to (user, groups) besides the admin's (``system:masters``).
     ``node_ip`` is the node's (and so every pod's) address, by default :func:`host_address`.
+    ``kwok=False``: no kwok and no node; ready for a real kubelet (:func:`mlsandbox.backends.kube.node.start`).
     Raises :class:`MissingToolError` when a binary is missing, :class:`BackendError` with the component's
     log tail when one does not come up (everything started is stopped again).
     """
     for name in BINARIES:
-        binary(name)
+        if kwok or name != "kwok":
+            binary(name)
     base = paths.home() / "controlplanes"
     base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="cp-", dir=base))
@@ -463,8 +534,29 @@ def start(
     )
     pki = root / "pki"
     pki.mkdir()
+    node_ip = node_ip or host_address()
     _write_service_account_keys(pki)
-    _write_serving_certificate(pki)
+    if kwok:
+        _write_serving_certificate(pki)
+    else:
+        # In-cluster clients reach the API server at the `kubernetes` Service's address and names.
+        _write_serving_certificate(
+            pki,
+            ips=(node_ip, SERVICE_IP),
+            dns_names=(
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+        )
+        issue_certificate(
+            pki,
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            organizations=("system:masters",),
+            client=True,
+        )
     token = secrets.token_hex(16)
     tokens = {token: (ADMIN_USER, ("system:masters",)), **(extra_tokens or {})}
     (root / "tokens.csv").write_text(
@@ -479,7 +571,8 @@ def start(
         token=token,
         kubeconfig=root / "kubeconfig",
         audit_log=root / "audit.log",
-        node_ip=node_ip or host_address(),
+        node_ip=node_ip,
+        kwok=kwok,
     )
     cp.kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, token, cp.ca_cert)))
     try:
@@ -511,19 +604,38 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
     _wait(
         cp, "etcd", lambda: httpx.get(f"{etcd_url}/health", timeout=2).json().get("health") == "true", timeout
     )
+    if cp.kwok:
+        network = [
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--authorization-mode=RBAC",
+            # The loopback address cannot back the `kubernetes` Service: nothing in-cluster needs it here.
+            "--endpoint-reconciler-type=none",
+        ]
+    else:
+        network = [
+            # Pods reach the API server through the `kubernetes` Service, which points at this address.
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={cp.node_ip}",
+            "--authorization-mode=Node,RBAC",
+            f"--client-ca-file={pki / CA_FILE}",
+            # The node's hostname may resolve to 127.0.0.1: reach kubelets at their InternalIP.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / CA_FILE}",
+        ]
     _spawn(
         cp,
         "kube-apiserver",
         [
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *network,
             f"--secure-port={ports['apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--token-auth-file={root / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
-            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -531,8 +643,6 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
             f"--audit-log-path={cp.audit_log}",
             "--audit-log-format=json",
             "--profiling=false",
-            # The loopback address cannot back the `kubernetes` Service: nothing in-cluster needs it here.
-            "--endpoint-reconciler-type=none",
         ],
     )
     headers = {"Authorization": f"Bearer {cp.token}"}
@@ -544,20 +654,36 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
         timeout,
     )
     common = [f"--kubeconfig={cp.kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
+    if cp.kwok:
+        # No kubelet reports node health here: the node lifecycle controller would evict everything.
+        controllers = ["--controllers=*,-nodelifecycle,-nodeipam"]
+    else:
+        controllers = [
+            "--allocate-node-cidrs",
+            f"--cluster-cidr={CLUSTER_CIDR}",
+            "--node-cidr-mask-size=24",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+        ]
     _spawn(
         cp,
         "kube-controller-manager",
         [
             *common,
             f"--secure-port={ports['kcm']}",
-            # No kubelet reports node health here: the node lifecycle controller would evict everything.
-            "--controllers=*,-nodelifecycle,-nodeipam",
+            *controllers,
             f"--service-account-private-key-file={pki / 'sa.key'}",
+            # What pods' service account volumes carry as ca.crt (the kube-root-ca.crt ConfigMaps).
+            f"--root-ca-file={pki / CA_FILE}",
             "--use-service-account-credentials=false",
             "--concurrent-job-syncs=5",
         ],
     )
     _spawn(cp, "kube-scheduler", [*common, f"--secure-port={ports['scheduler']}"])
+    if not cp.kwok:
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            _wait(cp, name, lambda: True, 5)
+        _wait(cp, "kube-controller-manager", _default_service_account(cp), timeout)
+        return
     (root / "kwok.yaml").write_text(yaml.safe_dump_all(STAGES))
     _spawn(
         cp,
@@ -589,11 +715,20 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
     # heartbeats here) would lift it once Ready. Lift it as that controller would.
     core.patch_node(NODE_NAME, {"spec": {"taints": None}})
 
-    def default_service_account() -> bool:
+    _wait(cp, "kube-controller-manager", _default_service_account(cp), timeout)
+
+
+def _default_service_account(cp: ControlPlane) -> Any:
+    """A check that the service account controller made the ``default`` namespace's account."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cp.api_client())
+
+    def made() -> bool:
         core.read_namespaced_service_account("default", "default")
         return True
 
-    _wait(cp, "kube-controller-manager", default_service_account, timeout)
+    return made
 
 
 def _create_node(core: Any) -> None:
@@ -701,11 +836,15 @@ def wait_established(api_client: Any, names: list[str], timeout: float = 30.0) -
 
 
 def collect_garbage() -> list[str]:
-    """Stop control planes whose owner process is gone (a crashed test run); one line per removal."""
+    """Stop control planes whose owner process is gone (a crashed test run); one line per removal.
+
+    The real nodes of dead owners go first (:func:`mlsandbox.backends.kube.node.collect_garbage`)."""
+    from . import node
+
+    lines = node.collect_garbage()
     base = paths.home() / "controlplanes"
     if not base.is_dir():
-        return []
-    lines = []
+        return lines
     for root in sorted(base.iterdir()):
         if not root.is_dir() or _owner_alive(root):
             continue

@@ -1,0 +1,156 @@
+"""The chart on a real node of this machine: for the real-node test tier and ``bench_kube``.
+
+:class:`NodeCluster` is a control plane (``controlplane.start(kwok=False)``), a node
+(:mod:`mlsandbox.backends.kube.node`: containerd, kubelet, kube-proxy, kube-router, CoreDNS) and, once
+:meth:`NodeCluster.install_chart` ran, the ``charts/mlsandbox`` release installed by ``helm`` with the
+images of :mod:`mlsandbox.backends.kube.node_images`: MinIO, MLflow, the Prefect server and its
+Kubernetes worker, and the operator running in-cluster from its image under the chart's ClusterRole.
+The Sandbox helpers are :class:`~.testbed.Testbed`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from mlsandbox.backends.kube import controlplane, node, node_images
+from mlsandbox.backends.kube.schemas import CHART_DIR, tool
+from mlsandbox.errors import BackendError
+
+from .testbed import CONTROL_NAMESPACE, RELEASE, Testbed
+
+CHART_IMAGES = ("minio", "mlflow", "prefect", "gateway", "trainer")
+"""The images the chart runs (the trainer's is passed to the operator for training Jobs)."""
+
+
+class NodeCluster(Testbed):
+    """A control plane, a real node and (after :meth:`install_chart`) the chart. Use :func:`node_cluster`."""
+
+    def __init__(self, cp: controlplane.ControlPlane, real_node: node.Node) -> None:
+        super().__init__(cp, operator_token="")
+        self.node = real_node
+        self.chart_installed = False
+
+    def install_chart(self, *extra: str, timeout: float = 900.0, say: Callable[[str], None] = print) -> float:
+        """``helm upgrade --install`` of the chart (release ``mlsandbox`` in ``mlsandbox``), waiting for
+        every Deployment to be available; the chart's images are built and imported first when their
+        inputs changed. Seconds the install took (images excluded)."""
+        self.node.import_images(CHART_IMAGES, say)
+        started = time.monotonic()
+        done = subprocess.run(
+            [
+                str(tool("helm")),
+                "upgrade",
+                "--install",
+                RELEASE,
+                str(CHART_DIR),
+                "--kubeconfig",
+                str(self.cp.kubeconfig),
+                "--namespace",
+                CONTROL_NAMESPACE,
+                "--create-namespace",
+                "-f",
+                str(CHART_DIR / "ci" / "node-values.yaml"),
+                *node_images.chart_values(CHART_IMAGES),
+                *extra,
+                "--wait",
+                "--timeout",
+                f"{int(timeout)}s",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 60,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise BackendError(
+                f"helm install failed:\n{done.stdout}\n{done.stderr}\n{self.describe_pods(CONTROL_NAMESPACE)}"
+            )
+        self.chart_installed = True
+        for ns in ("team-a", "team-b"):
+            self.namespace(ns)
+        return time.monotonic() - started
+
+    def describe_pods(self, namespace: str) -> str:
+        """One line per pod of ``namespace`` (phase, container states) and the last lines of each of its
+        containers' logs."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client)
+        lines = []
+        with contextlib.suppress(Exception):
+            pods: list[Any] = core.list_namespaced_pod(namespace).items
+            for pod in pods:
+                status, name = pod.status, pod.metadata.name
+                states = []
+                for container in [
+                    *(status.init_container_statuses or []),
+                    *(status.container_statuses or []),
+                ]:
+                    state = container.state
+                    detail = (
+                        f"waiting {state.waiting.reason}" if state.waiting
+                        else f"terminated {state.terminated.reason} {state.terminated.exit_code}" if state.terminated
+                        else "running"
+                    )  # fmt: skip
+                    states.append(
+                        f"{container.name}: {detail}, ready={container.ready}, restarts={container.restart_count}"
+                    )
+                lines.append(f"{name} {status.phase}: {'; '.join(states)}")
+                for container in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+                    with contextlib.suppress(Exception):
+                        log = core.read_namespaced_pod_log(
+                            name, namespace, container=container.name, tail_lines=15
+                        )
+                        lines += [f"    [{container.name}] {line}" for line in log.splitlines()]
+        return "\n".join(lines)
+
+    def start_operator(self) -> None:
+        """The operator runs in-cluster (the chart's Deployment): nothing to start here."""
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The operator pod's log."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client)
+        with contextlib.suppress(Exception):
+            pods: list[Any] = core.list_namespaced_pod(
+                CONTROL_NAMESPACE, label_selector="app.kubernetes.io/component=operator"
+            ).items
+            if pods:
+                return str(
+                    core.read_namespaced_pod_log(pods[0].metadata.name, CONTROL_NAMESPACE, tail_lines=lines)
+                )
+        return ""
+
+    def stop(self) -> list[str]:  # type: ignore[override]
+        """Stop the node, then the control plane; what the node's teardown removed."""
+        try:
+            return self.node.stop()
+        finally:
+            self.cp.stop()
+
+
+@contextlib.contextmanager
+def node_cluster(
+    *, images: Iterable[str] = node.DEFAULT_IMAGES, say: Callable[[str], None] = print
+) -> Iterator[NodeCluster]:
+    """A control plane and a Ready node with CoreDNS (the chart is installed on demand)."""
+    cp = controlplane.start(kwok=False)
+    try:
+        real = node.start(cp, images=images, say=say)
+    except BaseException:
+        cp.stop()
+        raise
+    cluster = NodeCluster(cp, real)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def pod_ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))

@@ -1,0 +1,189 @@
+"""The real-node tier: one control plane and one real node on this machine, shared by every test.
+
+``node_cluster`` (session) is a :class:`~mlsandbox.k8s_operator.node_testbed.NodeCluster`: the control
+plane, the node (containerd, kubelet, kube-proxy, kube-router, CoreDNS) and helpers; ``kube_node_cluster``
+is the same cluster with the chart installed (MinIO, MLflow, Prefect server and worker, the operator) —
+what a test of the kube backend on real pods asks for. Images come from
+:mod:`mlsandbox.backends.kube.node_images` (built when their inputs change, cached after).
+
+Needs root, ``scripts/install-kube-tools.sh --with-node`` and a docker engine the first time the images are
+built (``scripts/docker-engine.sh``); without them the fixture fails with that instruction.
+
+Every test here is marked ``node`` (and ``services``: ``make test-fast`` leaves them out). The lifecycle tests (``test_node_lifecycle.py``) run last: the first
+of them stops the shared node and checks that nothing is left; ``baseline`` is the machine's state
+(iptables chains, ipsets, links, mounts) taken before the node started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlsandbox.backends.kube import node
+from mlsandbox.k8s_operator.node_testbed import NodeCluster, pod_ready
+from mlsandbox.k8s_operator.node_testbed import node_cluster as start_node_cluster
+
+HERE = Path(__file__).resolve().parent
+LAST = "test_node_lifecycle.py"
+TEST_IMAGE = "mlsandbox/base:bookworm"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).parent == HERE:
+            item.add_marker(pytest.mark.node)
+            item.add_marker(pytest.mark.services)
+    # The pods' tests first (cheapest), then the chart's, then the lifecycle tests, which stop the shared
+    # node: after every other test of the session.
+    rank = {"test_node_chart.py": 1, LAST: 2}
+    items.sort(
+        key=lambda item: (
+            rank.get(Path(str(item.fspath)).name, 0) if Path(str(item.fspath)).parent == HERE else 0
+        )
+    )
+
+
+class Session:
+    """What the session's node left to check: the baseline and the cluster (None once stopped)."""
+
+    def __init__(self) -> None:
+        self.baseline: dict[str, Any] = {}
+        self.cluster: NodeCluster | None = None
+        self.context: contextlib.ExitStack = contextlib.ExitStack()
+
+    def stop(self) -> None:
+        self.cluster = None
+        self.context.close()
+
+
+_session = Session()
+
+
+@pytest.fixture(scope="session")
+def node_session() -> Iterator[Session]:
+    yield _session
+    _session.stop()
+
+
+@pytest.fixture(scope="session")
+def node_cluster(node_session: Session) -> NodeCluster:
+    if node_session.cluster is None:
+        if not node_session.baseline:
+            node_session.baseline = node.snapshot()
+        node_session.cluster = node_session.context.enter_context(start_node_cluster())
+    return node_session.cluster
+
+
+@pytest.fixture(scope="session")
+def kube_node_cluster(node_cluster: NodeCluster) -> NodeCluster:
+    """The shared node with the chart installed (once per session)."""
+    if not node_cluster.chart_installed:
+        seconds = node_cluster.install_chart()
+        print(f"chart installed in {seconds:.1f} s")
+    return node_cluster
+
+
+@pytest.fixture()
+def namespace(node_cluster: NodeCluster) -> Iterator[str]:
+    """A namespace of this test, deleted after it (its pods are stopped by the kubelet)."""
+    name = f"t-{secrets.token_hex(3)}"
+    node_cluster.namespace(name)
+    # The service account controller makes `default` shortly after the namespace.
+    node_cluster.wait(
+        "default service account",
+        lambda: core(node_cluster).read_namespaced_service_account("default", name) is not None,
+    )
+    yield name
+    with contextlib.suppress(Exception):
+        core(node_cluster).delete_namespace(name)
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def core(cluster: NodeCluster) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(cluster.api_client)
+
+
+def pod_manifest(
+    name: str,
+    command: list[str],
+    *,
+    labels: dict[str, str] | None = None,
+    memory: str = "128Mi",
+    image: str = TEST_IMAGE,
+    ports: list[int] = (),  # type: ignore[assignment]
+    restart: str = "Never",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": command,
+                    "ports": [{"containerPort": p} for p in ports],
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": memory},
+                        "limits": {"cpu": "500m", "memory": memory},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def run_pod(cluster: NodeCluster, ns: str, manifest: dict[str, Any]) -> None:
+    core(cluster).create_namespaced_pod(ns, manifest)
+
+
+def wait_pod(cluster: NodeCluster, ns: str, name: str, *, ready: bool = True, timeout: float = 120) -> Any:
+    """The pod once Ready (or, with ``ready=False``, once it ended); a failure says what the pod did."""
+    api = core(cluster)
+    deadline = time.monotonic() + timeout
+    pod = None
+    while time.monotonic() < deadline:
+        pod = api.read_namespaced_pod(name, ns)
+        if ready and pod_ready(pod):
+            return pod
+        if pod.status.phase in ("Succeeded", "Failed"):
+            if not ready:
+                return pod
+            break
+        time.sleep(0.2)
+    raise AssertionError(
+        f"pod {ns}/{name} not {'Ready' if ready else 'finished'}: {pod.status if pod else None}\n"
+        f"{cluster.describe_pods(ns)}\nkubelet:\n{cluster.node.log('kubelet', 20)}"
+    )
+
+
+def exec_in(cluster: NodeCluster, ns: str, pod: str, command: list[str]) -> str:
+    """``kubectl exec``: through the API server to the kubelet's streaming server."""
+    from kubernetes.stream import stream
+
+    return str(
+        stream(
+            core(cluster).connect_get_namespaced_pod_exec,
+            pod,
+            ns,
+            command=command,
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+        )
+    )

@@ -1,0 +1,153 @@
+"""Nothing outlives a node: ``down`` of the session's node (after every other test used it) and
+``mlsandbox gc`` after a node's owner was SIGKILLed leave no process, cgroup, iptables chain, ipset,
+network link or mount behind. These tests run last in the session (see conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from tests.node.conftest import Session
+
+from mlsandbox.backends.kube import node
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def _node_processes() -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if node.MARKER_ENV in proc.environ() or any(
+                str(node.base_dir()) in a for a in proc.info["cmdline"] or []
+            ):
+                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:120]}")
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _leftovers(baseline: dict[str, Any]) -> dict[str, Any]:
+    """What differs from the state before the node, in the node's own kinds of things."""
+    now = node.snapshot()
+    chains = {
+        f"{family}/{table}/{chain}"
+        for family, tables in now["chains"].items()
+        for table, names in tables.items()
+        for chain in names
+        if chain.startswith(node.CHAIN_PREFIXES)
+        and chain not in baseline["chains"].get(family, {}).get(table, [])
+    }
+    runs = node.base_dir() / "runs"
+    return {
+        "processes": _node_processes(),
+        "chains": sorted(chains),
+        "ipsets": sorted(set(now["ipsets"]) - set(baseline["ipsets"])),
+        "links": sorted(set(now["links"]) - set(baseline["links"])),
+        "mounts": sorted(
+            m for m in set(now["mounts"]) - set(baseline["mounts"]) if str(node.base_dir()) in m
+        ),
+        "cgroups": [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{node.CGROUP_ROOT}")],
+        "node directories": sorted(p.name for p in runs.iterdir()) if runs.is_dir() else [],
+        "kernel settings": {k: v for k, v in now["sysctls"].items() if baseline["sysctls"].get(k) != v},
+        "route rules": sorted(set(now["route rules"]) - set(baseline["route rules"])),
+        "directories": sorted(
+            set(now["dirs"]) - set(baseline["dirs"]) - {"/run/containerd", "/run/containerd/s"}
+        ),
+    }
+
+
+def _nothing(left: dict[str, Any]) -> bool:
+    return not any(left.values())
+
+
+def test_down_leaves_nothing_behind(node_session: Session) -> None:
+    from mlsandbox.k8s_operator.node_testbed import node_cluster
+
+    if node_session.cluster is None:  # run alone: make a node to take down
+        node_session.baseline = node.snapshot()
+        node_session.cluster = node_session.context.enter_context(node_cluster())
+    cluster = node_session.cluster
+    # The node made real things: its bridge, its pods' veths and mounts, kube-proxy's and kube-router's chains.
+    during = _leftovers(node_session.baseline)
+    assert node.BRIDGE in during["links"] and during["chains"] and during["mounts"], during
+    cluster.node.stop(release_lock=False)  # no other node may start while the machine is looked at
+    try:
+        left = _leftovers(node_session.baseline)
+    finally:
+        cluster.node.release()
+        node_session.stop()  # the control plane goes too
+    assert _nothing(left), left
+
+
+CHILD = """
+import sys, time
+from mlsandbox.backends.kube import controlplane, node
+cp = controlplane.start(kwok=False)
+n = node.start(cp)
+from kubernetes import client
+core = client.CoreV1Api(cp.api_client())
+core.create_namespaced_pod("default", {
+    "metadata": {"name": "orphan"},
+    "spec": {"containers": [{"name": "c", "image": "mlsandbox/base:bookworm", "imagePullPolicy": "Never",
+                             "command": ["sleep", "3600"]}]}})
+while core.read_namespaced_pod("orphan", "default").status.phase != "Running":
+    time.sleep(0.2)
+print("READY", n.root, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_gc_removes_a_node_whose_owner_was_killed(node_session: Session) -> None:
+    node_session.stop()  # one node at a time on a machine: the shared one must be down
+    baseline = node_session.baseline or node.snapshot()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("READY"), (
+            f"the child's node did not start:\n{line}{child.stderr.read() if child.stderr else ''}"
+        )
+        root = Path(line.split()[1])
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+        time.sleep(1)
+        # Its owner is gone, the node is not: the kubelet, containerd and the pod still run.
+        orphans = _leftovers(baseline)
+        assert orphans["processes"] and root.is_dir() and orphans["chains"], orphans
+
+        gc = subprocess.run(
+            [str(Path(sys.executable).parent / "mlsandbox"), "gc", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert gc.returncode == 0, gc.stderr
+        removed = [item["what"] for item in json.loads(gc.stdout)]
+        assert any(what.startswith(f"node {root.name}: owner gone") for what in removed), removed
+        lock = node.NodeLock()  # no other node may start while the machine is looked at
+        lock.acquire(900, print)
+        try:
+            left = _leftovers(baseline)
+        finally:
+            lock.close()
+        assert _nothing(left), left
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+        node.collect_garbage()
