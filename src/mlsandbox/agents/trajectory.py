@@ -80,23 +80,28 @@ def write_trajectory(res: EpisodeResult, path: Path) -> Path:
 
 def read_trajectory(path: Path) -> list[dict[str, Any]]:
     """The records of a trajectory file; ValueError naming the line when it is not one."""
-    records: list[dict[str, Any]] = []
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise ValueError(f"{path}: no such trajectory file") from None
+    return parse_trajectory(text, str(path))
+
+
+def parse_trajectory(text: str, source: str = "<trajectory>") -> list[dict[str, Any]]:
+    """The records of a trajectory's text; ValueError naming ``source`` and the line when it is not one."""
+    records: list[dict[str, Any]] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON: {e.msg}") from None
+            raise ValueError(f"{source}:{n}: not JSON: {e.msg}") from None
         if not isinstance(rec, dict) or rec.get("kind") not in ("episode", "step", "end"):
-            raise ValueError(f"{path}:{n}: not a trajectory record (no kind episode/step/end)")
+            raise ValueError(f"{source}:{n}: not a trajectory record (no kind episode/step/end)")
         records.append(rec)
     if not records or records[0]["kind"] != "episode":
-        raise ValueError(f"{path}: a trajectory starts with an 'episode' record")
+        raise ValueError(f"{source}: a trajectory starts with an 'episode' record")
     return records
 
 
