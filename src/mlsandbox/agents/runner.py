@@ -62,7 +62,7 @@ def run_episode(
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> EpisodeResult:
     t0 = time.perf_counter()
-    options = {"scenario": scenario} if scenario else None
+    options = {"scenario": scenario, "agent": agent.name} if scenario else {"agent": agent.name}
     obs, info = env.reset(seed=seed, options=options)
     first = decode_observation(obs)
     agent.reset(first, seed=seed)

@@ -24,6 +24,7 @@ from mlsandbox.env.dashboard import from_gateway, render_dashboard
 from mlsandbox.env.spaces import (
     RENDER_MODES,
     action_space,
+    agent_option,
     check_render_mode,
     decode_observation,
     encode_observation,
@@ -80,7 +81,13 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         runtime = self._ensure_runtime()
         self._end_episode()
         ep_seed = episode_seed(seed, self.np_random)
-        self.gateway = Gateway(runtime, self.scenario, seed=ep_seed, sandbox=self.sandbox_name)
+        self.gateway = Gateway(
+            runtime,
+            self.scenario,
+            seed=ep_seed,
+            sandbox=self.sandbox_name,
+            labels={"interface": "env", **({"agent": a} if (a := agent_option(options)) else {})},
+        )
         obs = self.gateway.start()
         self._last = obs
         info = {

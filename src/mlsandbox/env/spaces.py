@@ -65,7 +65,8 @@ def decode_observation(obs: dict[str, Any] | str) -> dict[str, Any]:
 
 
 RENDER_MODES = ("ansi",)
-RESET_OPTIONS = ("scenario",)
+RESET_OPTIONS = ("scenario", "agent")
+"""``agent``: a name for the agent playing the episode, recorded in its audit log (the console filters on it)."""
 
 
 def check_render_mode(render_mode: str | None) -> str | None:
@@ -81,6 +82,12 @@ def scenario_option(options: dict[str, Any] | None) -> Any | None:
     if unknown:
         raise ValueError(f"unknown reset options {sorted(unknown)}; supported: {list(RESET_OPTIONS)}")
     return options.get("scenario")
+
+
+def agent_option(options: dict[str, Any] | None) -> str | None:
+    """The ``agent`` reset option (None when absent)."""
+    agent = (options or {}).get("agent")
+    return None if agent is None else str(agent)
 
 
 def episode_seed(seed: int | None, rng: np.random.Generator) -> int:

@@ -27,6 +27,7 @@ from mlsandbox.evaluation.reward import Grade, RewardTracker, grade_episode, obj
 from mlsandbox.faults.engine import PerturbationEngine
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
+from mlsandbox.gateway.telemetry import Telemetry
 from mlsandbox.scenario.compute import Machine
 from mlsandbox.scenario.models import Scenario
 from mlsandbox.world import compute as P
@@ -56,6 +57,7 @@ class Gateway:
         seed: int | None = None,
         sandbox: str | None = None,
         denied_actions: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.runtime = runtime
         self.scenario = scenario
@@ -75,6 +77,10 @@ class Gateway:
             blocked=self._blocked,
         )
         """The episode's compute pool: every job goes through it."""
+        self.telemetry = Telemetry(labels, enabled=runtime.audit.location(self.state.episode_id) is not None)
+        """What the audit log records besides observations (``labels``: interface, agent), for people
+        watching from another process: computed only when the runtime's audit log is kept where they
+        can read it (not in its memory)."""
         self.catalog = get_catalog()
         self._packs = PackRuntime.load(self.catalog)
         self._pack_states: dict[type[Any], Any] = {}
@@ -126,7 +132,9 @@ class Gateway:
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(self)
-        self._audit({"event": "start", "scenario": self.scenario.id, "seed": self.seed})
+        self._audit(
+            {"event": "start", "scenario": self.scenario.id, "seed": self.seed, **self.telemetry.start(self)}
+        )
         return self.initial_observation()
 
     def initial_observation(self) -> dict[str, Any]:
@@ -277,9 +285,16 @@ class Gateway:
         if grade is not None:
             info["grade"] = grade.as_dict()
             info["metrics"] = episode_metrics(st)
-        self._audit(
-            {"event": "step", "raw": _jsonable(raw), "observation": obs, "reward": reward, "info": info}
-        )
+        record: dict[str, Any] = {
+            "event": "step",
+            "raw": _jsonable(raw),
+            "observation": obs,
+            "reward": reward,
+            "info": info,
+        }
+        if self.telemetry.enabled:
+            record["telemetry"] = self.telemetry.step(self)
+        self._audit(record)
         return StepResult(obs, reward, terminated, truncated, info)
 
     # ------------------------------------------------------------------------ operations actions
@@ -294,6 +309,17 @@ class Gateway:
         optional ``episode_services(gw)``: name -> an object with ``health()`` and ``restart()`` returning
         a :class:`~mlsandbox.backends.protocols.ServiceHealth`), e.g. the data-source servers in use."""
         return self._packs.supplied("episode_services", self)
+
+    def pack_telemetry(self) -> dict[str, Any]:
+        """What the packs add to a step's telemetry (each pack's optional ``telemetry(gw)``), merged in
+        catalog order; a pack whose supplier fails is left out of this step's record."""
+        out: dict[str, Any] = {}
+        for name, supply in self._packs.suppliers.get("telemetry", []):
+            try:
+                out.update(supply(self))
+            except Exception as e:  # telemetry never breaks a step
+                log.debug("episode %s: pack %s telemetry failed: %s", self.state.episode_id, name, e)
+        return out
 
     # -------------------------------------------------------------------------------------- helpers
 

@@ -54,7 +54,7 @@ class EpisodeHost:
         sandbox: str = "default",
     ) -> None:
         self.scenario = scenario
-        self.gateway = Gateway(runtime, scenario, seed=seed, sandbox=sandbox)
+        self.gateway = Gateway(runtime, scenario, seed=seed, sandbox=sandbox, labels={"interface": "mcp"})
         self._lock = threading.Lock()
         try:
             self.observation: dict[str, Any] = self.gateway.start()

@@ -14,9 +14,11 @@ The implementation module defines:
   ``on_step(gw)`` (at every step boundary, after due faults and before the action runs) and
   ``on_close(gw)`` (when the episode's resources are removed; must be idempotent);
 - optionally the suppliers ``fault_behaviours(gw)`` (faults on targets whose mechanism lives in the pack,
-  e.g. ``source:NAME``: ``(fault type, target kind) -> behaviour``) and ``episode_services(gw)`` (services
+  e.g. ``source:NAME``: ``(fault type, target kind) -> behaviour``), ``episode_services(gw)`` (services
   the pack runs for the episode besides the sandbox's: name -> an object with ``health()``,
-  ``restart()`` and ``logs(tail)``).
+  ``restart()`` and ``logs(tail)``) and ``telemetry(gw)`` (what the pack adds to each step's record in the
+  audit log for people watching, never to an observation: key -> JSON-able value, see
+  :mod:`mlsandbox.gateway.telemetry`).
 
 A handler returns the observation's ``result`` (JSON-able) or raises
 :class:`mlsandbox.errors.ActionError`, which becomes an error observation.
@@ -55,7 +57,7 @@ the gateway core imports no pack."""
 
 Handler = Callable[["Gateway", Any], dict[str, Any]]
 HOOKS = ("on_start", "on_step", "on_close")
-SUPPLIERS = ("fault_behaviours", "episode_services")
+SUPPLIERS = ("fault_behaviours", "episode_services", "telemetry")
 
 
 class PackError(Exception):

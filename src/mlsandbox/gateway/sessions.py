@@ -507,6 +507,7 @@ class SessionManager:
             seed=seed,
             sandbox=self.sandbox_name if shared else runtime.sandbox,
             denied_actions=denied,
+            labels={"interface": "http"},
         )
         try:
             observation = gateway.start()

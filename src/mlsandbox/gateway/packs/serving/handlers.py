@@ -40,6 +40,7 @@ from mlsandbox.data.formats import to_bytes
 from mlsandbox.errors import ActionError
 from mlsandbox.evaluation.serving_grade import PRODUCTION_SUFFIX
 from mlsandbox.gateway.packs.serving import actions as S
+from mlsandbox.gateway.packs.serving.telemetry import TelemetryCursor, serving_telemetry
 from mlsandbox.scenario.serving import METRICS, Serving
 from mlsandbox.world.episode import DatasetRecord
 from mlsandbox.world.serving.monitoring import Monitor
@@ -199,6 +200,15 @@ def on_close(gw: Gateway) -> None:
         world.traffic.stop()
     world.monitor.stop()
     world.serving.close()
+
+
+def telemetry(gw: Gateway) -> dict[str, Any]:
+    """The serving part of a step's telemetry in the audit log (a supplier: see
+    :mod:`mlsandbox.gateway.packs.serving.telemetry`); nothing before the first serving action."""
+    world = _state(gw).world
+    if world is None or world.closed:
+        return {}
+    return {"serving": serving_telemetry(world, gw.pack_state(TelemetryCursor))}
 
 
 # -------------------------------------------------------------------------------------------- handlers
