@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlsandbox import paths
-from mlsandbox.backends.protocols import Backend, BackendConfig, BackendType
+from mlsandbox.backends.protocols import Backend, BackendConfig, BackendType, SandboxListing
 from mlsandbox.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,23 @@ def backend_types() -> dict[str, BackendType]:
     return out
 
 
+def sandbox_listings() -> list[tuple[str, SandboxListing]]:
+    """Every sandbox known on this machine of every backend that can list its own (``BackendType.
+    sandboxes``), as ``(backend, listing)``, backends in registry order; a backend whose listing fails is
+    left out (logged)."""
+    out: list[tuple[str, SandboxListing]] = []
+    for name, bt in backend_types().items():
+        if bt.sandboxes is None:
+            continue
+        try:
+            found = bt.sandboxes()
+        except Exception as e:
+            log.warning("listing the sandboxes of backend %r failed: %s", name, e)
+            continue
+        out.extend((name, listing) for listing in found)
+    return out
+
+
 def broken_backends() -> list[BrokenBackend]:
     """Backend plug-ins left out so far, and why (a plug-in that fails to load shows once it was tried:
     :func:`backend_types` tries them all)."""
@@ -216,4 +233,5 @@ __all__ = [
     "broken_backends",
     "get_backend",
     "reset",
+    "sandbox_listings",
 ]

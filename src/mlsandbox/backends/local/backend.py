@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlsandbox import paths
-from mlsandbox.backends.protocols import BackendConfig, BackendType, Endpoints, ServiceStatus, Support
+from mlsandbox.backends.protocols import (
+    BackendConfig,
+    BackendType,
+    Endpoints,
+    SandboxListing,
+    ServiceStatus,
+    Support,
+)
 from mlsandbox.errors import BackendError, NotRunningError, ServiceStartError
 
 from . import services as svc
@@ -701,10 +708,17 @@ def _create(config: LocalBackendConfig) -> LocalBackend:
     return LocalBackend(config.name)
 
 
+def _sandboxes() -> list[SandboxListing]:
+    from mlsandbox.backends.local.gc import sandbox_listings
+
+    return sandbox_listings()
+
+
 BACKEND_TYPE = BackendType(
     name=KIND,
     description="services as supervised processes of this machine (MinIO, MLflow, Prefect), jobs in cgroups",
     config=LocalBackendConfig,
     create=_create,
+    sandboxes=_sandboxes,
 )
 """The ``local`` entry of the ``mlsandbox.backends`` group."""

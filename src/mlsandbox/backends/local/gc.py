@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mlsandbox import paths
 from mlsandbox.backends.local.faults.control import killed_on_purpose, undo_stale_journals
-from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.backends.protocols import Endpoints, SandboxListing
 from mlsandbox.errors import BackendError
 
 from . import cgroups as cgroup_layout
@@ -63,6 +63,7 @@ class SandboxInfo(BaseModel):
     services_running: int = 0
     services_total: int = len(svc.SERVICE_NAMES)
     endpoints: Endpoints | None = None
+    created_at: float | None = None
 
 
 def _sandbox_names() -> list[str]:
@@ -102,9 +103,26 @@ def list_sandboxes() -> list[SandboxInfo]:
                 owner_alive=state.owner_alive() if state.owner else None,
                 services_running=len(svc.SERVICE_NAMES) - len(state.dead_services()),
                 endpoints=state.endpoints,
+                created_at=state.created_at,
             )
         )
     return infos
+
+
+def sandbox_listings() -> list[SandboxListing]:
+    """The sandboxes of this machine's sandbox home for the backend registry (``BackendType.sandboxes``)."""
+    return [
+        SandboxListing(
+            name=i.name,
+            phase=i.phase,
+            services_running=None if i.phase == "unknown" else i.services_running == i.services_total,
+            ephemeral=i.ephemeral,
+            owner_pid=i.owner_pid,
+            owner_alive=i.owner_alive,
+            created_at=i.created_at,
+        )
+        for i in list_sandboxes()
+    ]
 
 
 def garbage_reason(

@@ -29,6 +29,7 @@ from mlsandbox.backends.protocols.runtime import (
     BackendType,
     Endpoints,
     Runtime,
+    SandboxListing,
     ServiceStatus,
 )
 from mlsandbox.backends.protocols.serving import (
@@ -106,6 +107,7 @@ __all__ = [
     "ReplicaView",
     "RunInfo",
     "Runtime",
+    "SandboxListing",
     "ServiceControl",
     "ServiceHealth",
     "ServiceStatus",

@@ -44,6 +44,23 @@ class ServiceStatus(Model):
     uptime_s: float | None = None
 
 
+class SandboxListing(Model):
+    """A sandbox of a backend known on this machine, as a listing tells it without probing its services
+    (what ``mlsandbox console`` lists). Fields a backend does not know are None."""
+
+    name: str
+    phase: Literal["starting", "running", "unknown"] = "unknown"
+    """``running`` once started (its services may have died since: see :attr:`services_running`)."""
+    services_running: bool | None = None
+    """Every service's process is alive (no health probe)."""
+    ephemeral: bool | None = None
+    """Owned by a process (``owner_pid``): garbage once it is gone."""
+    owner_pid: int | None = None
+    owner_alive: bool | None = None
+    created_at: float | None = None
+    """When it was started (Unix time)."""
+
+
 class Endpoints(Model):
     """How clients reach a sandbox's services (what workloads get in their environment). Backend-internal:
     the world never needs it."""
@@ -167,3 +184,6 @@ class BackendType:
     in_process: bool = False
     """The backend's whole sandbox lives in the calling process (no service, process or socket): making
     one is cheap, so a gateway gives each session a sandbox of its own."""
+    sandboxes: Callable[[], list[SandboxListing]] | None = None
+    """The backend's sandboxes known on this machine, cheaply (no service is probed); None when the
+    backend cannot list them (an in-process backend has none outside its process)."""
