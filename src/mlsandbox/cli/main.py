@@ -16,6 +16,7 @@ from rich.table import Table
 from mlsandbox import __version__
 from mlsandbox.cli.calibration import register as register_calibration_commands
 from mlsandbox.cli.common import BackendOpt
+from mlsandbox.cli.console import console as console_command
 from mlsandbox.cli.evaluation import register as register_eval_commands
 from mlsandbox.cli.faults import register as register_fault_commands
 from mlsandbox.cli.interfaces import register as register_interface_commands
@@ -40,6 +41,7 @@ register_calibration_commands(app)  # calibrate, fidelity
 app.add_typer(kube_app, name="kube")
 app.add_typer(operator_app, name="operator")
 app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.cli.watch)
+app.command("console")(console_command)  # web console (mlsandbox.console)
 console = Console()
 err_console = Console(stderr=True)
 
