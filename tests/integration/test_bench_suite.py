@@ -94,8 +94,11 @@ def test_bench_on_the_test_suite_writes_results_report_trajectories(sandbox: Any
     assert [t["agent"] for t in table] == ["reference", "do-nothing"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["agents"][0]["agent"] == "reference"
+    # One episode per task: pass@1 and pass^1 are the success rate; the reference solves it, do-nothing not.
+    assert summary["agents"][0]["pass_at_k"] == {"1": 1.0} == summary["agents"][0]["pass_all_k"]
+    assert summary["agents"][1]["pass_at_k"] == {"1": 0.0} and "pass@k" in result.output
     page = (out / "report.html").read_text()
-    assert page.count("<svg") == 3 and entry.id in page
+    assert page.count("<svg") == 4 and entry.id in page
 
     # Trajectories: one per episode, replayable, and no observation holds hidden ground truth.
     secrets = _secrets(entry.scenario, ref.seed)

@@ -23,9 +23,10 @@ from mlsandbox.evaluation.results import (
     rows_csv,
     rows_jsonl,
     summarize,
+    summary_json,
 )
 from mlsandbox.evaluation.reward import OBJECTIVES
-from mlsandbox.evaluation.stats import mean_ci, wilson
+from mlsandbox.evaluation.stats import k_values, mean_ci, pass_all_k, pass_at_k, wilson
 
 
 def _row(
@@ -93,8 +94,9 @@ def test_jsonl_and_csv_round_trip(tmp_path: Path) -> None:
 def test_html_report_is_self_contained_with_plots_and_leaderboard() -> None:
     page = render_html(ROWS, meta={"suite": "test"})
     assert page.startswith("<!DOCTYPE html>")
-    assert page.count("<svg") == 3  # per-family success, reward distribution, cost vs success
+    assert page.count("<svg") == 4  # pass@k, per-family success, reward distribution, cost vs success
     assert "Leaderboard" in page and "1. rule" in page and "2. random" in page
+    assert "pass@1" in page and "pass^2" in page and "pass@3" not in page  # family a ran twice per task
     # Nothing fetched from elsewhere: no script, no stylesheet link, no external image.
     assert not re.search(r"<script|<link|<img|src=\"http", page)
 
@@ -183,3 +185,51 @@ def test_plan_pairs_agents_on_the_same_episodes_and_rows_come_from_results() -> 
     assert err.error == "RuntimeError: sandbox gone" and err.steps == 0
     agents, _ = summarize([row, err])
     assert agents[0].episodes == 2 and agents[0].errors == 1 and agents[0].success_rate["n"] == 1
+
+
+def _brute_force(n: int, c: int, k: int) -> tuple[float, float]:
+    """pass@k and pass^k by enumerating every k-subset of the n episodes (c successes first)."""
+    from itertools import combinations
+
+    outcomes = [True] * c + [False] * (n - c)
+    subsets = list(combinations(outcomes, k))
+    return (sum(any(s) for s in subsets) / len(subsets), sum(all(s) for s in subsets) / len(subsets))
+
+
+def test_pass_at_k_and_pass_all_k_are_the_unbiased_estimators() -> None:
+    for n in range(1, 8):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                at, every = _brute_force(n, c, k)
+                assert pass_at_k(n, c, k) == pytest.approx(at) and pass_all_k(n, c, k) == pytest.approx(every)
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4) == pass_all_k(5, 2, 1)  # k = 1: the success rate
+    assert pass_at_k(10, 1, 10) == 1.0 and pass_all_k(10, 9, 10) == 0.0
+    with pytest.raises(ValueError, match=r"k must be within 1\.\.3"):
+        pass_at_k(3, 1, 4)
+    with pytest.raises(ValueError, match="successes"):
+        pass_all_k(3, 4, 1)
+    assert k_values(3) == [1, 2, 3] and k_values(35) == [*range(1, 11), 20, 35]
+    assert k_values(100) == [*range(1, 11), 20, 50, 100]
+
+
+def test_summary_reports_pass_k_per_agent_and_family_over_tasks() -> None:
+    # Two tasks of family a with 3 episodes each (2/3 and 0/3 successes), one task of family b with 2 (2/2).
+    rows = [
+        *(_row("rule", "a", s, s != 3, 1.0) for s in (1, 2, 3)),
+        *(_row("rule", "a", s, False, 0.0).model_copy(update={"scenario": "a-other"}) for s in (1, 2, 3)),
+        *(_row("rule", "b", s, True, 1.0) for s in (1, 2)),
+        _row("rule", "b", 9, True, 1.0).model_copy(update={"error": "RuntimeError: gone"}),  # not counted
+    ]
+    agents, families = summarize(rows)
+    (rule,) = agents
+    assert rule.tasks == 3 and rule.episodes_per_task == 2 and list(rule.pass_at_k) == ["1", "2"]
+    assert rule.pass_at_k["1"] == pytest.approx((2 / 3 + 0 + 1) / 3)
+    assert rule.pass_at_k["2"] == pytest.approx((1.0 + 0 + 1) / 3)
+    assert rule.pass_all_k["2"] == pytest.approx((1 / 3 + 0 + 1) / 3)
+    fam = {g.family: g for g in families}
+    assert fam["a"].episodes_per_task == 3 and fam["a"].pass_all_k["3"] == 0.0
+    assert fam["a"].pass_at_k["3"] == pytest.approx(0.5)
+    assert fam["b"].pass_all_k == {"1": 1.0, "2": 1.0}
+    summary = json.loads(summary_json(rows))
+    assert summary["agents"][0]["pass_at_k"]["2"] == pytest.approx(2 / 3, abs=1e-6)
+    assert {f["family"]: f["pass_all_k"] for f in summary["families"]}["b"] == {"1": 1.0, "2": 1.0}

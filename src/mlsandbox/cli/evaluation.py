@@ -42,12 +42,29 @@ def _env(name: str, backend: str) -> Any:
     return MLSandboxEnv(backend=backend, sandbox=name)
 
 
+def _pass_k_text(g: Any) -> str:
+    """pass@k / pass^k at the largest k the group's episodes allow (k = episodes per task)."""
+    k = str(g.episodes_per_task)
+    if k not in g.pass_at_k:
+        return "-"
+    return f"{g.pass_at_k[k]:.2f} / {g.pass_all_k[k]:.2f} (k={k})"
+
+
 def _summary_tables(rows: list[Any]) -> list[Table]:
     from mlsandbox.evaluation.results import leaderboard, summarize
 
     agents, families = summarize(rows)
     t1 = Table(title="leaderboard (95% confidence intervals)")
-    for col in ("agent", "episodes", "success rate", "mean reward", "credits", "TTD steps", "errors"):
+    for col in (
+        "agent",
+        "episodes",
+        "success rate",
+        "pass@k / pass^k",
+        "mean reward",
+        "credits",
+        "TTD steps",
+        "errors",
+    ):
         t1.add_column(col, justify="left" if col == "agent" else "right")
     for g in leaderboard(agents):
         s, r = g.success(), g.reward()
@@ -55,17 +72,23 @@ def _summary_tables(rows: list[Any]) -> list[Table]:
             g.agent,
             str(g.episodes),
             s.text("{:.2f}"),
+            _pass_k_text(g),
             r.text("{:+.2f}"),
             f"{g.mean_credits:.2f}",
             "-" if g.mean_time_to_detect_steps is None else f"{g.mean_time_to_detect_steps:.1f}",
             str(g.errors),
         )
     t2 = Table(title="per scenario family")
-    for col in ("family", "agent", "episodes", "success rate", "mean reward"):
+    for col in ("family", "agent", "episodes", "success rate", "pass@k / pass^k", "mean reward"):
         t2.add_column(col, justify="left" if col in ("family", "agent") else "right")
     for g in families:
         t2.add_row(
-            g.family or "", g.agent, str(g.episodes), g.success().text("{:.2f}"), g.reward().text("{:+.2f}")
+            g.family or "",
+            g.agent,
+            str(g.episodes),
+            g.success().text("{:.2f}"),
+            _pass_k_text(g),
+            g.reward().text("{:+.2f}"),
         )
     return [t1, t2]
 

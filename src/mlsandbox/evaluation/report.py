@@ -1,4 +1,5 @@
-"""A self-contained HTML report of a benchmark: leaderboard, per-family tables and inline SVG plots.
+"""A self-contained HTML report of a benchmark: leaderboard, pass@k and pass^k, per-family tables and inline
+SVG plots.
 
 The page has no external reference (no script, no stylesheet, no image file): the plots are SVG made
 with matplotlib and inlined, so the file can be mailed or archived as is.
@@ -70,6 +71,43 @@ def plot_family_success(families: list[GroupSummary]) -> str:
     ax.set_ylabel("success rate (95% CI)")
     ax.legend(fontsize=8)
     return _svg(fig)
+
+
+def plot_pass_k(agents: list[GroupSummary]) -> str:
+    """Per agent: pass@k (solid) and pass^k (dashed) against k, the unbiased estimators over tasks."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for i, g in enumerate(agents):
+        if not g.pass_at_k:
+            continue
+        ks = [int(k) for k in g.pass_at_k]
+        ax.plot(ks, list(g.pass_at_k.values()), marker="o", color=f"C{i}", label=f"{g.agent} pass@k")
+        ax.plot(
+            ks, list(g.pass_all_k.values()), marker="s", ls="--", color=f"C{i}", label=f"{g.agent} pass^k"
+        )
+    ax.set_xlabel("k (episodes per task)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("probability")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def _pass_k_rows(groups: list[GroupSummary], ks: list[str], *, family: bool) -> list[list[str]]:
+    rows = []
+    for g in groups:
+        cells = [_cell(g.family if family else g.agent, left=True)]
+        if family:
+            cells.append(_cell(g.agent, left=True))
+        cells += [_cell(g.tasks), _cell(g.episodes_per_task)]
+        cells += [_cell(_num(g.pass_at_k.get(k))) for k in ks]
+        cells += [_cell(_num(g.pass_all_k.get(k))) for k in ks]
+        rows.append(cells)
+    return rows
+
+
+def _k_columns(groups: list[GroupSummary]) -> list[str]:
+    return sorted({k for g in groups for k in g.pass_at_k}, key=int)
 
 
 def plot_reward_distribution(rows: list[EpisodeRow]) -> str:
@@ -173,6 +211,8 @@ def render_html(
             ]
         )
     objectives = list(families[0].mean_vector) if families else []
+    ks = _k_columns(board + families)
+    k_headers = [f"pass@{k}" for k in ks] + [f"pass^{k}" for k in ks]
     ep_rows = [
         [
             _cell(r.scenario, left=True),
@@ -210,6 +250,16 @@ def render_html(
                 "errors",
             ],
             lb_rows,
+        ),
+        "<h2>pass@k and pass^k</h2>",
+        "<p class='meta'>Over the tasks (scenario variants) each agent ran, k up to the fewest episodes of a "
+        "task: pass@k is the chance that at least one of k episodes succeeds, pass^k that all k do (unbiased "
+        "estimators from n episodes with c successes, averaged over tasks).</p>",
+        f"<div class='plot'>{plot_pass_k(board)}</div>",
+        _table(["agent", "tasks", "episodes / task", *k_headers], _pass_k_rows(board, ks, family=False)),
+        _table(
+            ["family", "agent", "tasks", "episodes / task", *k_headers],
+            _pass_k_rows(families, ks, family=True),
         ),
         "<h2>Success per scenario family</h2>",
         f"<div class='plot'>{plot_family_success(families)}</div>",

@@ -1,4 +1,5 @@
-"""Benchmark results: one row per episode (JSONL / CSV) and their summary with 95% confidence intervals."""
+"""Benchmark results: one row per episode (JSONL / CSV) and their summary with 95% confidence intervals,
+pass@k and pass^k."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlsandbox.evaluation.reward import OBJECTIVES
-from mlsandbox.evaluation.stats import Interval, mean_ci, wilson
+from mlsandbox.evaluation.stats import Interval, k_values, mean_ci, pass_all_k, pass_at_k, wilson
 
 
 class EpisodeRow(BaseModel):
@@ -128,6 +129,14 @@ class GroupSummary(BaseModel):
     mean_time_to_detect_steps: float | None
     mean_time_to_mitigate_steps: float | None
     errors: int
+    tasks: int = 0
+    """Distinct tasks (scenario variants) with at least one episode that ran."""
+    episodes_per_task: int = 0
+    """The fewest episodes that ran on any of those tasks: the largest k of pass@k and pass^k."""
+    pass_at_k: dict[str, float] = Field(default_factory=dict)
+    """k -> the mean over tasks of the unbiased pass@k (at least one of k episodes succeeds)."""
+    pass_all_k: dict[str, float] = Field(default_factory=dict)
+    """k -> the mean over tasks of the unbiased pass^k (all k episodes succeed)."""
 
     def success(self) -> Interval:
         d = self.success_rate
@@ -142,8 +151,28 @@ def _mean(xs: list[float]) -> float | None:
     return round(sum(xs) / len(xs), 4) if xs else None
 
 
+def pass_k_table(rows: list[EpisodeRow]) -> tuple[int, int, dict[str, float], dict[str, float]]:
+    """(tasks, episodes per task, pass@k, pass^k) over the episodes that ran, a task being a scenario
+    variant: for each task with ``n`` episodes of which ``c`` succeeded, the unbiased estimators at every
+    reported k up to the fewest episodes any task ran, averaged over tasks."""
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for r in rows:
+        if r.error is None:
+            by_task[r.scenario].append(r.success)
+    if not by_task:
+        return 0, 0, {}, {}
+    n_min = min(len(v) for v in by_task.values())
+    at: dict[str, float] = {}
+    all_: dict[str, float] = {}
+    for k in k_values(n_min):
+        at[str(k)] = round(sum(pass_at_k(len(v), sum(v), k) for v in by_task.values()) / len(by_task), 6)
+        all_[str(k)] = round(sum(pass_all_k(len(v), sum(v), k) for v in by_task.values()) / len(by_task), 6)
+    return len(by_task), n_min, at, all_
+
+
 def _group(agent: str, family: str | None, rows: list[EpisodeRow]) -> GroupSummary:
     ran = [r for r in rows if r.error is None]
+    tasks, per_task, at_k, all_k = pass_k_table(ran)
     vec: dict[str, float] = {}
     for o in OBJECTIVES:
         vec[o] = round(sum(r.reward_vector.get(o, 0.0) for r in ran) / len(ran), 4) if ran else 0.0
@@ -163,6 +192,10 @@ def _group(agent: str, family: str | None, rows: list[EpisodeRow]) -> GroupSumma
             [r.time_to_mitigate_steps for r in ran if r.time_to_mitigate_steps is not None]
         ),
         errors=len(rows) - len(ran),
+        tasks=tasks,
+        episodes_per_task=per_task,
+        pass_at_k=at_k,
+        pass_all_k=all_k,
     )
 
 

@@ -1,4 +1,5 @@
-"""Summary statistics with 95% confidence intervals (Wilson for rates, Student's t for means)."""
+"""Summary statistics with 95% confidence intervals (Wilson for rates, Student's t for means), and the
+unbiased pass@k and pass^k (pass-all-k) estimators over repeated episodes of the same task."""
 
 from __future__ import annotations
 
@@ -53,3 +54,38 @@ def mean_ci(values: list[float], confidence: float = 0.95) -> Interval:
         return Interval(m, m, m, 1)
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * stdev(values) / math.sqrt(n)
     return Interval(m, m - half, m + half, n)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The probability that at least one of ``k`` episodes drawn without replacement from ``n`` run episodes
+    (``c`` of them successful) succeeds: ``1 - C(n-c, k) / C(n, k)``, the unbiased estimator of pass@k."""
+    _check_counts(n, c, k)
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_all_k(n: int, c: int, k: int) -> float:
+    """The probability that all ``k`` episodes drawn without replacement from ``n`` run episodes (``c`` of
+    them successful) succeed: ``C(c, k) / C(n, k)``, the unbiased estimator of pass^k (pass-all-k)."""
+    _check_counts(n, c, k)
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def _check_counts(n: int, c: int, k: int) -> None:
+    if not 0 <= c <= n:
+        raise ValueError(f"successes must be within 0..{n}, got {c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be within 1..{n} (the episodes run), got {k}")
+
+
+def k_values(n: int) -> list[int]:
+    """The k reported for ``n`` episodes per task: every k up to 10, then 20, 50, 100, 200, 500, ... below
+    ``n``, and ``n`` itself."""
+    ks = list(range(1, min(n, 10) + 1))
+    decade = 10
+    while n > 10:
+        for m in (2, 5, 10):
+            if m * decade >= n:
+                return [*ks, n]
+            ks.append(m * decade)
+        decade *= 10
+    return ks
