@@ -201,3 +201,29 @@ def test_shapes_compare_keys_and_types_not_values() -> None:
     maps = frozenset({"counters"})
     assert differences(shape_of(tallies[0], maps=maps), shape_of(tallies[1], maps=maps)) == []
     assert differences(shape_of(tallies[0]), shape_of(tallies[1])) != []
+
+
+def test_a_refused_key_must_be_refused_by_the_operation_itself() -> None:
+    refusing = {"environments.build": "no venvs here", "jobs.set_resources": "fixed limits"}
+    said = Patched("said-only", support=lambda: Support(backend="sim", unsupported=refusing))
+    found = {f.where: f.message for f in check_declaration(said) if f.check == "refusal"}
+    assert set(found) == {"support() refuses environments.build", "support() refuses jobs.set_resources"}
+    assert found["support() refuses environments.build"] == "but the operation went through"
+    assert found["support() refuses jobs.set_resources"].startswith("the operation raised KeyError: ")
+    assert found["support() refuses jobs.set_resources"].endswith("instead of Unsupported")
+
+    def unbuilt(inner: Any) -> Any:
+        def build(requirements: list[str]) -> Any:
+            raise NotImplementedError("later")
+
+        return Wrap(inner.environments, build=build)
+
+    half = Patched(
+        "half",
+        environments=unbuilt,
+        support=lambda: Support(backend="sim", unsupported={"environments.build": "later"}),
+    )
+    found = {f.where: f.message for f in check_declaration(half) if f.check == "refusal"}
+    assert found == {
+        "support() refuses environments.build": "the operation raised NotImplementedError: later instead of Unsupported"
+    }

@@ -15,6 +15,8 @@ from mlsandbox.backends.protocols import (
     Backend,
     Clock,
     ConfigStore,
+    DeploymentSpec,
+    EnvironmentInfo,
     Environments,
     EpisodeFlows,
     EpisodeServing,
@@ -22,11 +24,13 @@ from mlsandbox.backends.protocols import (
     FaultControl,
     Flows,
     Jobs,
+    Machine,
     ModelServing,
     NetworkControl,
     ObjectStore,
     Runtime,
     ServiceControl,
+    ServingEnvironment,
     SourceHosting,
     Support,
     Tracking,
@@ -142,6 +146,79 @@ def check_declaration(rt: Runtime, backend: Backend | None = None) -> list[Findi
     clock = objects.get("clock")
     if clock is not None:
         out.extend(_check_clock(clock))
+    out.extend(check_refusals(rt, support))
+    return out
+
+
+def _refusal_probes(episode: str) -> dict[str, Callable[[Runtime], object]]:
+    """For a support key, a call that must raise :class:`Unsupported` when the key is refused (each touches
+    nothing that exists: an unknown job, deployment or dataset, a throwaway episode's handles)."""
+    labels = {"mlsandbox.world.episode": episode}
+    env = EnvironmentInfo(key="conformance", requirements=["numpy"], packages={})
+    spec = DeploymentSpec(
+        deployment="conformance",
+        model="conformance",
+        registry_name=f"{episode}.conformance",
+        version="1",
+        replicas=1,
+        machine=Machine(name="conformance", cpus=0.5, memory_mb=256, credits_per_second=0.0),
+        environment=ServingEnvironment(name="conformance", env=env),
+    )
+
+    def on(open_: Callable[[], Any], call: Callable[[Any], object]) -> object:
+        handle = open_()
+        try:
+            return call(handle)
+        finally:
+            handle.close()
+
+    return {
+        "environments.build": lambda rt: rt.environments.build(["numpy"]),
+        "faults.network": lambda rt: rt.faults.network,
+        "jobs.set_resources": lambda rt: rt.jobs.set_resources(f"{episode}-job-1", cpus=1.0),
+        "sources.api": lambda rt: on(
+            lambda: rt.sources.open(episode), lambda h: h.api_get("conformance", {}, None, timeout_s=2.0)
+        ),
+        "sources.postgres": lambda rt: on(
+            lambda: rt.sources.open(episode),
+            lambda h: h.query("conformance", "conformance", None, "conformance", limit=1),
+        ),
+        "flows.environment": lambda rt: on(
+            lambda: rt.flows.open(episode, labels),
+            lambda h: h.run("ingestion", {}, name=f"{episode}-probe", environment="conformance"),
+        ),
+        "serving.environment": lambda rt: on(
+            lambda: rt.serving.open(episode, labels), lambda h: h.deploy(spec)
+        ),
+        "serving.scale": lambda rt: on(
+            lambda: rt.serving.open(episode, labels), lambda h: h.scale("conformance", 1)
+        ),
+    }
+
+
+def check_refusals(rt: Runtime, support: Support) -> list[Finding]:
+    """Each refused support key that has a probe (:func:`_refusal_probes`) is refused by the operation
+    itself, with :class:`Unsupported` naming it (not an AttributeError, a NotImplementedError or success)."""
+    out = []
+    probes = _refusal_probes(f"conformance-{uuid.uuid4().hex[:8]}")
+    for key in sorted(support.unsupported):
+        probe = probes.get(key)
+        if probe is None:
+            continue
+        where = f"support() refuses {key}"
+        try:
+            probe(rt)
+        except Unsupported as e:
+            if not (e.capability == key or key.startswith(e.capability + ".")):
+                out.append(Finding("refusal", where, f"the operation raised Unsupported({e.capability!r})"))
+        except Exception as e:
+            out.append(
+                Finding(
+                    "refusal", where, f"the operation raised {type(e).__name__}: {e} instead of Unsupported"
+                )
+            )
+        else:
+            out.append(Finding("refusal", where, "but the operation went through"))
     return out
 
 
@@ -306,4 +383,10 @@ def _check_clock(clock: Any) -> list[Finding]:
     return out
 
 
-__all__ = ["CAPABILITY_PROTOCOLS", "check_declaration", "protocol_members", "signature_problems"]
+__all__ = [
+    "CAPABILITY_PROTOCOLS",
+    "check_declaration",
+    "check_refusals",
+    "protocol_members",
+    "signature_problems",
+]

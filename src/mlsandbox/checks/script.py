@@ -221,7 +221,7 @@ WORK_EPISODE = Episode(
     scenario="tabular-quality-basic",
     description="jobs that fail and succeed, runs, the registry, a deployment's life, a flow run",
     steps=(
-        _s("train_model: a job that fails (missing values)", {"type": "train_model", "dataset": RAW, "algorithm": "logistic_regression"}, drive=("job-1", "failed")),
+        _s("train_model: a job that fails (out of memory)", {"type": "train_model", "dataset": RAW, "algorithm": "logistic_regression", "resources": {"memory_mb": 128}}, drive=("job-1", "oom_killed")),
         _s("clean_dataset", {"type": "clean_dataset", "dataset": RAW, "strategy": "drop_na"}),
         _s("sample_dataset: rows to predict on", {"type": "sample_dataset", "dataset": CLEAN, "rows": 2}),
         _s("train_model: a job that succeeds", {"type": "train_model", "dataset": CLEAN, "algorithm": "random_forest", "hyperparams": {"n_estimators": 30}}),
