@@ -12,7 +12,9 @@ environment cannot do.
   tracker and registry reads, deployments' refusals, a flow run's start, the lake source, the config
   store, the refusal of the API and PostgreSQL sources at start, the grade, and the cleanup.
 
-A real-node tier (a kubelet running containers) adds its fixture here with ``without=frozenset()``.
+A real-node tier (a kubelet running containers) adds a ``kube_node_target`` fixture here (a KubeRuntime on
+its cluster, ``without=frozenset()``, no job driver) and ``kube-node`` to ``BACKENDS`` in
+test_conformance.py; every check and pairwise comparison then runs there too.
 """
 
 from __future__ import annotations
