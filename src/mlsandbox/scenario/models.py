@@ -22,6 +22,7 @@ from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
 from mlsandbox.scenario.sources import Source, check_sources
+from mlsandbox.scenario.team import Team
 
 __all__ = ["CategoricalColumn", "Defects", "NumericColumn", "Perturbation", "Scenario", "TabularDataset"]
 
@@ -152,6 +153,8 @@ class Scenario(_Model):
     """Where data comes from besides the lake's raw/ files (see mlsandbox.scenario.sources)."""
     serving: Serving | None = None
     """Production traffic, monitoring, alerts and SLO for deployments (see mlsandbox.scenario.serving)."""
+    team: Team | None = None
+    """Roles for a multi-agent episode of this scenario (see mlsandbox.scenario.team)."""
 
     @field_validator("id")
     @classmethod
