@@ -227,3 +227,23 @@ def test_a_refused_key_must_be_refused_by_the_operation_itself() -> None:
     assert found == {
         "support() refuses environments.build": "the operation raised NotImplementedError: later instead of Unsupported"
     }
+
+
+def test_an_unknown_name_must_get_the_declared_error() -> None:
+    def lenient(inner: Any) -> Any:
+        def get(job_id: str) -> JobStatus:
+            return JobStatus(job_id=job_id, state="queued")
+
+        return Wrap(inner.jobs, get=get)
+
+    def strict(inner: Any) -> Any:
+        def health(service: str, *, timeout: float = 5.0) -> Any:
+            raise RuntimeError(f"cannot probe {service}")
+
+        return Wrap(inner.faults, services=Wrap(inner.faults.services, health=health))
+
+    found = {f.where: f.message for f in check_declaration(Patched("lenient", jobs=lenient, faults=strict))}
+    assert found["rt.jobs.get('conformance-no-such')"] == "returned; the protocol says it raises KeyError"
+    assert found["rt.faults.services.health('conformance-no-such')"] == (
+        "raised RuntimeError: cannot probe conformance-no-such (the protocol says ValueError)"
+    )

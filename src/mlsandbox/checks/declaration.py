@@ -23,10 +23,12 @@ from mlsandbox.backends.protocols import (
     EpisodeSources,
     FaultControl,
     Flows,
+    HttpFault,
     Jobs,
     Machine,
     ModelServing,
     NetworkControl,
+    NoSuchTarget,
     ObjectStore,
     Runtime,
     ServiceControl,
@@ -147,6 +149,106 @@ def check_declaration(rt: Runtime, backend: Backend | None = None) -> list[Findi
     if clock is not None:
         out.extend(_check_clock(clock))
     out.extend(check_refusals(rt, support))
+    out.extend(check_declared_errors(objects, support))
+    return out
+
+
+_NO_SUCH = "conformance-no-such"
+_NO_FLOW_RUN = "00000000-0000-4000-8000-000000000000"
+ErrorProbe = tuple[str, str, Callable[[dict[str, Any], str], object], tuple[type[BaseException], ...] | None]
+
+
+def _error_probes() -> list[ErrorProbe]:
+    """What the protocols say an operation does with a name that does not exist: (capability, call shown,
+    the call, the exception it raises or None for none). The world relies on these to tell an agent's
+    mistake (``not_found``) from a failing backend."""
+
+    def flows_get(o: dict[str, Any], ep: str) -> object:
+        handle = o["flows"].open(ep, {"mlsandbox.world.episode": ep})
+        try:
+            return handle.get(_NO_FLOW_RUN)
+        finally:
+            handle.close()
+
+    return [
+        ("jobs", f"jobs.get({_NO_SUCH!r})", lambda o, ep: o["jobs"].get(_NO_SUCH), (KeyError,)),
+        ("jobs", f"jobs.list(label of {_NO_SUCH!r})", lambda o, ep: _empty(o["jobs"].list(("mlsandbox.world.episode", ep))), None),
+        ("environments", f"environments.get({_NO_SUCH!r})", lambda o, ep: o["environments"].get(_NO_SUCH), (KeyError,)),
+        ("tracking", "tracking.get_run(<32 zeros>)", lambda o, ep: o["tracking"].get_run("0" * 32), (KeyError,)),
+        ("tracking", f"tracking.list_model_versions({_NO_SUCH!r})", lambda o, ep: _empty(o["tracking"].list_model_versions(_NO_SUCH)), None),
+        ("config", f"config.get({_NO_SUCH!r})", lambda o, ep: _none(o["config"].get(_NO_SUCH)), None),
+        ("config", f"config.delete({_NO_SUCH!r})", lambda o, ep: o["config"].delete(_NO_SUCH), None),
+        ("object_store", f"object_store.bucket_exists({_NO_SUCH!r})", lambda o, ep: _false(o["object_store"].bucket_exists(_NO_SUCH)), None),
+        ("object_store", f"object_store.delete_bucket({_NO_SUCH!r})", lambda o, ep: o["object_store"].delete_bucket(_NO_SUCH), None),
+        ("audit", "audit.read(<an episode without a log>)", lambda o, ep: _empty(o["audit"].read(ep)), None),
+        ("flows", "flows.open(...).get(<a flow run id that does not exist>)", flows_get, (KeyError,)),
+        ("faults", f"faults.services.health({_NO_SUCH!r})", lambda o, ep: o["faults"].services.health(_NO_SUCH), (ValueError,)),
+        ("faults", f"faults.set_http_fault({_NO_SUCH!r}, ...)", lambda o, ep: o["faults"].set_http_fault(_NO_SUCH, HttpFault(error_rate=0.5, status=503), episode_id=ep), (NoSuchTarget,)),
+        ("faults", f"faults.clear_http_fault({_NO_SUCH!r})", lambda o, ep: o["faults"].clear_http_fault(_NO_SUCH, episode_id=ep), None),
+        ("faults", f"faults.refresh_contention({_NO_SUCH!r})", lambda o, ep: _empty(o["faults"].refresh_contention(_NO_SUCH)), None),
+        ("faults", f"faults.stop_contention({_NO_SUCH!r})", lambda o, ep: o["faults"].stop_contention(_NO_SUCH), None),
+    ]  # fmt: skip
+
+
+class _Unexpected(Exception):
+    """A call that returned something other than what the protocol says for a name that does not exist."""
+
+
+def _empty(found: Any) -> object:
+    if found:
+        raise _Unexpected(f"returned {found!r}, not nothing")
+    return found
+
+
+def _none(found: Any) -> object:
+    if found is not None:
+        raise _Unexpected(f"returned {found!r}, not None")
+    return found
+
+
+def _false(found: Any) -> object:
+    if found is not False:
+        raise _Unexpected(f"returned {found!r}, not False")
+    return found
+
+
+def check_declared_errors(objects: dict[str, Any], support: Support) -> list[Finding]:
+    """The protocols' answers for names that do not exist (:func:`_error_probes`): the declared exception
+    (KeyError, ValueError, NoSuchTarget), or nothing, or a refusal ``support()`` lists."""
+    out = []
+    episode = f"conformance-{uuid.uuid4().hex[:8]}"
+    for capability, shown, call, expected in _error_probes():
+        if capability not in objects:
+            continue
+        where = f"rt.{shown}"
+        try:
+            call(objects, episode)
+        except Unsupported as e:
+            if support.reason(e.capability) is None:
+                out.append(
+                    Finding(
+                        "declaration",
+                        where,
+                        f"raised Unsupported({e.capability!r}) but support() does not refuse it",
+                    )
+                )
+        except _Unexpected as e:
+            out.append(Finding("declaration", where, str(e)))
+        except Exception as e:
+            if expected is None or not isinstance(e, expected):
+                wanted = "no error" if expected is None else " or ".join(t.__name__ for t in expected)
+                out.append(
+                    Finding(
+                        "declaration", where, f"raised {type(e).__name__}: {e} (the protocol says {wanted})"
+                    )
+                )
+        else:
+            if expected is not None:
+                out.append(
+                    Finding(
+                        "declaration", where, f"returned; the protocol says it raises {expected[0].__name__}"
+                    )
+                )
     return out
 
 
