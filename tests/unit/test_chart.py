@@ -170,7 +170,9 @@ def test_default_release_has_every_service_and_the_operator(default_docs: list[d
         "mls-mlsandbox-mlflow",
         "mls-mlsandbox-prefect-server",
     }
-    assert set(by_kind(default_docs, "CustomResourceDefinition")) == {"sandboxes.mlsandbox.dev"}
+    assert set(by_kind(default_docs, "CustomResourceDefinition")) == {
+        f"{plural}.mlsandbox.dev" for plural in ("sandboxes", "sandboxpools", "sandboxclaims")
+    }
     assert by_kind(default_docs, "PersistentVolumeClaim") == {}  # no PVC by default
     for deployment in deployments.values():
         assert deployment["metadata"]["namespace"] == "mlsandbox"
@@ -301,6 +303,10 @@ def test_operator_rbac_covers_what_the_operator_creates(default_docs: list[dict[
         for verb in ("list", "deletecollection"):
             assert (group, resource, verb) in granted, (kind, verb)
     assert ("mlsandbox.dev", "sandboxes/status", "patch") in granted
+    for verb in ("create", "delete"):  # a warm pool's Sandboxes
+        assert ("mlsandbox.dev", "sandboxes", verb) in granted
+    for plural in ("sandboxpools", "sandboxclaims"):
+        assert ("mlsandbox.dev", f"{plural}/status", "patch") in granted
     assert ("rbac.authorization.k8s.io", "roles", "escalate") in granted
     (operator,) = by_kind(default_docs, "Deployment")["mls-mlsandbox-operator"]["spec"]["template"]["spec"][
         "containers"

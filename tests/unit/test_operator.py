@@ -546,4 +546,4 @@ def test_handlers_are_registered_for_the_sandbox_resource() -> None:
     registry = kopf.get_default_registry()
     ids = {h.id for h in registry._changing.get_all_handlers()}
     assert {"reconcile", "finalize"} <= ids
-    assert {h.id for h in registry._spawning.get_all_handlers()} == {"health"}
+    assert {h.id for h in registry._spawning.get_all_handlers()} == {"health", "keep_pool", "bind"}

@@ -10,6 +10,7 @@ is given, e.g. a fake in tests), records the returned status in ``patch.status``
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -22,6 +23,7 @@ from mlsandbox.backends.kube.client import KubernetesApi
 
 from .model import FINALIZER, GROUP, PLURAL, VERSION
 from .reconcile import Invalid, Retry, Status, finalize_sandbox, reconcile_sandbox
+from .resources import EPISODE_KINDS
 
 CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
 RELEASE_ENV = "MLSANDBOX_RELEASE"
@@ -51,6 +53,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.setdefault("control_namespace", os.environ.get(CONTROL_NAMESPACE_ENV, "mlsandbox"))
     memo.setdefault("release", os.environ.get(RELEASE_ENV, "mlsandbox"))
     memo.setdefault("known_scenarios", known_scenarios())
+    # Look each kind a warm reset deletes up once now: the API discovery behind the first lookup of a
+    # group takes seconds, which the first warm reset (a pool's first returned Sandbox) would pay.
+    for api_version, kind, _selector in EPISODE_KINDS:
+        with contextlib.suppress(Exception):  # a kind not served (no Chaos Mesh) is skipped by resets
+            memo["api"].get(api_version, kind, "-", "default")
 
 
 def _record(patch: kopf.Patch, compute: Callable[[], Status]) -> None:
@@ -157,3 +164,7 @@ def finalize(
             now=now(),
         ),
     )
+
+
+# The warm pool's handlers (SandboxPool, SandboxClaim) run in the same operator.
+from . import pool_handlers as pool_handlers  # noqa: E402
