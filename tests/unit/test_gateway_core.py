@@ -107,3 +107,25 @@ def test_unsupported_raised_by_a_handler_outside_backend_call_is_an_observation(
     obs = gw.step({"type": "list_datasets"}).observation
     assert obs["error"]["code"] == "unsupported"
     assert obs["error"]["details"]["capability"] == "sources"
+
+
+def test_an_unexpected_backend_exception_is_a_backend_error_observation_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handler failing with an exception nobody turned into an agent's error (a backend's own
+    exception, a plug-in's bug) gives a ``backend_error`` observation; step() never raises it."""
+    gw = Gateway(RefusingRuntime(), load_builtin("tabular-quality-basic"), seed=1)  # type: ignore[arg-type]
+
+    def handler(_gw: Any, _a: Any) -> dict[str, Any]:
+        raise NotImplementedError("the plug-in forgot this")
+
+    monkeypatch.setitem(gw._packs.handlers, "list_datasets", handler)
+    res = gw.step({"type": "list_datasets"})
+    assert res.observation["ok"] is False
+    assert res.observation["error"]["code"] == "backend_error"
+    assert (
+        "list_datasets failed: NotImplementedError: the plug-in forgot this"
+        in res.observation["error"]["message"]
+    )
+    assert res.info["error"] == "backend_error"
+    assert not res.terminated

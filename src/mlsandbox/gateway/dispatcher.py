@@ -236,8 +236,15 @@ class Gateway:
                 self.faults.observe_action(action.model_dump())
             try:
                 result = self._packs.handlers[action_type](self, action)
+            except ActionError:
+                raise
             except Unsupported as e:  # a capability this backend refuses: nothing was changed
                 raise unsupported_error(e) from None
+            except Exception as e:
+                # A failure the handler did not turn into an agent's error (a backend's own exception, a
+                # plug-in's bug): a backend_error observation, never an exception out of step().
+                log.exception("episode %s: %s failed", st.episode_id, action_type)
+                raise ActionError("backend_error", f"{action_type} failed: {type(e).__name__}: {e}") from None
             self.refresh_jobs()
             obs = ok_observation(st.step, action_type, result, self.budget())
             invalid = False
