@@ -543,6 +543,10 @@ class Builder:
                 if line is None:
                     continue
                 intercept, slope, sd, n = line
+                if slope < 0 and key != "peak_rss_mb":
+                    # An overhead does not shrink with more rows: a negative slope is the machine's load
+                    # changing while the sizes were measured. The median, flat, instead.
+                    intercept, slope = _median([y for _, y in pairs], intercept), 0.0
                 model = {
                     "intercept": intercept,
                     "coefficients": {"rows": slope},
@@ -820,61 +824,52 @@ class Builder:
         if not recs:
             return
         serving = self.doc["serving"]
-        lowest = min(p.rate_rps for p, _ in recs)
-        base = [r for p, r in recs if p.rate_rps == lowest and p.by_entity and p.rows_per_request == 1]
-        by_instances = [(p, r) for p, r in recs if not p.by_entity]
-        entity_same_rate = {
-            p.rate_rps: r for p, r in recs if p.by_entity and p.rows_per_request == 1 and p.replicas == 1
-        }
-        p50_entity = _median([r["latency_ms"]["p50"] for r in base], 0.0)
-        lookup = [
-            entity_same_rate[p.rate_rps]["latency_ms"]["p50"] - r["latency_ms"]["p50"]
-            for p, r in by_instances
-            if p.rate_rps in entity_same_rate
-        ]
-        lookup_ms = max(0.2, _median(lookup, 1.0))
-        many = [
-            (p.rows_per_request, r["latency_ms"]["p50"])
-            for p, r in recs
-            if p.rows_per_request > 1 and p.by_entity
-        ]
+        # Figures at the lowest rates, where requests rarely wait for each other: one-row requests by
+        # entity (service + lookup), the same by features (service alone), eight rows (per-row cost).
+        single = [(p, r) for p, r in recs if p.replicas == 1]
+        entity = {p.rate_rps: r for p, r in single if p.by_entity and p.rows_per_request == 1}
+        lowest = min(entity)
+        p50_entity = float(entity[lowest]["latency_ms"]["p50"])
+        by_features = sorted((p.rate_rps, r) for p, r in single if not p.by_entity)
+        lookup_ms = 1.0
+        if by_features and by_features[0][0] in entity:
+            rate, r = by_features[0]
+            lookup_ms = max(0.2, float(entity[rate]["latency_ms"]["p50"]) - float(r["latency_ms"]["p50"]))
+        many = sorted(
+            (p.rate_rps, p.rows_per_request, r) for p, r in single if p.by_entity and p.rows_per_request > 1
+        )
         per_row = 0.0
         if many:
-            near = {
-                p.rate_rps: r["latency_ms"]["p50"] for p, r in recs if p.rows_per_request == 1 and p.by_entity
-            }
-            diffs = [
-                (lat - near.get(min(near, key=lambda x: abs(x - rate)), p50_entity)) / (rows - 1)
-                for (rows, lat), (p, _) in zip(
-                    many, [(p, r) for p, r in recs if p.rows_per_request > 1 and p.by_entity], strict=True
-                )
-                for rate in [p.rate_rps]
-            ]
-            per_row = max(0.0, _median(diffs, 0.0))
+            rate, rows, r = many[0]
+            near = entity[min(entity, key=lambda x: abs(x - rate))]
+            per_row = max(
+                0.0, (float(r["latency_ms"]["p50"]) - float(near["latency_ms"]["p50"])) / (rows - 1)
+            )
         service = max(0.3, p50_entity - lookup_ms)
-        spread = [
-            (r["latency_ms"]["p90"] - r["latency_ms"]["p50"]) / 1.2816
-            for r in base
-            if r["latency_ms"]["p90"] is not None
-        ]
-        sd = _median(spread, 0.0) / max(service, 1e-6)
+        low = entity[lowest]["latency_ms"]
+        sd = max(0.0, (float(low["p90"]) - float(low["p50"])) / 1.2816) if low.get("p90") is not None else 0.0
         for algorithm in list(serving["service_ms"]):
             serving["service_ms"][algorithm] = {
                 "intercept": round(service, 3),
                 "coefficients": {"rows_per_request": round(per_row, 4)},
-                "residual_sd": round(min(2.0, sd), 4),
+                "residual_sd": round(sd, 3),
                 "minimum": 0.3,
             }
         serving["feature_lookup_ms"] = {"intercept": round(lookup_ms, 3), "minimum": 0.2}
-        deploys = [r["deploy_s"] for _, r in recs if r.get("deploy_s")]
+        deploys = [float(r["deploy_s"]) for p, r in single if r.get("deploy_s")]
         if deploys:
+            q1, median, q3 = np.percentile(deploys, [25, 50, 75])
             serving["replica_start_s"] = {
-                "intercept": round(min(deploys), 3),
-                "residual_sd": 0.0,
+                "intercept": round(float(median), 3),
+                "residual_sd": round(float(q3 - q1) / 1.349, 3),
                 "minimum": 0.5,
             }
-            first = max(deploys)
-            serving["feature_service_start_s"] = round(max(0.0, first - min(deploys)), 3)
+        capacity = [
+            (p.rate_rps, r["achieved_rps"]) for p, r in single if p.by_entity and p.rows_per_request == 1
+        ]
+        self.report["serving: answered / offered requests/s (one replica)"] = ", ".join(
+            f"{a:.1f}/{o:g}" for o, a in sorted(capacity)
+        )
         rss = [
             s.get("memory_mb") for _, r in recs for s in r.get("replica_stats") or [] if s.get("memory_mb")
         ]

@@ -290,6 +290,24 @@ def _serving_setup(ctx: Context) -> None:
     ctx.serving_model, ctx.serving_population = (name, "1"), population
 
 
+def _probe(serving: EpisodeServing, deployment: str, population: Any) -> dict[str, Any]:
+    """One request by entity ids before the traffic starts: its status and latency, or the error (what
+    the traffic generator's clients do not keep)."""
+    import orjson
+
+    body = orjson.dumps({"entity_ids": population.phases[0][:1]})
+    t0 = time.perf_counter()
+    try:
+        resp = serving.request(deployment, "/predict", body, timeout_s=10.0)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:500], "seconds": time.perf_counter() - t0}
+    return {
+        "status": resp.status,
+        "seconds": time.perf_counter() - t0,
+        "body": resp.body[:300].decode(errors="replace"),
+    }
+
+
 def run_serving(ctx: Context, point: ServingPoint) -> dict[str, Any]:
     from mlsandbox.scenario import load_builtin
     from mlsandbox.world.serving.traffic import TrafficGenerator
@@ -317,6 +335,7 @@ def run_serving(ctx: Context, point: ServingPoint) -> dict[str, Any]:
         )
     )
     deploy_s = time.perf_counter() - t0
+    probe = _probe(ctx.serving, deployment, ctx.serving_population)
     assert scenario.serving is not None and scenario.serving.traffic is not None
     traffic = scenario.serving.traffic.model_copy(
         update={"rate_rps": point.rate_rps, "rows_per_request": point.rows_per_request,
@@ -345,6 +364,7 @@ def run_serving(ctx: Context, point: ServingPoint) -> dict[str, Any]:
     return {
         "created": created,
         "deploy_s": deploy_s,
+        "probe": probe,
         "replicas_up": view.replicas_up,
         "sent": gen.log.sent,
         "dropped": gen.log.dropped,
@@ -502,11 +522,13 @@ def run_sweep(
     quick: bool = False,
     on_progress: Callable[[int, int, str], None] | None = None,
     runtime: Runtime | None = None,
+    redo: bool = False,
 ) -> SweepSummary:
     """Measure every point not yet in ``path`` (appending as each finishes); a point that raises is
     recorded with its error and the sweep goes on. ``runtime``: measure on this one (else a sandbox
-    ``sandbox`` of ``backend`` is started, or attached to when it runs)."""
-    done = {r.id for r in R.records(path)}
+    ``sandbox`` of ``backend`` is started, or attached to when it runs). ``redo``: measure every point
+    again (the new record replaces the old one)."""
+    done = set() if redo else {r.id for r in R.records(path)}
     todo = [p for p in points if p.id() not in done]
     summary = SweepSummary(planned=len(points), done_before=len(points) - len(todo))
     if not todo:

@@ -64,6 +64,10 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--fit-only", help="Fit from the records without measuring anything.")
         ] = False,
         no_fit: Annotated[bool, typer.Option("--no-fit", help="Measure only; do not fit.")] = False,
+        redo: Annotated[
+            bool,
+            typer.Option("--redo", help="Measure the chosen sections again (new records replace old ones)."),
+        ] = False,
         out: Annotated[
             Path | None,
             typer.Option(
@@ -93,7 +97,13 @@ def register(app: typer.Typer) -> None:
 
                 try:
                     summary = run_sweep(
-                        points, path, backend=backend, sandbox=name, quick=quick, on_progress=on_progress
+                        points,
+                        path,
+                        backend=backend,
+                        sandbox=name,
+                        quick=quick,
+                        on_progress=on_progress,
+                        redo=redo,
                     )
                 except KeyboardInterrupt:
                     err_console.print("interrupted: the records so far are kept; run again to resume")
