@@ -10,7 +10,9 @@ server raises :class:`~mlsandbox.errors.BackendError`.
 Fail fast: mlflow reads its HTTP retry policy from the environment on every request and offers no
 per-client setting, so constructing an :class:`MLflowTracking` sets process-wide *defaults* (only where
 unset) of 2 retries, backoff factor 1 and a 30 s timeout: a dead server fails in a few seconds instead
-of minutes. Export the ``MLFLOW_HTTP_REQUEST_*`` variables before to choose other values.
+of minutes. Export the ``MLFLOW_HTTP_REQUEST_*`` variables before to choose other values. Downloads are
+proxied by the server (``MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD=false`` unless set): the presigned URLs
+of its store may name an address only the server reaches.
 """
 
 from __future__ import annotations
@@ -29,8 +31,12 @@ HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+    # Artifacts stream through the tracking server: a server whose store is S3 offers presigned URLs
+    # naming its own S3 endpoint, which a client elsewhere may not reach (on a cluster, the in-cluster
+    # MinIO Service: every download then retried chunks for minutes and failed).
+    "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
 }
-"""Fail-fast HTTP settings applied with ``os.environ.setdefault`` (see the module docstring)."""
+"""Client settings applied with ``os.environ.setdefault`` (see the module docstring)."""
 
 READY_TIMEOUT_S = 60.0
 _NOT_FOUND = frozenset({"RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "ENDPOINT_NOT_FOUND"})
