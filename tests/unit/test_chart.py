@@ -224,7 +224,9 @@ def test_mlflow_runs_lean_as_on_the_local_backend(default_docs: list[dict[str, A
     variables = env(server)
     assert variables["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
     assert variables["MLFLOW_DISABLE_TELEMETRY"] == "true"
-    assert variables["MLFLOW_S3_ENDPOINT_URL"] == "http://mls-mlsandbox-minio:9000"
+    # By its name in every namespace: MLflow's presigned artifact URLs carry it to the sandboxes' pods
+    # (a short name does not resolve there; found on the real-node tier).
+    assert variables["MLFLOW_S3_ENDPOINT_URL"] == "http://mls-mlsandbox-minio.mlsandbox.svc:9000"
     assert variables["AWS_SECRET_ACCESS_KEY"] == {
         "secretKeyRef": {"name": "mls-mlsandbox-minio", "key": "secret-key"}
     }
@@ -246,7 +248,7 @@ def test_prefect_runs_with_sqlite_no_ui_no_analytics_and_a_kubernetes_worker(
     command = worker["command"]
     assert command[command.index("--type") + 1] == "kubernetes"
     assert command[command.index("--pool") + 1] == "mlsandbox"
-    assert env(worker)["PREFECT_API_URL"] == "http://mls-mlsandbox-prefect-server:4200/api"
+    assert env(worker)["PREFECT_API_URL"] == "http://mls-mlsandbox-prefect-server.mlsandbox.svc:4200/api"
     role = by_kind(default_docs, "Role")["mls-mlsandbox-prefect-worker"]
     assert {"create", "delete"} <= set(role["rules"][0]["verbs"]) and role["rules"][0]["resources"] == [
         "jobs"

@@ -59,16 +59,19 @@ helm.sh/chart: {{ printf "%s-%s" (index . 0).Chart.Name (index . 0).Chart.Versio
 {{- end -}}
 {{- end -}}
 
+{{/* The services' URLs by their names in every namespace (<service>.<release namespace>.svc): MLflow's
+presigned artifact URLs name its S3 endpoint, and the Prefect worker's API URL reaches the flow-run Jobs,
+both read from the sandboxes' namespaces, where a short name does not resolve. */}}
 {{- define "mlsandbox.s3Url" -}}
-{{- printf "http://%s:%d" (include "mlsandbox.component" (list . "minio")) (int .Values.minio.port) -}}
+{{- printf "http://%s.%s.svc:%d" (include "mlsandbox.component" (list . "minio")) .Release.Namespace (int .Values.minio.port) -}}
 {{- end -}}
 
 {{- define "mlsandbox.mlflowUrl" -}}
-{{- printf "http://%s:%d" (include "mlsandbox.component" (list . "mlflow")) (int .Values.mlflow.port) -}}
+{{- printf "http://%s.%s.svc:%d" (include "mlsandbox.component" (list . "mlflow")) .Release.Namespace (int .Values.mlflow.port) -}}
 {{- end -}}
 
 {{- define "mlsandbox.prefectApiUrl" -}}
-{{- printf "http://%s:%d/api" (include "mlsandbox.component" (list . "prefect-server")) (int .Values.prefect.server.port) -}}
+{{- printf "http://%s.%s.svc:%d/api" (include "mlsandbox.component" (list . "prefect-server")) .Release.Namespace (int .Values.prefect.server.port) -}}
 {{- end -}}
 
 {{/* A PersistentVolumeClaim or an emptyDir for one component's data: (list . "mlflow" .Values.mlflow.persistence) */}}
