@@ -184,6 +184,7 @@ def test_image_builds_and_passes_its_smoke_check(image: str, base_image: str, co
     if image == "gateway":
         lines = done.stdout.strip().splitlines()
         assert lines[0].startswith("mlsandbox "), out  # --version
+        assert any(line.startswith("openenv ") and "healthy" in line for line in lines), out  # its server
         assert int(lines[-1]) > 0, "the operator sees no built-in scenario"
         return
     result = result_line(done.stdout)
@@ -191,6 +192,8 @@ def test_image_builds_and_passes_its_smoke_check(image: str, base_image: str, co
     assert isinstance(trained, dict)
     assert trained["model_uri"].startswith("models:/")
     assert 0.7 <= trained["metrics"]["val_auc"] <= 1.0
+    if image == "trainer":  # the flow runs of the chart's Prefect worker are Jobs of this image
+        assert result["flows"] == {"flows": ["batch_scoring", "ingestion", "training"], "prefect": "3.9.1"}
     if image == "model-server":
         server = result["server"]
         assert isinstance(server, dict)

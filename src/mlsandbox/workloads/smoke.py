@@ -7,6 +7,8 @@ ends with a ``MLSANDBOX_RESULT {json}`` line (exit status 0) or a traceback (exi
   and logs the run and the model to a throwaway MLflow file store; the data source is the one thing
   replaced (the table is generated in memory instead of read from S3). The logged model is then loaded
   back and must predict.
+  The trainer image's check also imports Prefect's engine and the sandbox's flows (that image runs the
+  flow runs) and lists them under ``flows``.
 - ``model-server``: the trainer check, then the model server
   (``python -m mlsandbox.workloads.model_server --model-path``) serves that model on a free loopback
   port; ``/health`` must answer 200, ``/predict`` one prediction per row, ``/metrics`` the request count.
@@ -138,7 +140,31 @@ def check_model_server(workdir: Path, start_timeout_s: float = 120.0) -> dict[st
     }
 
 
-CHECKS = {"trainer": check_trainer, "model-server": check_model_server}
+def check_flows(workdir: Path) -> dict[str, Any]:
+    """The sandbox's flows load as their runs load them (the trainer image runs them as flow-run Jobs:
+    Prefect's engine imports ``mlsandbox.workloads.flows``)."""
+    import importlib
+
+    importlib.import_module("prefect.engine")
+    from prefect import Flow
+
+    from mlsandbox.workloads import flows
+
+    found = {name: getattr(flows, name, None) for name in ("ingestion", "training", "batch_scoring")}
+    missing = [name for name, value in found.items() if not isinstance(value, Flow)]
+    if missing:
+        raise SmokeFailed(f"no Prefect flow {', '.join(missing)} in mlsandbox.workloads.flows")
+    import prefect
+
+    return {"prefect": prefect.__version__, "flows": sorted(found)}
+
+
+def check_trainer_image(workdir: Path) -> dict[str, Any]:
+    """What the trainer image runs: the trainer check, then the flows check."""
+    return {**check_trainer(workdir), "flows": check_flows(workdir)}
+
+
+CHECKS = {"trainer": check_trainer_image, "model-server": check_model_server}
 
 
 def main(argv: list[str] | None = None) -> int:
