@@ -5,8 +5,9 @@ Measures, over a few sandboxes: control-plane start time, Sandbox creation -> Re
 Kubernetes API calls the operator makes per reset (counted from the API server's audit log, the
 operator's own identity only); and the latency of one prediction sent through the API server's Service
 proxy (how the gateway reaches replicas on a cluster) against the same request sent to the model server
-directly (a real model server on this machine behind a kwok pod, a small scikit-learn model). Prints a
-table and saves .bench/kube.json.
+directly (a real model server on this machine behind a kwok pod, a small scikit-learn model); and the warm
+pool (``SandboxPool``, ``SandboxClaim``): a pool from nothing to full, a claim on a full pool and on a
+drained one -> Bound, the refill behind a claim. Prints a table and saves .bench/kube.json.
 
 Then the same on a real node of this machine (root only; ``BENCH_KUBE_NODE=0`` skips it): the control plane
 and the node from nothing to Ready (binaries and images cached), the chart's ``helm install --wait``, a
@@ -302,6 +303,103 @@ def print_node(figures: dict[str, Any]) -> None:
     console.print("target: the node's memory with the chart and one sandbox running <= 4096 MiB")
 
 
+POOL_SIZE = int(os.environ.get("BENCH_KUBE_POOL_SIZE", "4"))
+POOL_CLAIMS = int(os.environ.get("BENCH_KUBE_POOL_CLAIMS", "8"))
+POOL_DRAINS = int(os.environ.get("BENCH_KUBE_POOL_DRAINS", "4"))
+POOL_API = ("mlsandbox.dev", "v1alpha1")
+
+
+def _pool_status(custom: Any, ns: str, pool: str) -> dict[str, Any]:
+    return custom.get_namespaced_custom_object(*POOL_API, ns, "sandboxpools", pool).get("status") or {}
+
+
+def _poll(what: str, predicate: Any, timeout: float = 120.0) -> float:
+    """Seconds until ``predicate()`` holds, polling every 5 ms (finer than the testbed's 50 ms)."""
+    t = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - t > timeout:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(0.005)
+    return time.perf_counter() - t
+
+
+def _pool_full(custom: Any, ns: str, pool: str, claimed: int) -> float:
+    def full() -> bool:
+        s = _pool_status(custom, ns, pool)
+        return (s.get("readyReplicas"), s.get("replicas"), s.get("claimed")) == (
+            POOL_SIZE,
+            POOL_SIZE,
+            claimed,
+        )
+
+    return _poll(f"pool {pool} full", full)
+
+
+def _claim(custom: Any, ns: str, name: str, pool: str) -> None:
+    body = {
+        "apiVersion": "mlsandbox.dev/v1alpha1",
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": {"poolRef": {"name": pool}},
+    }
+    custom.create_namespaced_custom_object(*POOL_API, ns, "sandboxclaims", body)
+
+
+def _bound(custom: Any, ns: str, name: str) -> bool:
+    claim = custom.get_namespaced_custom_object(*POOL_API, ns, "sandboxclaims", name)
+    return (claim.get("status") or {}).get("phase") == "Bound"
+
+
+def _release(custom: Any, ns: str, names: list[str]) -> None:
+    for name in names:
+        custom.delete_namespaced_custom_object(*POOL_API, ns, "sandboxclaims", name)
+
+
+def warm_pool(bed: Any) -> dict[str, list[float]]:
+    """A SandboxPool of POOL_SIZE: create -> full; a claim on the full pool -> Bound (as the claimant sees
+    it: created, then its status polled) and the refill behind it; a claim on a drained pool (all its
+    Sandboxes just claimed, the refill under way) -> Bound."""
+    custom = client.CustomObjectsApi(bed.api_client)
+    ns = bed.namespace("bench-pool")
+    body = {
+        "apiVersion": "mlsandbox.dev/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": "warm"},
+        "spec": {"size": POOL_SIZE, "template": SPEC},
+    }
+    t = time.perf_counter()
+    custom.create_namespaced_custom_object(*POOL_API, ns, "sandboxpools", body)
+    _pool_full(custom, ns, "warm", 0)
+    fill = [time.perf_counter() - t]
+    full, refill, drained = [], [], []
+    names = [f"full-{i}" for i in range(POOL_CLAIMS)]
+    for i, name in enumerate(names):
+        _pool_full(custom, ns, "warm", i)
+        t = time.perf_counter()
+        _claim(custom, ns, name, "warm")
+        full.append(_poll(f"claim {name} bound", lambda name=name: _bound(custom, ns, name)))
+        refill.append(_pool_full(custom, ns, "warm", i + 1) + full[-1])
+    _release(custom, ns, names)
+    for r in range(POOL_DRAINS):
+        _pool_full(custom, ns, "warm", 0)
+        drain = [f"drain-{r}-{j}" for j in range(POOL_SIZE)]
+        for name in drain:
+            _claim(custom, ns, name, "warm")
+        for name in drain:
+            _poll(f"claim {name} bound", lambda name=name: _bound(custom, ns, name))
+        late = f"late-{r}"
+        _claim(custom, ns, late, "warm")
+        drained.append(_poll(f"claim {late} bound", lambda late=late: _bound(custom, ns, late)))
+        _release(custom, ns, [*drain, late])
+    custom.delete_namespaced_custom_object(*POOL_API, ns, "sandboxpools", "warm")
+    return {
+        f"pool of {POOL_SIZE}: create -> full (s)": fill,
+        "claim, pool full -> Bound (s)": full,
+        "pool refill after a claim -> full (s)": refill,
+        "claim, pool drained -> Bound (s)": drained,
+    }
+
+
 def main() -> None:
     t0 = time.perf_counter()
     with testbed() as bed:
@@ -331,6 +429,20 @@ def main() -> None:
             bed.wait("sandbox gone", lambda i=i: bed.sandbox("team-a", f"bench-{i}") is None, timeout=180)
             deletes.append(time.perf_counter() - t)
 
+    # The warm pool on a control plane of its own, with the operator's health re-check at its production
+    # interval (30 s, not the testbed's 3 s: the re-checks of a dozen sandboxes would compete with the
+    # refill for the operator's threads).
+    interval = os.environ.get("MLSANDBOX_OPERATOR_HEALTH_INTERVAL_S")
+    os.environ["MLSANDBOX_OPERATOR_HEALTH_INTERVAL_S"] = "30"
+    try:
+        with testbed() as bed:
+            pool = warm_pool(bed)
+    finally:
+        if interval is None:
+            del os.environ["MLSANDBOX_OPERATOR_HEALTH_INTERVAL_S"]
+        else:
+            os.environ["MLSANDBOX_OPERATOR_HEALTH_INTERVAL_S"] = interval
+
     rows = {
         "control plane start (s)": [start_s],
         "create -> Ready (s)": ready,
@@ -339,6 +451,7 @@ def main() -> None:
         "operator API calls per reset": [float(c) for c in calls],
         "predict, direct to the server (ms)": direct,
         "predict via the API server proxy (ms)": proxied,
+        **pool,
     }
     table = Table(title=f"kube under kwok ({N} sandboxes, {RESETS} resets each)")
     for col in ("measure", "n", "p50", "p95", "max"):
@@ -360,7 +473,8 @@ def main() -> None:
         }
     console.print(table)
     console.print(
-        "targets: warm reset <= 10 s (issue 8); sandbox-up on kind is not measurable on this machine"
+        "targets: warm reset <= 10 s (issue 8); a claim from a full pool <= 1 s (issue 20); sandbox-up on"
+        " kind is not measurable on this machine"
     )
     result["real node"] = real_node()
     print_node(result["real node"])

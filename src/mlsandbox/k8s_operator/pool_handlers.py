@@ -29,9 +29,16 @@ import kopf
 from mlsandbox.backends.kube.client import TransientApiError
 
 from .model import GROUP, VERSION
-from .pool import bind_claim, deleting, drain_pool, reconcile_pool, release_claim
+from .pool import bind_claim, deleting, drain_pool, member_ready, reconcile_pool, release_claim
 from .pool_api import KubePoolApi, PoolApi, Refused
-from .pool_model import CLAIM_NAME_LABEL, CLAIM_PLURAL, POOL_LABEL, POOL_PLURAL, SANDBOX_PLURAL
+from .pool_model import (
+    CLAIM_NAME_LABEL,
+    CLAIM_PLURAL,
+    POOL_LABEL,
+    POOL_PLURAL,
+    SANDBOX_PLURAL,
+    STATE_LABEL,
+)
 from .reconcile import Invalid, Status
 
 log = logging.getLogger(__name__)
@@ -92,6 +99,7 @@ def configure_pool(memo: kopf.Memo, **_: Any) -> None:
     if "pool_api" not in memo:
         memo["pool_api"] = KubePoolApi()
     memo.setdefault("wakeups", Wakeups())
+    memo.setdefault("member_states", {})
 
 
 def _api(memo: Any) -> PoolApi:
@@ -173,11 +181,34 @@ async def pool_changed(
 
 
 @kopf.on.event(GROUP, VERSION, SANDBOX_PLURAL, labels={POOL_LABEL: kopf.PRESENT})
-async def member_changed(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
-    """A member was created, changed (Ready, claimed, reset) or deleted: wake its pool, the claims waiting
-    on that pool and the claim holding it."""
+async def member_changed(
+    type: str,
+    body: Mapping[str, Any],
+    namespace: str | None,
+    uid: str,
+    labels: Mapping[str, str],
+    memo: Any,
+    **_: Any,
+) -> None:
+    """A member was created, became Ready, was claimed, returned, reset or deleted: wake its pool, the
+    claims waiting on that pool and the claim holding it. Other changes (a deleting member's finalizer
+    retries, a status rewritten the same) wake nobody."""
     if namespace is None:
         return
+    seen: dict[str, tuple[Any, ...]] = memo["member_states"]
+    state = (
+        labels.get(STATE_LABEL),
+        labels.get(CLAIM_NAME_LABEL),
+        member_ready(body),
+        deleting(body),
+        (body.get("status") or {}).get("phase"),
+    )
+    if type == "DELETED":
+        seen.pop(uid, None)
+    elif seen.get(uid) == state:
+        return
+    else:
+        seen[uid] = state
     _wakeups(memo).wake(_pool_key(namespace, labels[POOL_LABEL]))
     if labels.get(CLAIM_NAME_LABEL):
         _wakeups(memo).wake(_claim_key(namespace, labels[CLAIM_NAME_LABEL]))
