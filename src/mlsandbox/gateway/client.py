@@ -8,8 +8,9 @@ with GatewayClient("http://127.0.0.1:8765") as gw:
 ```
 
 The client remembers the token of each session it created, so calls name the session only. HTTP errors
-raise :class:`GatewayHTTPError` (with the status code and the server's ``detail``); an invalid *action* is
-not an HTTP error but a normal step with an error observation.
+raise :class:`GatewayHTTPError` (with the status code and the server's ``detail``); a gateway that does
+not answer (stopped, crashed, restarting) raises :class:`GatewayUnavailable`; an invalid *action* is not
+an HTTP error but a normal step with an error observation.
 
 :class:`RemoteMLSandboxEnv` has the same observation and action spaces as ``MLSandboxEnv`` and the same
 observations for the same actions; only the episode lives behind the gateway.
@@ -53,6 +54,22 @@ class GatewayHTTPError(MLSandboxError):
         self.status_code = status_code
         self.detail = detail
         super().__init__(f"{method} {path} -> {status_code}: {detail}")
+
+
+class GatewayUnavailable(MLSandboxError):
+    """The gateway did not answer: the connection was refused or dropped (it stopped, crashed or is
+    restarting), or no answer came in time. Sessions do not survive a gateway restart: create a new one."""
+
+    def __init__(self, base_url: str, method: str, path: str, cause: httpx.TransportError) -> None:
+        self.method, self.path = method, path
+        if isinstance(cause, httpx.TimeoutException):
+            what = f"did not answer {method} {path} in time ({type(cause).__name__})"
+        else:
+            what = f"did not answer {method} {path}: {type(cause).__name__}: {cause or 'connection lost'}"
+        super().__init__(
+            f"the gateway at {base_url} {what}. If it stopped or restarted, its sessions are gone "
+            "(sessions do not survive a restart): create a new session once it answers again."
+        )
 
 
 def _integer(seed: Any) -> Any:
@@ -147,7 +164,7 @@ class GatewayClient:
     def close_all(self) -> None:
         """Close every session this client created and still holds a token for."""
         for sid in list(self.tokens):
-            with contextlib.suppress(GatewayHTTPError):
+            with contextlib.suppress(GatewayHTTPError, GatewayUnavailable):  # closed already, or gone with it
                 self.close(sid)
 
     def shutdown(self) -> None:
@@ -183,7 +200,10 @@ class GatewayClient:
         kwargs: dict[str, Any] = {"headers": headers}
         if json is not None:
             kwargs["json"] = json
-        resp = self.http.request(method, path, **kwargs)
+        try:
+            resp = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise GatewayUnavailable(str(self.http.base_url).rstrip("/"), method, path, e) from e
         if resp.status_code >= 400:
             try:
                 detail = resp.json().get("detail")
@@ -206,4 +226,4 @@ def _action_body(action: Any) -> Any:
         return repr(action)
 
 
-__all__ = ["GatewayClient", "GatewayHTTPError"]
+__all__ = ["GatewayClient", "GatewayHTTPError", "GatewayUnavailable"]

@@ -311,7 +311,10 @@ class SessionManager:
             owner = self._by_token.get(token)
             session = self._sessions.get(owner) if owner else None
         if session is None or not secrets.compare_digest(session.token, token):
-            raise Unauthorized("invalid or expired token")
+            raise Unauthorized(
+                "invalid or expired token: no open session of this gateway has it (a session ends when it is "
+                "closed, and none survives a restart of the gateway): create one with POST /sessions"
+            )
         if session.id != session_id:
             raise Forbidden("this token belongs to another session")
         return session

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from mlsandbox.backends.common.config_store import PrefectConfigStore
 from mlsandbox.backends.common.mlflow_tracking import MLflowTracking
 from mlsandbox.backends.common.prefect import FlowPlacement, PrefectEpisodeFlows, PrefectFlows
 from mlsandbox.backends.common.s3 import S3ObjectStore
@@ -31,6 +32,7 @@ from mlsandbox.backends.local.faults.journal import (
     Journal,
     UndoApiDataset,
     UndoBucket,
+    UndoConfigScope,
     UndoDatabase,
     UndoExperiment,
     UndoFlows,
@@ -53,12 +55,18 @@ class JournaledObjectStore(S3ObjectStore):
         self.journal = journal
 
     def create_bucket(self, bucket: str) -> None:
+        self.journal.retry_deferred()  # an episode starts: what earlier ones failed to remove goes first
         self.journal.add(f"bucket:{bucket}", UndoBucket(bucket=bucket))
         super().create_bucket(bucket)
 
     def delete_bucket(self, bucket: str) -> None:
-        super().delete_bucket(bucket)
-        self.journal.remove(f"bucket:{bucket}")
+        key = f"bucket:{bucket}"
+        try:
+            super().delete_bucket(bucket)
+        except Exception:
+            self.journal.defer(key, lambda: self.delete_bucket(bucket))
+            raise
+        self.journal.remove(key)
 
 
 class JournaledTracking(MLflowTracking):
@@ -84,7 +92,14 @@ class JournaledTracking(MLflowTracking):
         return experiment_id
 
     def delete_experiment(self, experiment_id: str) -> None:
-        super().delete_experiment(experiment_id)
+        try:
+            super().delete_experiment(experiment_id)
+        except Exception:
+            with self._lock:
+                name = self._names.get(experiment_id)
+            if name is not None:
+                self.journal.defer(f"experiment:{name}", lambda: self.delete_experiment(experiment_id))
+            raise
         with self._lock:
             name = self._names.pop(experiment_id, None)
         if name is None:
@@ -98,23 +113,62 @@ class JournaledTracking(MLflowTracking):
         return super().register_model(run_id, name, artifact_path)
 
     def delete_registered_model(self, name: str) -> None:
-        super().delete_registered_model(name)
-        self.journal.remove(f"model:{name}")
+        key = f"model:{name}"
+        try:
+            super().delete_registered_model(name)
+        except KeyError:
+            self.journal.remove(key)  # nothing to delete
+            raise
+        except Exception:
+            self.journal.defer(key, lambda: self.delete_registered_model(name))
+            raise
+        self.journal.remove(key)
+
+
+class JournaledConfigStore(PrefectConfigStore):
+    """Prefect variables; each episode's scope is journaled from ``open_scope`` to ``close_scope`` (a close
+    that fails is retried when the next scope opens)."""
+
+    def __init__(self, api_url: str, journal: Journal, **kwargs: Any) -> None:
+        super().__init__(
+            api_url,
+            on_open=lambda prefix: journal.add(f"config:{prefix}", UndoConfigScope(prefix=prefix)),
+            on_close=lambda prefix: journal.remove(f"config:{prefix}"),
+            **kwargs,
+        )
+        self.journal = journal
+
+    def open_scope(self, prefix: str, values: dict[str, str]) -> None:
+        self.journal.retry_deferred()
+        super().open_scope(prefix, values)
+
+    def close_scope(self, prefix: str) -> None:
+        try:
+            super().close_scope(prefix)
+        except Exception:
+            self.journal.defer(f"config:{prefix}", lambda: self.close_scope(prefix))
+            raise
 
 
 class JournaledFlows(PrefectFlows):
     """The Prefect flows of a local sandbox; an episode's flows are journaled from ``open`` to ``close``
-    (its deployments carry the tag ``episode:<id>``)."""
+    (its deployments carry the tag ``episode:<id>``). ``close`` also stops the episode's flow-run processes
+    that still run on the sandbox's worker (a cancelled run's process would otherwise go on to its end)."""
 
     def __init__(
         self,
         api_url: str,
         journal: Journal,
         placement: Callable[[Mapping[str, str]], FlowPlacement],
+        *,
+        sandbox: str,
+        home: str,
         **kwargs: Any,
     ) -> None:
         super().__init__(api_url, placement, **kwargs)
         self.journal = journal
+        self.sandbox = sandbox
+        self.home = home
 
     def open(self, episode_id: str, labels: dict[str, str]) -> PrefectEpisodeFlows:
         key = f"flows:{episode_id}"
@@ -124,6 +178,7 @@ class JournaledFlows(PrefectFlows):
         def forget() -> None:  # close() calls it once the runs and deployments are deleted
             if cleanup is not None:
                 cleanup(dict(labels))
+            _stop_flow_processes(episode_id, self.sandbox, self.home)
             self.journal.remove(key)
 
         return PrefectEpisodeFlows(
@@ -282,6 +337,7 @@ def _check(resp: httpx.Response, what: str) -> None:
 
 
 __all__ = [
+    "JournaledConfigStore",
     "JournaledFlows",
     "JournaledObjectStore",
     "JournaledTracking",

@@ -345,6 +345,7 @@ class _Job:
     timed_out: bool = False
     timer: threading.Timer | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    unsaved_notes: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -363,9 +364,14 @@ class _Job:
         )
 
     def note(self, message: str) -> None:
-        """Append a supervisor line to the job's log (as a kubelet event would tell)."""
-        with contextlib.suppress(OSError), self.log_path.open("a") as f:
-            f.write(f"{NOTE_PREFIX} {message}\n")
+        """Append a supervisor line to the job's log (as a kubelet event would tell); kept in memory when
+        the log cannot be written (a full disk), and shown after the log's lines."""
+        line = f"{NOTE_PREFIX} {message}"
+        try:
+            with self.log_path.open("a") as f:
+                f.write(line + "\n")
+        except OSError:
+            self.unsaved_notes.append(line)
 
 
 @dataclass(eq=False)
@@ -494,8 +500,13 @@ class LocalJobs:
     def logs(self, job_id: str, tail: int = 50) -> str:
         """The last ``tail`` lines of the job's combined stdout and stderr (all of it when ``tail`` <= 0)."""
         with self._lock:
-            path = self._job(job_id).log_path
-        return tail_lines(path, tail)
+            job = self._job(job_id)
+            path, unsaved = job.log_path, list(job.unsaved_notes)
+        text = tail_lines(path, tail)
+        if unsaved:
+            lines = [*text.splitlines(), *unsaved]
+            text = "\n".join(lines[-tail:] if tail > 0 else lines) + "\n"
+        return text
 
     def cancel(self, job_id: str, grace_s: float = 2.0) -> JobStatus:
         """SIGTERM the job's process group, SIGKILL it after ``grace_s``; a finished job is left as is."""
@@ -733,6 +744,12 @@ class LocalJobs:
         job.done.set()
 
     def _note_end(self, job: _Job, wait_status: int, oom_kills: int, expected: bool) -> None:
+        if exit_code_of(wait_status) != 0 and not expected:
+            full = _disk_full(job.log_path)
+            if full is not None:  # its output (a traceback included) could not be written: say why
+                job.note(
+                    f"failed: no space left on the sandbox's disk ({full}); its output could not be written"
+                )
         if oom_kills:
             limit = f"memory limit {job.spec.memory_mb} MiB"
             if os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGKILL:
@@ -745,6 +762,23 @@ class LocalJobs:
             job.note(f"killed by signal {signal.Signals(os.WTERMSIG(wait_status)).name}")
         elif job.cancel_requested and not job.timed_out:
             job.note("cancelled")
+
+
+DISK_FULL_BYTES = 1 << 20
+"""Less free space than this on the file system of a job's log: the disk is full for the job."""
+
+
+def _disk_full(path: Path) -> str | None:
+    """How full the file system holding ``path`` is, when it has less than :data:`DISK_FULL_BYTES` free
+    (None otherwise, or when it cannot be told)."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= DISK_FULL_BYTES:
+        return None
+    return f"{free >> 10} KiB free of {(st.f_blocks * st.f_frsize) >> 20} MiB"
 
 
 def _kill_all(jobs: dict[str, _Job], lock: threading.RLock) -> None:

@@ -167,7 +167,7 @@ class LocalRuntime(ServiceClients):
         from mlsandbox.backends.local.episode_journal import JournaledFlows
         from mlsandbox.workloads.contract import endpoint_env
 
-        journal = self.journal
+        journal, home = self.journal, self.jobs.home
         with self._lock:
             if self._flows is None:
                 placement = FlowPlacement(WORK_POOL, endpoint_env(**self._endpoints.model_dump()))
@@ -176,24 +176,24 @@ class LocalRuntime(ServiceClients):
                     journal,
                     lambda labels: placement,
                     interpreter=lambda key: str(venvs.interpreter(key)),
+                    sandbox=self.sandbox_name,
+                    home=home,
                 )
             return self._flows
 
     @property
     def config(self) -> PrefectConfigStore:
         """Prefect variables of the sandbox's Prefect server; each episode's scope is journaled (the
-        garbage collector deletes the scope of a process that died)."""
-        from mlsandbox.backends.common.config_store import PrefectConfigStore, job_config_of
-        from mlsandbox.backends.local.faults.journal import UndoConfigScope
+        garbage collector deletes the scope of a process that died; a close that failed is retried when
+        the next scope opens)."""
+        from mlsandbox.backends.common.config_store import job_config_of
+        from mlsandbox.backends.local.episode_journal import JournaledConfigStore
 
-        journal = self.faults.journal
+        journal = self.journal
         with self._lock:
             if self._config is None:
-                self._config = PrefectConfigStore(
-                    self._endpoints.prefect_api_url,
-                    job_config=job_config_of(self._endpoints),
-                    on_open=lambda prefix: journal.add(f"config:{prefix}", UndoConfigScope(prefix=prefix)),
-                    on_close=lambda prefix: journal.remove(f"config:{prefix}"),
+                self._config = JournaledConfigStore(
+                    self._endpoints.prefect_api_url, journal, job_config=job_config_of(self._endpoints)
                 )
             return self._config
 

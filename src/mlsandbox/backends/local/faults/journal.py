@@ -13,8 +13,10 @@ sandbox, so the garbage collector can undo the journal of a process that is gone
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -24,6 +26,7 @@ from mlsandbox.backends.local import supervisor
 from mlsandbox.backends.local.supervisor import ProcessRecord
 
 JOURNAL_DIR = "faults"
+log = logging.getLogger(__name__)
 
 
 class _Model(BaseModel):
@@ -178,6 +181,10 @@ class _Shared:
     def __init__(self, path: Path, owner: ProcessRecord) -> None:
         self.lock = threading.Lock()
         self.data = JournalFile(owner=owner)
+        self.unsaved = False
+        """The last write failed (a full disk): the file is behind the records in memory."""
+        self.deferred: dict[str, Callable[[], object]] = {}
+        """Removals that failed, by journal key (see :meth:`Journal.defer`)."""
         if path.is_file():
             with contextlib.suppress(ValueError, OSError):
                 self.data = JournalFile.model_validate_json(path.read_text())
@@ -197,7 +204,7 @@ class Journal:
         key = (self.owner.pid, self.path.resolve())  # by pid too: a forked child has a journal of its own
         with _SHARED_LOCK:
             shared = _SHARED.get(key)
-            if shared is None or (shared.data.entries and not self.path.is_file()):
+            if shared is None or (shared.data.entries and not shared.unsaved and not self.path.is_file()):
                 # (records whose file is gone belong to a sandbox of the same name that was removed)
                 shared = _SHARED[key] = _Shared(self.path, self.owner)
         self._shared = shared
@@ -229,14 +236,50 @@ class Journal:
         with self._lock:
             return dict(self._data.entries)
 
+    # ---------------------------------------------------------------------- removals that failed
+
+    def defer(self, key: str, retry: Callable[[], object]) -> None:
+        """Remember that removing what ``key`` records failed (a full disk, a service down): ``retry`` is
+        called again by :meth:`retry_deferred` (the record stays, so gc removes it if this process dies)."""
+        with self._lock:
+            self._shared.deferred[key] = retry
+
+    def retry_deferred(self) -> list[str]:
+        """Retry every deferred removal once (the local runtime does at each episode start); the keys that
+        failed again."""
+        with self._lock:
+            pending, self._shared.deferred = dict(self._shared.deferred), {}
+        failed = []
+        for key, retry in pending.items():
+            try:
+                retry()
+            except Exception as e:  # it stays deferred (the retry defers itself again)
+                log.info("journal %s: removing %s failed again: %s", self.path.name, key, e)
+                failed.append(key)
+                with self._lock:
+                    self._shared.deferred.setdefault(key, retry)
+        return failed
+
     def _write(self) -> None:
-        if not self._data.entries:
-            self.path.unlink(missing_ok=True)
+        """Rewrite the file; a write that fails (a full disk) is logged and tried again at the next change:
+        the records stay in memory."""
+        try:
+            if not self._data.entries:
+                self.path.unlink(missing_ok=True)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_suffix(f".tmp{threading.get_ident()}")
+                try:
+                    tmp.write_text(self._data.model_dump_json(indent=2))
+                    os.replace(tmp, self.path)
+                finally:
+                    tmp.unlink(missing_ok=True)
+        except OSError as e:
+            if not self._shared.unsaved:
+                log.warning("journal %s could not be written: %s", self.path, e)
+            self._shared.unsaved = True
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{threading.get_ident()}")
-        tmp.write_text(self._data.model_dump_json(indent=2))
-        os.replace(tmp, self.path)
+        self._shared.unsaved = False
 
 
 def read_journals(sandbox_dir: Path) -> list[tuple[Path, JournalFile | None]]:
