@@ -4,11 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SEED ?= 7
 
-.PHONY: setup demo test test-fast bench lint gc clean help
+.PHONY: setup setup-demo demo test test-fast bench lint gc clean help
 
 help:
-	@echo "make setup     install the venv, the package and the MinIO server (idempotent)"
-	@echo "make demo      setup + one full episode of tabular-quality-basic with the rule agent"
+	@echo "make setup     install everything the tests need: venv with extras, MinIO, Toxiproxy, PostgreSQL, helm (idempotent)"
+	@echo "make demo      install only what the demo needs (venv, MinIO), then one episode of tabular-quality-basic"
 	@echo "make test      setup + the whole test suite (real services)"
 	@echo "make test-fast setup + the tests that need no services (-m 'not services')"
 	@echo "make bench     setup + benchmarks; figures printed and saved under .bench/"
@@ -18,8 +18,13 @@ help:
 setup:
 	@scripts/setup.sh
 
-demo: setup
-	$(VENV)/bin/mlsandbox run --scenario tabular-quality-basic --agent rule --seed $(SEED) --name demo
+setup-demo:
+	@scripts/setup.sh --demo
+
+demo: setup-demo
+	@t0=$$(date +%s); echo "[demo] starting a sandbox and running one episode of tabular-quality-basic with the rule agent"; \
+	$(VENV)/bin/mlsandbox run --scenario tabular-quality-basic --agent rule --seed $(SEED) --name demo; \
+	rc=$$?; echo "[demo] sandbox up, episode and sandbox down in $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
 test: setup
 	@scripts/run-tests.sh
