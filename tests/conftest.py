@@ -8,27 +8,47 @@ the MinIO binary lives there.
 
 ``control_plane`` is the kube tier's cluster (see tests/kube/conftest.py), here so that every tier using it
 (tests/kube, tests/conformance) shares one per session.
+
+The real-node tier's cluster is here too, for the same reason (tests/node, tests/conformance): ``node_cluster``
+(a control plane and one real node on this machine: containerd, kubelet, kube-proxy, kube-router, CoreDNS),
+``kube_node_cluster`` (the same with the chart installed) and ``node_sandbox`` (a Sandbox of the chart's
+namespace, Ready, and the environment ``mlsandbox --backend kube`` needs to use it). A node needs root:
+without it, every test using them is skipped with that reason. Tests using them are marked ``node`` and
+``services``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from mlsandbox.backends.kube.backend import KubeBackend
     from mlsandbox.backends.local import LocalBackend
     from mlsandbox.backends.protocols import Runtime
+    from mlsandbox.k8s_operator.node_testbed import NodeCluster
     from mlsandbox.k8s_operator.testbed import Testbed
 
 SERVICE_FIXTURES = frozenset({"sandbox", "runtime", "s3"})
+NODE_FIXTURES = frozenset({"node_session", "node_cluster", "kube_node_cluster", "node_sandbox"})
+NODE_NEEDS_ROOT = (
+    "the real-node tier needs root: containerd and runc, the kubelet's cgroups, kube-proxy's and "
+    "kube-router's iptables rules and the pods' network namespaces (run it as root, as .ci/run does)"
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if SERVICE_FIXTURES & names:
+            item.add_marker(pytest.mark.services)
+        if NODE_FIXTURES & names:
+            item.add_marker(pytest.mark.node)
             item.add_marker(pytest.mark.services)
 
 
@@ -55,6 +75,120 @@ def control_plane() -> Iterator[Testbed]:
 
     with testbed() as bed:
         yield bed
+
+
+# ----------------------------------------------------------------------------------- the real node
+
+
+class NodeSession:
+    """The session's real node: the machine's state before it started (``baseline``: iptables chains,
+    ipsets, links, mounts, for the lifecycle tests) and the cluster (None once stopped)."""
+
+    def __init__(self) -> None:
+        self.baseline: dict[str, Any] = {}
+        self.cluster: NodeCluster | None = None
+        self.context: contextlib.ExitStack = contextlib.ExitStack()
+
+    def stop(self) -> None:
+        self.cluster = None
+        self.context.close()
+
+
+_node_session = NodeSession()
+
+
+@pytest.fixture(scope="session")
+def node_session() -> Iterator[NodeSession]:
+    if os.geteuid() != 0:
+        pytest.skip(NODE_NEEDS_ROOT)
+    yield _node_session
+    _node_session.stop()
+
+
+@pytest.fixture(scope="session")
+def node_cluster(node_session: NodeSession) -> NodeCluster:
+    """A control plane and one real node, Ready with CoreDNS (shared by the session)."""
+    from mlsandbox.backends.kube import node
+    from mlsandbox.k8s_operator.node_testbed import node_cluster as start_node_cluster
+
+    if node_session.cluster is None:
+        if not node_session.baseline:
+            node_session.baseline = node.snapshot()
+        node_session.cluster = node_session.context.enter_context(start_node_cluster())
+    return node_session.cluster
+
+
+@pytest.fixture(scope="session")
+def kube_node_cluster(node_cluster: NodeCluster) -> NodeCluster:
+    """The shared node with the chart installed (once per session) and every image episodes run."""
+    if not node_cluster.chart_installed:
+        seconds = node_cluster.install_chart()
+        print(f"chart installed in {seconds:.1f} s")
+    return node_cluster
+
+
+@dataclass
+class NodeSandbox:
+    """A Ready Sandbox of the chart's namespace on the real node, and how a client of this machine uses it."""
+
+    cluster: NodeCluster
+    name: str
+    namespace: str
+    env: dict[str, str] = field(default_factory=dict)
+    """``KUBECONFIG``, the control namespace, the services' NodePort URLs and S3 keys, the images."""
+
+    def backend(self) -> KubeBackend:
+        """The sandbox as the kube backend (the endpoints of :attr:`env`, not of the process's environment)."""
+        from mlsandbox.backends.kube.backend import KubeBackend
+        from mlsandbox.backends.kube.runtime import client_endpoints
+
+        return KubeBackend(
+            self.name,
+            control_namespace=self.env["MLSANDBOX_CONTROL_NAMESPACE"],
+            kubeconfig=self.env["KUBECONFIG"],
+            endpoints=client_endpoints(environ=self.env),
+            image=self.env["MLSANDBOX_TRAINER_IMAGE"],
+            server_image=self.env["MLSANDBOX_MODEL_SERVER_IMAGE"],
+        )
+
+
+NODE_SANDBOX_BUDGET = {"cpu": "3", "memory": "6Gi", "maxPods": 30}
+"""What the episodes on the node need at most at once: a training job or a flow run, model replicas and the
+feature service (requests = limits)."""
+
+
+def make_node_sandbox(
+    cluster: NodeCluster, name: str, scenario: str = "tabular-quality-basic"
+) -> NodeSandbox:
+    """A Sandbox ``name`` in the chart's namespace, once Ready (the operator in its pod made its namespace,
+    quota, policies and RBAC)."""
+    from mlsandbox.k8s_operator.resources import sandbox_namespace_name
+    from mlsandbox.k8s_operator.testbed import CONTROL_NAMESPACE
+
+    cluster.create_sandbox(
+        CONTROL_NAMESPACE, name, {"scenario": scenario, "seed": 1, "budget": NODE_SANDBOX_BUDGET}
+    )
+
+    def ready() -> bool:
+        status = (cluster.sandbox(CONTROL_NAMESPACE, name) or {}).get("status") or {}
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+
+    cluster.wait(f"Sandbox {name} Ready", ready, 180)
+    return NodeSandbox(cluster, name, sandbox_namespace_name(CONTROL_NAMESPACE, name), cluster.client_env())
+
+
+@pytest.fixture(scope="session")
+def node_sandbox(kube_node_cluster: NodeCluster) -> Iterator[NodeSandbox]:
+    """One Sandbox for the session's episodes on real pods (deleted at the end)."""
+    from mlsandbox.k8s_operator.testbed import CONTROL_NAMESPACE
+
+    box = make_node_sandbox(kube_node_cluster, "episodes")
+    yield box
+    with contextlib.suppress(Exception):
+        box.backend().down()
+        kube_node_cluster.delete_sandbox(CONTROL_NAMESPACE, box.name)
 
 
 @pytest.fixture(scope="session")

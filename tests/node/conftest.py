@@ -1,17 +1,22 @@
 """The real-node tier: one control plane and one real node on this machine, shared by every test.
 
-``node_cluster`` (session) is a :class:`~mlsandbox.k8s_operator.node_testbed.NodeCluster`: the control
-plane, the node (containerd, kubelet, kube-proxy, kube-router, CoreDNS) and helpers; ``kube_node_cluster``
-is the same cluster with the chart installed (MinIO, MLflow, Prefect server and worker, the operator) —
-what a test of the kube backend on real pods asks for. Images come from
-:mod:`mlsandbox.backends.kube.node_images` (built when their inputs change, cached after).
+``node_cluster`` (session, in tests/conftest.py so that tests/conformance shares it) is a
+:class:`~mlsandbox.k8s_operator.node_testbed.NodeCluster`: the control plane, the node (containerd,
+kubelet, kube-proxy, kube-router, CoreDNS) and helpers; ``kube_node_cluster`` is the same cluster with the
+chart installed (MinIO, MLflow, Prefect server and worker, the operator) and the episodes' images;
+``node_sandbox`` a Ready Sandbox there with the environment a client needs — what a test of the kube
+backend on real pods asks for. Images come from :mod:`mlsandbox.backends.kube.node_images` (built when
+their inputs change, cached after).
 
-Needs root, ``scripts/install-kube-tools.sh --with-node`` and a docker engine the first time the images are
-built (``scripts/docker-engine.sh``); without them the fixture fails with that instruction.
+Needs root (without it every test here is skipped, saying so), ``scripts/install-kube-tools.sh
+--with-node`` (``scripts/run-tests.sh`` runs it as root) and a docker engine the first time the images are
+built (``scripts/docker-engine.sh``); without those the fixture fails with that instruction.
 
-Every test here is marked ``node`` (and ``services``: ``make test-fast`` leaves them out). The lifecycle tests (``test_node_lifecycle.py``) run last: the first
-of them stops the shared node and checks that nothing is left; ``baseline`` is the machine's state
-(iptables chains, ipsets, links, mounts) taken before the node started.
+Every test here is marked ``node`` (and ``services``: ``make test-fast`` leaves them out). Order: the
+pods' tests (cheapest), the chart's, the kube backend's on real pods, then the lifecycle tests
+(``test_node_lifecycle.py``), after every other test of the session: the first of them stops the shared
+node and checks that nothing is left; ``baseline`` is the machine's state (iptables chains, ipsets, links,
+mounts) taken before the node started.
 """
 
 from __future__ import annotations
@@ -25,9 +30,7 @@ from typing import Any
 
 import pytest
 
-from mlsandbox.backends.kube import node
 from mlsandbox.k8s_operator.node_testbed import NodeCluster, pod_ready
-from mlsandbox.k8s_operator.node_testbed import node_cluster as start_node_cluster
 
 HERE = Path(__file__).resolve().parent
 LAST = "test_node_lifecycle.py"
@@ -39,54 +42,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if Path(str(item.fspath)).parent == HERE:
             item.add_marker(pytest.mark.node)
             item.add_marker(pytest.mark.services)
-    # The pods' tests first (cheapest), then the chart's, then the lifecycle tests, which stop the shared
-    # node: after every other test of the session.
-    rank = {"test_node_chart.py": 1, LAST: 2}
-    items.sort(
-        key=lambda item: (
-            rank.get(Path(str(item.fspath)).name, 0) if Path(str(item.fspath)).parent == HERE else 0
-        )
-    )
 
+    # The pods' tests first (cheapest), then the chart's, then the backend's on real pods, then the
+    # lifecycle tests, which stop the shared node: after every other test of the session.
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.fspath))
+        if path.parent != HERE:
+            return 0
+        return {"test_node_pods.py": 0, "test_node_chart.py": 1, LAST: 3}.get(path.name, 2)
 
-class Session:
-    """What the session's node left to check: the baseline and the cluster (None once stopped)."""
-
-    def __init__(self) -> None:
-        self.baseline: dict[str, Any] = {}
-        self.cluster: NodeCluster | None = None
-        self.context: contextlib.ExitStack = contextlib.ExitStack()
-
-    def stop(self) -> None:
-        self.cluster = None
-        self.context.close()
-
-
-_session = Session()
-
-
-@pytest.fixture(scope="session")
-def node_session() -> Iterator[Session]:
-    yield _session
-    _session.stop()
-
-
-@pytest.fixture(scope="session")
-def node_cluster(node_session: Session) -> NodeCluster:
-    if node_session.cluster is None:
-        if not node_session.baseline:
-            node_session.baseline = node.snapshot()
-        node_session.cluster = node_session.context.enter_context(start_node_cluster())
-    return node_session.cluster
-
-
-@pytest.fixture(scope="session")
-def kube_node_cluster(node_cluster: NodeCluster) -> NodeCluster:
-    """The shared node with the chart installed (once per session)."""
-    if not node_cluster.chart_installed:
-        seconds = node_cluster.install_chart()
-        print(f"chart installed in {seconds:.1f} s")
-    return node_cluster
+    items.sort(key=rank)
 
 
 @pytest.fixture()

@@ -11,13 +11,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
-from tests.node.conftest import Session
 
 from mlsandbox.backends.kube import node
+
+if TYPE_CHECKING:
+    from tests.conftest import NodeSession as Session
 
 pytestmark = pytest.mark.timeout(1800)
 

@@ -24,6 +24,11 @@ from .testbed import CONTROL_NAMESPACE, RELEASE, Testbed
 
 CHART_IMAGES = ("minio", "mlflow", "prefect", "gateway", "trainer")
 """The images the chart runs (the trainer's is passed to the operator for training Jobs)."""
+EPISODE_IMAGES = ("trainer", "model-server")
+"""What the kube backend's episodes run besides the chart: training Jobs and flow runs (trainer), model
+deployments and the feature service (model server)."""
+NODE_PORTS = {"minio": 30900, "mlflow": 30500, "prefect": 30420}
+"""The chart's NodePorts on the node (``charts/mlsandbox/ci/node-values.yaml``, as on kind)."""
 
 
 class NodeCluster(Testbed):
@@ -38,7 +43,7 @@ class NodeCluster(Testbed):
         """``helm upgrade --install`` of the chart (release ``mlsandbox`` in ``mlsandbox``), waiting for
         every Deployment to be available; the chart's images are built and imported first when their
         inputs changed. Seconds the install took (images excluded)."""
-        self.node.import_images(CHART_IMAGES, say)
+        self.node.import_images(dict.fromkeys([*CHART_IMAGES, *EPISODE_IMAGES]), say)
         started = time.monotonic()
         done = subprocess.run(
             [
@@ -55,6 +60,9 @@ class NodeCluster(Testbed):
                 "-f",
                 str(CHART_DIR / "ci" / "node-values.yaml"),
                 *node_images.chart_values(CHART_IMAGES),
+                # Clients of this machine call MLflow at the node's address (its Host header).
+                "--set-json",
+                f'mlflow.extraAllowedHosts=["{self.node.ip}:{NODE_PORTS["mlflow"]}"]',
                 *extra,
                 "--wait",
                 "--timeout",
@@ -73,6 +81,39 @@ class NodeCluster(Testbed):
         for ns in ("team-a", "team-b"):
             self.namespace(ns)
         return time.monotonic() - started
+
+    def client_env(self) -> dict[str, str]:
+        """What ``mlsandbox --backend kube`` on this machine needs in its environment to use a sandbox of
+        this cluster: the kubeconfig, the chart's namespace, its services at the node's NodePorts and the
+        S3 keys of its MinIO Secret (the backend would read them from there too), the images."""
+        import base64
+
+        from kubernetes import client
+
+        ip, ports = self.node.ip, NODE_PORTS
+        keys = {}
+        secrets: list[Any] = (
+            client.CoreV1Api(self.api_client)
+            .list_namespaced_secret(CONTROL_NAMESPACE, label_selector="app.kubernetes.io/component=minio")
+            .items
+        )
+        for secret in secrets:
+            data = secret.data or {}
+            if "access-key" in data and "secret-key" in data:
+                keys = {
+                    "MLSANDBOX_KUBE_S3_ACCESS_KEY": base64.b64decode(data["access-key"]).decode(),
+                    "MLSANDBOX_KUBE_S3_SECRET_KEY": base64.b64decode(data["secret-key"]).decode(),
+                }
+        return {
+            **keys,
+            "KUBECONFIG": str(self.cp.kubeconfig),
+            "MLSANDBOX_CONTROL_NAMESPACE": CONTROL_NAMESPACE,
+            "MLSANDBOX_KUBE_S3_URL": f"http://{ip}:{ports['minio']}",
+            "MLSANDBOX_KUBE_MLFLOW_URL": f"http://{ip}:{ports['mlflow']}",
+            "MLSANDBOX_KUBE_PREFECT_URL": f"http://{ip}:{ports['prefect']}/api",
+            "MLSANDBOX_TRAINER_IMAGE": node_images.by_name(["trainer"])[0].ref,
+            "MLSANDBOX_MODEL_SERVER_IMAGE": node_images.by_name(["model-server"])[0].ref,
+        }
 
     def describe_pods(self, namespace: str) -> str:
         """One line per pod of ``namespace`` (phase, container states) and the last lines of each of its
