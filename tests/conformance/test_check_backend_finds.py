@@ -73,10 +73,10 @@ def test_a_missing_operation_and_a_parameter_the_protocol_passes_are_declaration
     found = {(f.where, f.message) for f in check_declaration(rt)}
     assert ("rt.jobs.set_resources()", "Wrap lacks set_resources() of Jobs") in found
     assert ("rt.jobs.logs()", "Wrap.logs takes no parameter 'tail'") in found
-    # Through the gateway, the missing operation surfaces as an exception out of step.
+    # Through the gateway, the missing operation is a backend_error observation: a failing backend.
     report = check(rt, "work")
     raised = [f for f in findings(report, "step") if "set_job_resources: a running job" in f.where]
-    assert raised and "AttributeError" in raised[0].message
+    assert raised and "the backend failed" in raised[0].message and "AttributeError" in raised[0].message
 
 
 def test_signature_problems_name_what_the_world_cannot_call() -> None:

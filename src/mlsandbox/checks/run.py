@@ -204,6 +204,10 @@ def _step_findings(
         return out
     if code == step.expect:
         return out
+    if code == "backend_error" and step.expect is None:
+        # The gateway turned an exception out of the backend into an observation: a failing backend.
+        out.append(Finding("step", where, f"the backend failed: {message}"))
+        return out
     if refused is not None:
         out.append(
             Finding(
