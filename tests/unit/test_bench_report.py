@@ -58,7 +58,10 @@ def test_intervals() -> None:
     assert wilson(0, 5).low == 0 and wilson(5, 5).high == pytest.approx(1)
     m = mean_ci([1.0, 2.0, 3.0])
     assert m.value == 2 and m.low < 2 < m.high
-    assert mean_ci([4.0]).low == 4.0
+    single = mean_ci([4.0])  # one episode: no Student's t interval
+    assert single.value == 4.0 and not single.defined and single.text("{:+.2f}") == "+4.00 [n/a]"
+    assert single.as_dict() == {"value": 4.0, "low": None, "high": None, "n": 1}
+    assert mean_ci([]).text() == "n/a" and mean_ci([]).as_dict()["value"] is None
     with pytest.raises(ValueError):
         wilson(5, 3)
 
@@ -233,3 +236,59 @@ def test_summary_reports_pass_k_per_agent_and_family_over_tasks() -> None:
     summary = json.loads(summary_json(rows))
     assert summary["agents"][0]["pass_at_k"]["2"] == pytest.approx(2 / 3, abs=1e-6)
     assert {f["family"]: f["pass_all_k"] for f in summary["families"]}["b"] == {"1": 1.0, "2": 1.0}
+
+
+def _steps_episode(rewards: list[float]) -> EpisodeResult:
+    obs = {"step": 0, "ok": True, "action": None, "result": {"task": "do it"}, "error": None,
+           "budget": {"credits": 10, "credits_used": 0, "steps_left": 9}}  # fmt: skip
+    res = EpisodeResult("s", "rule", 3, "3-abc", total_reward=sum(rewards), components={})
+    res.first_observation, res.reset_info = obs, {}
+    for i, r in enumerate(rewards, 1):
+        nxt = {**obs, "step": i, "action": "list_datasets", "result": {"datasets": []}}
+        res.steps.append(
+            StepRecord(i, {"type": "list_datasets"}, nxt, r, {"step_cost": r}, None, info={}, previous=obs)
+        )
+    res.final_info = {"metrics": {}}
+    return res
+
+
+def test_replay_one_step_shows_the_running_total_up_to_it(tmp_path: Path) -> None:
+    path = write_trajectory(_steps_episode([-0.02, -0.02, -0.5, -0.047]), tmp_path / "ep.jsonl")
+    blocks = list(replay_lines(read_trajectory(path), only_step=3))
+    assert len(blocks) == 2 and "-- step 3 " in blocks[1]
+    assert blocks[1].endswith("reward -0.500 (step_cost=-0.500) · total -0.540")
+    out = CliRunner().invoke(app, ["replay", str(path), "--step", "2"])
+    assert out.exit_code == 0, out.output
+    assert "total -0.040" in out.output and "-- step 1 " not in out.output and "== end" not in out.output
+    full = CliRunner().invoke(app, ["replay", str(path)])
+    assert "total -0.587" in full.output and "== end" in full.output
+
+
+def test_one_episode_agent_has_no_interval_and_invalid_actions_are_not_harness_errors() -> None:
+    rows = [
+        _row("solo", "a", 1, True, 14.29).model_copy(update={"invalid_actions": 0}),
+        _row("random", "a", 1, False, -2.0).model_copy(update={"invalid_actions": 3}),
+        _row("random", "a", 2, False, -3.0).model_copy(update={"invalid_actions": 2}),
+        _row("random", "a", 3, False, 0.0).model_copy(update={"error": "RuntimeError: gone", "steps": 0}),
+    ]
+    agents, _ = summarize(rows)
+    by = {g.agent: g for g in agents}
+    assert by["solo"].mean_reward["low"] is None and by["solo"].reward().text("{:+.2f}") == "+14.29 [n/a]"
+    assert by["random"].invalid_actions == 5 and by["random"].errors == 1
+    assert by["random"].invalid_action_rate == pytest.approx(5 / 10)
+    summary = json.loads(summary_json(rows))  # valid JSON: no NaN
+    assert {a["agent"]: a["mean_reward"]["high"] for a in summary["agents"]}["solo"] is None
+    page = render_html(rows)
+    assert "+14.29 [n/a]" in page and "[+14.29, +14.29]" not in page
+    assert "<th>invalid actions</th>" in page and "<th>harness errors</th>" in page
+    from rich.console import Console
+
+    from mlsandbox.cli.evaluation import _summary_tables
+
+    con = Console(width=250, record=True)
+    for t in _summary_tables(rows):
+        con.print(t)
+    text = con.export_text()
+    assert "invalid actions" in text and "harness errors" in text and "+14.29 [n/a]" in text
+    line = next(ln for ln in text.splitlines() if ln.strip("│ ").startswith("random"))
+    assert line.replace("│", " ").split()[-2:] == ["5", "1"]  # invalid actions, harness errors

@@ -116,8 +116,11 @@ def _action_text(action: Any) -> str:
     return str(action)
 
 
-def replay_lines(records: list[dict[str, Any]], *, max_chars: int = 2000) -> Iterator[str]:
-    """The episode as text blocks, one per step (first the reset, last the outcome)."""
+def replay_lines(
+    records: list[dict[str, Any]], *, max_chars: int = 2000, only_step: int | None = None
+) -> Iterator[str]:
+    """The episode as text blocks, one per step (first the reset, last the outcome). With ``only_step``,
+    the reset and that step alone; its ``total`` is still the running total over every step up to it."""
     head = records[0]
     yield (
         f"== episode {head.get('episode_id')} · scenario {head.get('scenario')} · agent {head.get('agent')}"
@@ -128,6 +131,8 @@ def replay_lines(records: list[dict[str, Any]], *, max_chars: int = 2000) -> Ite
     for rec in records[1:]:
         if rec["kind"] == "step":
             total += float(rec.get("reward") or 0.0)
+            if only_step is not None and rec.get("step") != only_step:
+                continue
             comps = {k: v for k, v in (rec.get("reward_components") or {}).items() if v}
             reward = " ".join(f"{k}={v:+.3f}" for k, v in comps.items())
             yield (
@@ -135,7 +140,7 @@ def replay_lines(records: list[dict[str, Any]], *, max_chars: int = 2000) -> Ite
                 + render_observation(rec.get("next_observation") or {}, max_chars=max_chars)
                 + f"\nreward {float(rec.get('reward') or 0):+.3f} ({reward or 'no components'}) · total {total:+.3f}"
             )
-        elif rec["kind"] == "end":
+        elif rec["kind"] == "end" and only_step is None:
             grade = rec.get("grade") or {}
             yield (
                 f"== end: {'success' if rec.get('success') else 'not solved'} · {grade.get('reason', '-')}"

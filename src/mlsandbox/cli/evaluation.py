@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -63,7 +64,8 @@ def _summary_tables(rows: list[Any]) -> list[Table]:
         "mean reward",
         "credits",
         "TTD steps",
-        "errors",
+        "invalid actions",
+        "harness errors",
     ):
         t1.add_column(col, justify="left" if col == "agent" else "right")
     for g in leaderboard(agents):
@@ -71,11 +73,12 @@ def _summary_tables(rows: list[Any]) -> list[Table]:
         t1.add_row(
             g.agent,
             str(g.episodes),
-            s.text("{:.2f}"),
+            escape(s.text("{:.2f}")),
             _pass_k_text(g),
-            r.text("{:+.2f}"),
+            escape(r.text("{:+.2f}")),
             f"{g.mean_credits:.2f}",
             "-" if g.mean_time_to_detect_steps is None else f"{g.mean_time_to_detect_steps:.1f}",
+            str(g.invalid_actions),
             str(g.errors),
         )
     t2 = Table(title="per scenario family")
@@ -86,9 +89,9 @@ def _summary_tables(rows: list[Any]) -> list[Table]:
             g.family or "",
             g.agent,
             str(g.episodes),
-            g.success().text("{:.2f}"),
+            escape(g.success().text("{:.2f}")),
             _pass_k_text(g),
-            g.reward().text("{:+.2f}"),
+            escape(g.reward().text("{:+.2f}")),
         )
     return [t1, t2]
 
@@ -203,7 +206,10 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
     def replay(
         file: Annotated[Path, typer.Argument(help="A trajectory file (JSONL) written by bench or run.")],
         delay: Annotated[float, typer.Option("--delay", min=0, help="Seconds between steps.")] = 0.0,
-        step: Annotated[int | None, typer.Option("--step", help="Show only this step.")] = None,
+        step: Annotated[
+            int | None,
+            typer.Option("--step", help="Show only this step (its total is the running total up to it)."),
+        ] = None,
         max_chars: Annotated[int, typer.Option("--max-chars", min=80, help="Cut long observations.")] = 2000,
     ) -> None:
         """Re-render a recorded episode step by step (the text an LLM agent reads)."""
@@ -213,11 +219,11 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             records = read_trajectory(file)
         except ValueError as e:
             raise _fail(e) from None
-        if step is not None:
-            records = [records[0], *(r for r in records[1:] if r.get("step") == step)]
-            if len(records) == 1:
-                raise _fail(f"{file}: no step {step}")
-        for i, block in enumerate(replay_lines(records, max_chars=max_chars)):
+        if step is not None and not any(
+            r.get("kind") == "step" and r.get("step") == step for r in records[1:]
+        ):
+            raise _fail(f"{file}: no step {step}")
+        for i, block in enumerate(replay_lines(records, max_chars=max_chars, only_step=step)):
             if i and delay:
                 time.sleep(delay)
             console.print(block, markup=False, highlight=False)

@@ -194,6 +194,8 @@ def render_html(
                 _cell(_num(g.mean_steps, "{:.1f}")),
                 _cell(_num(g.mean_time_to_detect_steps, "{:.1f}")),
                 _cell(_num(g.mean_time_to_mitigate_steps, "{:.1f}")),
+                _cell(g.invalid_actions),
+                _cell(_num(g.invalid_action_rate, "{:.0%}")),
                 _cell(g.errors),
             ]
         )
@@ -247,10 +249,15 @@ def render_html(
                 "steps",
                 "TTD steps",
                 "TTM steps",
-                "errors",
+                "invalid actions",
+                "invalid / step",
+                "harness errors",
             ],
             lb_rows,
         ),
+        "<p class='meta'>Invalid actions: the agent's actions the gateway rejected (error observations, "
+        "episodes that ran). Harness errors: episodes that could not be run at all (the sandbox broke, the "
+        "agent raised). A mean over fewer than two episodes has no interval (n/a).</p>",
         "<h2>pass@k and pass^k</h2>",
         "<p class='meta'>Over the tasks (scenario variants) each agent ran, k up to the fewest episodes of a "
         "task: pass@k is the chance that at least one of k episodes succeeds, pass^k that all k do (unbiased "
@@ -281,7 +288,7 @@ def render_html(
                 "steps",
                 "credits",
                 "invalid",
-                "violation / error",
+                "violation / harness error",
                 "wall s",
             ],
             ep_rows,

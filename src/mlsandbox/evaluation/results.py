@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -121,14 +122,21 @@ class GroupSummary(BaseModel):
     family: str | None
     """None: every family of the agent."""
     episodes: int
-    success_rate: dict[str, float | int]
-    mean_reward: dict[str, float | int]
+    success_rate: dict[str, float | int | None]
+    mean_reward: dict[str, float | int | None]
+    """value, low, high, n; ``low``/``high`` are None when the interval is undefined (fewer than two
+    episodes for the mean's Student's t interval)."""
     mean_vector: dict[str, float]
     mean_credits: float
     mean_steps: float
     mean_time_to_detect_steps: float | None
     mean_time_to_mitigate_steps: float | None
     errors: int
+    """Harness errors: episodes that could not be run (the sandbox broke, the agent raised)."""
+    invalid_actions: int = 0
+    """Invalid actions over the episodes that ran: the agent's rejected actions (error observations)."""
+    invalid_action_rate: float | None = None
+    """Invalid actions per step over the episodes that ran (None without a step)."""
     tasks: int = 0
     """Distinct tasks (scenario variants) with at least one episode that ran."""
     episodes_per_task: int = 0
@@ -139,12 +147,10 @@ class GroupSummary(BaseModel):
     """k -> the mean over tasks of the unbiased pass^k (all k episodes succeed)."""
 
     def success(self) -> Interval:
-        d = self.success_rate
-        return Interval(float(d["value"]), float(d["low"]), float(d["high"]), int(d["n"]))
+        return Interval.from_dict(self.success_rate)
 
     def reward(self) -> Interval:
-        d = self.mean_reward
-        return Interval(float(d["value"]), float(d["low"]), float(d["high"]), int(d["n"]))
+        return Interval.from_dict(self.mean_reward)
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -173,6 +179,8 @@ def pass_k_table(rows: list[EpisodeRow]) -> tuple[int, int, dict[str, float], di
 def _group(agent: str, family: str | None, rows: list[EpisodeRow]) -> GroupSummary:
     ran = [r for r in rows if r.error is None]
     tasks, per_task, at_k, all_k = pass_k_table(ran)
+    steps = sum(r.steps for r in ran)
+    invalid = sum(r.invalid_actions for r in ran)
     vec: dict[str, float] = {}
     for o in OBJECTIVES:
         vec[o] = round(sum(r.reward_vector.get(o, 0.0) for r in ran) / len(ran), 4) if ran else 0.0
@@ -192,6 +200,8 @@ def _group(agent: str, family: str | None, rows: list[EpisodeRow]) -> GroupSumma
             [r.time_to_mitigate_steps for r in ran if r.time_to_mitigate_steps is not None]
         ),
         errors=len(rows) - len(ran),
+        invalid_actions=invalid,
+        invalid_action_rate=round(invalid / steps, 4) if steps else None,
         tasks=tasks,
         episodes_per_task=per_task,
         pass_at_k=at_k,
@@ -217,7 +227,12 @@ def summarize(rows: list[EpisodeRow]) -> tuple[list[GroupSummary], list[GroupSum
 
 def leaderboard(agents: list[GroupSummary]) -> list[GroupSummary]:
     """Agents ranked by success rate, then mean reward."""
-    return sorted(agents, key=lambda g: (-float(g.success_rate["value"]), -float(g.mean_reward["value"])))
+
+    def key(g: GroupSummary) -> tuple[float, float]:
+        s, r = g.success().value, g.reward().value
+        return (-(0.0 if math.isnan(s) else s), -(-math.inf if math.isnan(r) else r))
+
+    return sorted(agents, key=key)
 
 
 def summary_json(rows: list[EpisodeRow]) -> str:

@@ -12,22 +12,48 @@ from scipy import stats
 Z95 = 1.959963984540054
 
 
+def _finite(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else x
+
+
 @dataclass(frozen=True)
 class Interval:
+    """A point estimate with its 95% interval; ``low``/``high`` are NaN where the interval is undefined
+    (no episode, or a Student's t interval of a single value)."""
+
     value: float
     low: float
     high: float
     n: int
 
-    def as_dict(self) -> dict[str, float | int]:
+    @property
+    def defined(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready: an undefined bound (or value) is ``None``, never NaN."""
+        value, low, high = (_finite(x) for x in (self.value, self.low, self.high))
         return {
-            "value": round(self.value, 6),
-            "low": round(self.low, 6),
-            "high": round(self.high, 6),
+            "value": None if value is None else round(value, 6),
+            "low": None if low is None else round(low, 6),
+            "high": None if high is None else round(high, 6),
             "n": self.n,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, float | int | None]) -> Interval:
+        def f(key: str) -> float:
+            v = d.get(key)
+            return math.nan if v is None else float(v)
+
+        return cls(f("value"), f("low"), f("high"), int(d.get("n") or 0))
+
     def text(self, fmt: str = "{:.3f}") -> str:
+        """``value [low, high]``; ``value [n/a]`` when the interval is undefined, ``n/a`` with no value."""
+        if math.isnan(self.value):
+            return "n/a"
+        if not self.defined:
+            return f"{fmt.format(self.value)} [n/a]"
         return f"{fmt.format(self.value)} [{fmt.format(self.low)}, {fmt.format(self.high)}]"
 
 
@@ -45,13 +71,14 @@ def wilson(successes: int, n: int, z: float = Z95) -> Interval:
 
 
 def mean_ci(values: list[float], confidence: float = 0.95) -> Interval:
-    """The mean with a Student's t interval (a single value: the interval is the value itself)."""
+    """The mean with a Student's t interval; with fewer than two values the interval is undefined (NaN
+    bounds, shown as ``n/a``): one episode says nothing about the spread."""
     n = len(values)
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
     m = fmean(values)
     if n == 1:
-        return Interval(m, m, m, 1)
+        return Interval(m, math.nan, math.nan, 1)
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * stdev(values) / math.sqrt(n)
     return Interval(m, m - half, m + half, n)
 
