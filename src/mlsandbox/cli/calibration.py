@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mlsandbox.cli.common import backend_option
+from mlsandbox.cli.common import backend_option, make_console
 from mlsandbox.terminal import print_error
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _fail(msg: Any) -> typer.Exit:

@@ -1,11 +1,13 @@
 """What several command groups share: the ``--backend`` option, its choices taken from the backend
-registry (built-in backends and installed plug-ins, listed in the option's help)."""
+registry (built-in backends and installed plug-ins, listed in the option's help), the sandbox-name
+options, and the consoles every command prints through (nothing cut when the output is not a terminal)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from rich.console import Console, ConsoleDimensions
 
 from mlsandbox.backends.registry import DEFAULT_BACKEND, backend_names
 
@@ -34,11 +36,39 @@ def backend_option(what: str = "The backend of the sandbox", *short: str) -> typ
 BackendOpt = Annotated[str, backend_option()]
 """``--backend NAME`` (default ``local``)."""
 
+UNBOUNDED_WIDTH = 100_000
+"""The width tables get when the output is not a terminal: wide enough that no cell is ever cut."""
+
+
+class OutputConsole(Console):
+    """A rich ``Console`` that never cuts or wraps what a program reads: when its stream is not a terminal
+    (a pipe, a file, a test runner), its width is unbounded, so table cells (ids, URLs, paths) are printed
+    whole and text is not hard-wrapped; on a terminal it behaves as usual (the terminal's width)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(UNBOUNDED_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """The console a command prints through (stdout, or stderr for diagnostics and progress)."""
+    return OutputConsole(stderr=stderr)
+
+
 __all__ = [
     "BACKEND_CHOICES",
     "DEFAULT_BACKEND",
     "BackendOpt",
+    "OutputConsole",
     "backend_help",
     "backend_option",
     "check_backend",
+    "make_console",
 ]

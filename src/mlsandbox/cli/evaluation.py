@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from datetime import UTC, datetime
@@ -9,16 +10,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mlsandbox.cli.common import BackendOpt
+from mlsandbox.cli.common import BackendOpt, make_console
 from mlsandbox.terminal import print_error
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _fail(msg: Any) -> typer.Exit:
@@ -26,14 +26,15 @@ def _fail(msg: Any) -> typer.Exit:
     return typer.Exit(code=1)
 
 
-def _progress() -> Progress:
+def _progress(*, to_stderr: bool = False) -> Progress:
+    """Progress on stdout, or on stderr when stdout carries JSON."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"),
-        console=console,
+        console=err_console if to_stderr else console,
     )
 
 
@@ -67,7 +68,7 @@ def _summary_tables(rows: list[Any]) -> list[Table]:
         "invalid actions",
         "harness errors",
     ):
-        t1.add_column(col, justify="left" if col == "agent" else "right")
+        t1.add_column(col, justify="left" if col == "agent" else "right", overflow="fold")
     for g in leaderboard(agents):
         s, r = g.success(), g.reward()
         t1.add_row(
@@ -83,7 +84,7 @@ def _summary_tables(rows: list[Any]) -> list[Table]:
         )
     t2 = Table(title="per scenario family")
     for col in ("family", "agent", "episodes", "success rate", "pass@k / pass^k", "mean reward"):
-        t2.add_column(col, justify="left" if col in ("family", "agent") else "right")
+        t2.add_column(col, justify="left" if col in ("family", "agent") else "right", overflow="fold")
     for g in families:
         t2.add_row(
             g.family or "",
@@ -126,6 +127,12 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
         ] = "default",
         backend: BackendOpt = "local",
+        as_json: Annotated[
+            bool,
+            typer.Option(
+                "--json", help="Print the summary (summary.json) on stdout; progress goes to stderr."
+            ),
+        ] = False,
     ) -> None:
         """Run agents on a scenario suite: JSONL rows, CSV, summary with 95% CIs, an HTML report."""
         from mlsandbox.agents import make_agent
@@ -155,7 +162,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         t0 = time.perf_counter()
         jsonl = (out_dir / "results.jsonl").open("w")
         try:
-            with _progress() as progress:
+            with _progress(to_stderr=as_json) as progress:
                 bar = progress.add_task(f"bench {suite}", total=len(tasks), status="")
 
                 def on_step(task: Any, rec: Any) -> None:
@@ -183,7 +190,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         if not rows:
             raise _fail("no episode ran")
         (out_dir / "results.csv").write_text(rows_csv(rows))
-        (out_dir / "summary.json").write_text(summary_json(rows))
+        summary = summary_json(rows)
+        (out_dir / "summary.json").write_text(summary)
         meta = {
             "suite": suite,
             "agents": ", ".join(agents),
@@ -194,9 +202,12 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         (out_dir / "report.html").write_text(
             render_html(rows, title=f"mlsandbox benchmark: suite {suite}", meta=meta)
         )
-        for t in _summary_tables(rows):
-            console.print(t)
-        console.print(
+        if as_json:
+            print(summary)
+        else:
+            for t in _summary_tables(rows):
+                console.print(t)
+        (err_console if as_json else console).print(
             f"{len(rows)} episodes in {time.perf_counter() - t0:.0f} s · results in [bold]{out_dir}[/]"
             " (results.jsonl, results.csv, summary.json, report.html"
             + (", trajectories/)" if trajectories else ")")
@@ -226,7 +237,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         for i, block in enumerate(replay_lines(records, max_chars=max_chars, only_step=step)):
             if i and delay:
                 time.sleep(delay)
-            console.print(block, markup=False, highlight=False)
+            # soft_wrap: the terminal wraps long lines; the text itself is never cut or broken.
+            console.print(block, markup=False, highlight=False, soft_wrap=True)
             console.print()
 
     @scenarios_app.command("validate")
@@ -244,8 +256,11 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
         ] = "default",
         backend: BackendOpt = "local",
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Print JSON instead of a table (progress on stderr).")
+        ] = False,
     ) -> None:
-        """Check that built-in scenarios load and that their reference solution solves them (real episodes)."""
+        """Check that scenarios load and that their reference solution solves them (real episodes)."""
         from mlsandbox.agents.validate import check_loads, validate_scenario
         from mlsandbox.scenario import catalog_ids
 
@@ -253,17 +268,28 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         problems = check_loads(ids)
         table = Table(title="scenario validation")
         for col in ("scenario", "difficulty", "loads", "reference", "solved", "reward", "steps", "wall s"):
-            table.add_column(col, justify="left" if col in ("scenario", "reference") else "right")
+            table.add_column(
+                col, justify="left" if col in ("scenario", "reference") else "right", overflow="fold"
+            )
         failed = sorted(problems)
         loaded = [i for i in ids if i not in problems]
         for sid, msg in problems.items():
             err_console.print(f"[red]{sid}[/]: {msg}")
+        results: list[dict[str, Any]] = [
+            {"scenario": sid, "loads": False, "problem": msg} for sid, msg in problems.items()
+        ]
         if load_only:
-            console.print(f"{len(loaded)} of {len(ids)} scenarios load and name a usable reference solution")
+            if as_json:
+                results += [{"scenario": sid, "loads": True, "problem": None} for sid in loaded]
+                print(json.dumps(results, indent=2))
+            else:
+                console.print(
+                    f"{len(loaded)} of {len(ids)} scenarios load and name a usable reference solution"
+                )
             raise typer.Exit(code=1 if failed else 0)
         env = _env(name, backend)
         try:
-            with _progress() as progress:
+            with _progress(to_stderr=as_json) as progress:
                 bar = progress.add_task("validate", total=len(loaded), status="")
                 for sid in loaded:
 
@@ -271,6 +297,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
                         progress.update(bar, status=f"{sid} · step {rec.step}")
 
                     v = validate_scenario(env, sid, seed=seed, on_step=on_step)
+                    results.append({"loads": True, "problem": None, **dataclasses.asdict(v)})
                     table.add_row(
                         sid,
                         str(v.difficulty),
@@ -289,7 +316,10 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             raise typer.Exit(code=130) from None
         finally:
             env.close()
-        console.print(table)
+        if as_json:
+            print(json.dumps(results, indent=2))
+        else:
+            console.print(table)
         if failed:
             raise _fail(f"{len(failed)} scenario(s) failed: {', '.join(failed)}")
         console.print(
@@ -325,7 +355,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             return
         table = Table(title=f"suite {suite}: {len(entries)} scenarios")
         for col in ("scenario", "family", "difficulty", "seed", "faults"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for entry in entries:
             faults = ", ".join(p.fault.type for p in entry.scenario.perturbations) or "-"
             table.add_row(entry.id, entry.family, str(entry.difficulty), str(entry.scenario.seed), faults)

@@ -10,17 +10,16 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from mlsandbox.backends import DEFAULT_BACKEND, get_backend
 from mlsandbox.backends.protocols import Support
-from mlsandbox.cli.common import backend_option
+from mlsandbox.cli.common import backend_option, make_console
 from mlsandbox.faults.curriculum import LEVELS, level
 from mlsandbox.scenario.perturbations import FAULT_MODELS, Perturbation, refusal
 
-console = Console()
+console = make_console()
 curriculum_app = typer.Typer(help="Curricula of perturbations, simple to combined.", no_args_is_help=True)
 faults_app = typer.Typer(help="The fault catalog.", no_args_is_help=True)
 

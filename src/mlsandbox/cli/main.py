@@ -9,13 +9,12 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from mlsandbox import __version__
 from mlsandbox.cli.calibration import register as register_calibration_commands
-from mlsandbox.cli.common import BackendOpt
+from mlsandbox.cli.common import BackendOpt, make_console
 from mlsandbox.cli.console import console as console_command
 from mlsandbox.cli.evaluation import register as register_eval_commands
 from mlsandbox.cli.faults import register as register_fault_commands
@@ -42,8 +41,8 @@ app.add_typer(kube_app, name="kube")
 app.add_typer(operator_app, name="operator")
 app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.cli.watch)
 app.command("console")(console_command)  # web console (mlsandbox.console)
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 NameOpt = Annotated[
     str,
@@ -149,7 +148,7 @@ def _print_status(backend: Any) -> None:
     rows = backend.status()
     table = Table(title=f"sandbox {backend.name}")
     for col in ("service", "state", "url", "pid", "rss", "uptime"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     total = 0
     for s in rows:
         total += s.rss_bytes or 0
@@ -198,13 +197,13 @@ def gc(
 
 
 @scenarios_app.command("list")
-def scenarios_list() -> None:
-    """List the built-in scenarios."""
+def scenarios_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List the built-in scenarios (plug-in scenarios included)."""
     from mlsandbox.scenario import catalog_ids, load_builtin
 
-    table = Table(title="built-in scenarios")
-    for col in ("id", "difficulty", "title", "max steps", "credits"):
-        table.add_column(col)
+    rows: list[dict[str, Any]] = []
     broken: list[str] = []
     for sid in catalog_ids():
         try:
@@ -212,8 +211,24 @@ def scenarios_list() -> None:
         except MLSandboxError as e:  # a broken plug-in scenario is reported, the others still listed
             broken.append(str(e))
             continue
-        table.add_row(sc.id, str(sc.difficulty), sc.title, str(sc.max_steps), f"{sc.budget.credits:g}")
-    console.print(table)
+        rows.append(
+            {
+                "id": sc.id,
+                "difficulty": sc.difficulty,
+                "title": sc.title,
+                "max_steps": sc.max_steps,
+                "credits": sc.budget.credits,
+            }
+        )
+    if as_json:
+        console.print_json(json.dumps(rows))
+    else:
+        table = Table(title="built-in scenarios")
+        for col in ("id", "difficulty", "title", "max steps", "credits"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r["id"], str(r["difficulty"]), r["title"], str(r["max_steps"]), f"{r['credits']:g}")
+        console.print(table)
     for msg in broken:
         print_error(err_console, msg)
 
