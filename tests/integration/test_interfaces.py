@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import gymnasium as gym
@@ -28,6 +30,15 @@ pytestmark = pytest.mark.services
 SCENARIO = "tabular-quality-basic"
 SEED = 5
 TERMINAL = {"succeeded", "failed", "cancelled"}
+_T = TypeVar("_T")
+
+
+def _run_async(fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    """``anyio.run`` in a thread of its own: a synchronous Playwright session alive in this process (the
+    console tier's session-scoped browser) marks this thread's event loop as running between its calls,
+    and no other event loop starts in a thread where one runs."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, fn, *args).result()
 
 
 def script() -> list[dict[str, Any] | str]:
@@ -155,7 +166,7 @@ def test_in_process_http_and_mcp_stdio_reach_the_same_final_state(sandbox: Any) 
             out = seen
         return out
 
-    over_mcp = anyio.run(mcp_episode)
+    over_mcp = _run_async(mcp_episode)
 
     expected = [comparable(o) for o in local]
     assert [comparable(o) for o in over_http] == expected
