@@ -166,7 +166,7 @@ def test_plan_pairs_agents_on_the_same_episodes_and_rows_come_from_results() -> 
     entries = suite("test", families=["tabular-quality-basic"], variants_per_family=2)
     tasks = plan_episodes(entries, ["rule", "random"], episodes=2, base_seed=5, suite="test")
     assert len(tasks) == 2 * 2 * 2
-    first = entries[0].scenario.seed + 5
+    first = 5  # --seed is absolute: episode k of every scenario uses 5 + k
     assert [(t.agent, t.seed) for t in tasks[:4]] == [("rule", first), ("random", first), ("rule", first + 1),
                                                       ("random", first + 1)]  # fmt: skip
     task = EpisodeTask(entries[0], "rule", first, "test")

@@ -36,11 +36,13 @@ class EpisodeTask:
 
 
 def plan_episodes(
-    entries: list[SuiteEntry], agents: list[str], *, episodes: int, base_seed: int, suite: str
+    entries: list[SuiteEntry], agents: list[str], *, episodes: int, base_seed: int | None, suite: str
 ) -> list[EpisodeTask]:
-    """Every (scenario, episode, agent), scenario-major so agents alternate on the same episode."""
+    """Every (scenario, episode, agent), scenario-major so agents alternate on the same episode. Episode
+    ``k`` of a scenario uses the seed ``base_seed + k`` (absolute, as ``mlsandbox run --seed``), or the
+    scenario's own seed + ``k`` when ``base_seed`` is None."""
     return [
-        EpisodeTask(e, a, e.scenario.seed + base_seed + k, suite)
+        EpisodeTask(e, a, (e.scenario.seed if base_seed is None else base_seed) + k, suite)
         for e in entries
         for k in range(episodes)
         for a in agents
@@ -123,7 +125,9 @@ def run_task(
     """Run one episode; its row (and the full result, None when it failed)."""
     t0 = time.perf_counter()
     try:
-        player = agent if agent is not None else make_agent(task.agent, seed=task.seed)
+        # ``reference``: the scenario's own reference solution (serving scenarios name theirs).
+        name = task.entry.scenario.reference_agent if task.agent == "reference" else task.agent
+        player = agent if agent is not None else make_agent(name, seed=task.seed)
         res = run_episode(env, player, seed=task.seed, scenario=task.entry.scenario, on_step=on_step)
     except Exception as e:  # one broken episode does not stop a benchmark
         log.warning("episode %s/%s/%s failed: %s", task.entry.id, task.agent, task.seed, e)

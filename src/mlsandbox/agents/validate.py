@@ -1,4 +1,4 @@
-"""Scenario validation: every built-in scenario loads, and its reference solution solves it."""
+"""Scenario validation: a scenario (built-in id or YAML file) loads, and its reference solution solves it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from mlsandbox.agents import make_agent
 from mlsandbox.agents.runner import StepRecord, run_episode
 from mlsandbox.env.gym_env import MLSandboxEnv
-from mlsandbox.scenario import load_builtin
+from mlsandbox.scenario import load_scenario
 
 DEFAULT_REFERENCE_GOALS = ("registered_model_auc",)
 """Goal types the default ``reference`` agent is written for."""
@@ -33,7 +33,7 @@ def check_loads(ids: list[str]) -> dict[str, str]:
     problems: dict[str, str] = {}
     for sid in ids:
         try:
-            sc = load_builtin(sid)
+            sc = load_scenario(sid)
             make_agent(sc.reference_agent)
             if sc.reference_agent == "reference" and sc.goal.type not in DEFAULT_REFERENCE_GOALS:
                 problems[sid] = (
@@ -53,7 +53,7 @@ def validate_scenario(
 ) -> Validation:
     """Run the scenario's reference solution for one episode; solved = the goal is met and no hard
     constraint was broken."""
-    sc = load_builtin(scenario_id)
+    sc = load_scenario(scenario_id)
     t0 = time.perf_counter()
     ep_seed = sc.seed if seed is None else seed
     try:

@@ -36,6 +36,30 @@ def backend_option(what: str = "The backend of the sandbox", *short: str) -> typ
 BackendOpt = Annotated[str, backend_option()]
 """``--backend NAME`` (default ``local``)."""
 
+SANDBOX_HELP = "The sandbox's name (several can run side by side; default: $MLSANDBOX_NAME or 'default')."
+
+
+def sandbox_option(what: str = SANDBOX_HELP) -> typer.models.OptionInfo:
+    """``--name`` / ``--sandbox`` / ``-n``, the same on every command that addresses a sandbox."""
+    return typer.Option("--name", "--sandbox", "-n", envvar="MLSANDBOX_NAME", metavar="NAME", help=what)
+
+
+NameOpt = Annotated[str, sandbox_option()]
+"""``--name NAME`` (also ``--sandbox``, ``-n``, ``$MLSANDBOX_NAME``; default ``default``)."""
+OptionalNameOpt = Annotated[str | None, sandbox_option()]
+"""The same option where the sandbox is optional (asked of the backend without starting anything)."""
+NoStartOpt = Annotated[
+    bool,
+    typer.Option("--no-start", help="Fail instead of starting a sandbox when the named one is not running."),
+]
+
+
+def agent_help(what: str = "Agent") -> str:
+    from mlsandbox.agents import AGENTS
+
+    return f"{what}: {' | '.join(AGENTS)} or module:attribute (reference: the scenario's reference solution)."
+
+
 UNBOUNDED_WIDTH = 100_000
 """The width tables get when the output is not a terminal: wide enough that no cell is ever cut."""
 
@@ -66,9 +90,14 @@ __all__ = [
     "BACKEND_CHOICES",
     "DEFAULT_BACKEND",
     "BackendOpt",
+    "NameOpt",
+    "NoStartOpt",
+    "OptionalNameOpt",
     "OutputConsole",
+    "agent_help",
     "backend_help",
     "backend_option",
     "check_backend",
     "make_console",
+    "sandbox_option",
 ]

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mlsandbox.cli.common import BackendOpt, make_console
+from mlsandbox.cli.common import BackendOpt, NameOpt, NoStartOpt, agent_help, make_console
 from mlsandbox.terminal import print_error
 
 console = make_console()
@@ -38,10 +38,19 @@ def _progress(*, to_stderr: bool = False) -> Progress:
     )
 
 
-def _env(name: str, backend: str) -> Any:
+def _env(name: str, backend: str, *, no_start: bool = False) -> Any:
     from mlsandbox.env.gym_env import MLSandboxEnv
+    from mlsandbox.errors import MLSandboxError, NotRunningError
 
-    return MLSandboxEnv(backend=backend, sandbox=name)
+    try:
+        env = MLSandboxEnv(backend=backend, sandbox=name, start_sandbox=not no_start)
+        if no_start and not env.backend.is_alive():
+            raise NotRunningError(
+                f"sandbox {name!r} is not running (--no-start): start it with `mlsandbox up --name {name}`"
+            )
+    except (MLSandboxError, ValueError, NotImplementedError) as e:
+        raise _fail(e) from None
+    return env
 
 
 def _pass_k_text(g: Any) -> str:
@@ -103,14 +112,27 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         suite: Annotated[str, typer.Option("--suite", help="builtin | train | test")] = "test",
         agent: Annotated[
             list[str] | None,
-            typer.Option("--agent", "-a", help="Agent (repeatable): rule, random, reference, ..."),
+            typer.Option("--agent", "-a", help=agent_help("Agent (repeatable; default rule and random)")),
         ] = None,
         episodes: Annotated[
             int, typer.Option("--episodes", min=1, help="Episodes per scenario and agent.")
         ] = 1,
         seed: Annotated[
-            int, typer.Option("--seed", help="Base seed: episode k of a scenario uses its seed + S + k.")
-        ] = 0,
+            int | None,
+            typer.Option(
+                "--seed",
+                help="Episode seed, absolute as in run: episode k of every scenario uses seed S + k "
+                "(default: each scenario's own seed + k).",
+            ),
+        ] = None,
+        scenario: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--scenario",
+                "-s",
+                help="Only these scenarios, ids or YAML files (repeatable; replaces --suite/--family).",
+            ),
+        ] = None,
         family: Annotated[
             list[str] | None,
             typer.Option("--family", "-f", help="Only these scenario families (repeatable)."),
@@ -123,10 +145,9 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         trajectories: Annotated[
             bool, typer.Option("--trajectories/--no-trajectories", help="Record every episode as JSONL.")
         ] = True,
-        name: Annotated[
-            str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
-        ] = "default",
+        name: NameOpt = "default",
         backend: BackendOpt = "local",
+        no_start: NoStartOpt = False,
         as_json: Annotated[
             bool,
             typer.Option(
@@ -140,15 +161,22 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         from mlsandbox.errors import MLSandboxError
         from mlsandbox.evaluation.report import render_html
         from mlsandbox.evaluation.results import rows_csv, summary_json
+        from mlsandbox.scenario import load_scenario
+        from mlsandbox.scenario.suites import SuiteEntry
         from mlsandbox.scenario.suites import suite as load_suite
 
         agents = agent or ["rule", "random"]
         try:
             for a in agents:
-                make_agent(a)
-            entries = load_suite(
-                suite, families=family, variants_per_family=variants, max_difficulty=max_difficulty
-            )
+                if a != "reference":  # the scenario's own reference solution, made per episode
+                    make_agent(a)
+            if scenario:
+                suite = "custom"
+                entries = [SuiteEntry(sc.id, "custom", sc) for sc in map(load_scenario, scenario)]
+            else:
+                entries = load_suite(
+                    suite, families=family, variants_per_family=variants, max_difficulty=max_difficulty
+                )
         except (ValueError, MLSandboxError) as e:
             raise _fail(e) from None
         if not entries:
@@ -157,7 +185,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         out_dir = out or Path("bench-results") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         out_dir.mkdir(parents=True, exist_ok=True)
         traj_dir = out_dir / "trajectories" if trajectories else None
-        env = _env(name, backend)
+        env = _env(name, backend, no_start=no_start)
         rows: list[Any] = []
         t0 = time.perf_counter()
         jsonl = (out_dir / "results.jsonl").open("w")
@@ -196,7 +224,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             "suite": suite,
             "agents": ", ".join(agents),
             "episodes": episodes,
-            "seed": seed,
+            "seed": "each scenario's own" if seed is None else seed,
             "backend": backend,
         }
         (out_dir / "report.html").write_text(
@@ -244,7 +272,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
     @scenarios_app.command("validate")
     def scenarios_validate(
         scenario: Annotated[
-            list[str] | None, typer.Argument(help="Scenario ids to run (default: every built-in scenario).")
+            list[str] | None,
+            typer.Argument(help="Scenario ids or YAML files (default: every built-in scenario)."),
         ] = None,
         load_only: Annotated[
             bool, typer.Option("--load-only", help="Only load and check; run no episode.")
@@ -252,10 +281,9 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         seed: Annotated[
             int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")
         ] = None,
-        name: Annotated[
-            str, typer.Option("--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name.")
-        ] = "default",
+        name: NameOpt = "default",
         backend: BackendOpt = "local",
+        no_start: NoStartOpt = False,
         as_json: Annotated[
             bool, typer.Option("--json", help="Print JSON instead of a table (progress on stderr).")
         ] = False,
@@ -287,7 +315,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
                     f"{len(loaded)} of {len(ids)} scenarios load and name a usable reference solution"
                 )
             raise typer.Exit(code=1 if failed else 0)
-        env = _env(name, backend)
+        env = _env(name, backend, no_start=no_start)
         try:
             with _progress(to_stderr=as_json) as progress:
                 bar = progress.add_task("validate", total=len(loaded), status="")

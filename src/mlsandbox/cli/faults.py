@@ -15,7 +15,7 @@ from rich.table import Table
 
 from mlsandbox.backends import DEFAULT_BACKEND, get_backend
 from mlsandbox.backends.protocols import Support
-from mlsandbox.cli.common import backend_option, make_console
+from mlsandbox.cli.common import OptionalNameOpt, backend_option, make_console
 from mlsandbox.faults.curriculum import LEVELS, level
 from mlsandbox.scenario.perturbations import FAULT_MODELS, Perturbation, refusal
 
@@ -91,9 +91,7 @@ def catalog_rows(support: Support) -> list[dict[str, object]]:
 @faults_app.command("catalog")
 def faults_catalog(
     backend: Annotated[str, backend_option("The backend to ask", "-b")] = DEFAULT_BACKEND,
-    name: Annotated[
-        str | None, typer.Option("--name", "-n", help="The sandbox's name (default: the default sandbox).")
-    ] = None,
+    name: OptionalNameOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Every fault type with its target kinds, parameters, and whether the backend can make it real here

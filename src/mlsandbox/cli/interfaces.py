@@ -17,25 +17,58 @@ import typer
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.protocols import Backend, Runtime
-from mlsandbox.cli.common import BackendOpt, backend_help, check_backend
+from mlsandbox.cli.common import (
+    BackendOpt,
+    NoStartOpt,
+    OptionalNameOpt,
+    backend_help,
+    check_backend,
+    sandbox_option,
+)
 from mlsandbox.errors import MLSandboxError, NotRunningError
 from mlsandbox.gateway.tools import TOOL_FORMATS, tools_json
 from mlsandbox.paths import default_sandbox_name
 
 SandboxOpt = Annotated[
     str,
-    typer.Option(
-        "--sandbox",
-        "--name",
-        "-n",
-        help="Sandbox to attach to (started for this command if it is not running).",
+    sandbox_option(
+        "Sandbox to attach to (started for this command if it is not running, unless --no-start)."
     ),
 ]
-NoStartOpt = Annotated[
-    bool, typer.Option("--no-start", help="Fail instead of starting a sandbox when none is running.")
+McpSandboxOpt = Annotated[
+    str | None,
+    sandbox_option(
+        "Sandbox to attach to. Default: $MLSANDBOX_NAME or 'default' when it runs, else the only running "
+        "(non-ephemeral) sandbox of the backend; with none running, one is started for this command."
+    ),
 ]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_SANDBOX = default_sandbox_name()
+
+
+def running_sandbox(backend: str) -> str:
+    """The sandbox an interface attaches to when none is named: the default one (``$MLSANDBOX_NAME`` or
+    ``default``) when it runs, else the only running, non-ephemeral sandbox the backend lists (so a client
+    configured without a name joins the sandbox ``mlsandbox up --name X`` started instead of starting a
+    second one); the default name when none runs. ``ValueError`` when several run and none is the default.
+    """
+    from mlsandbox.backends.registry import backend_type
+
+    default = default_sandbox_name()
+    lister = backend_type(backend).sandboxes
+    if lister is None or get_backend(backend, default).is_alive():
+        return default
+    running = [
+        s.name
+        for s in lister()
+        if s.phase == "running" and s.services_running and not s.ephemeral and s.name != default
+    ]
+    if len(running) > 1:
+        raise ValueError(
+            f"sandbox {default!r} is not running and several others are ({', '.join(sorted(running))}): "
+            "choose one with --name"
+        )
+    return running[0] if running else default
 
 
 def _err(msg: str) -> None:
@@ -130,7 +163,7 @@ def mcp(
     port: Annotated[
         int, typer.Option("--port", "-p", min=1, max=65535, help="Port (streamable-http).")
     ] = 8766,
-    sandbox: SandboxOpt = DEFAULT_SANDBOX,
+    sandbox: McpSandboxOpt = None,
     backend: BackendOpt = "local",
     no_start: NoStartOpt = False,
     max_chars: Annotated[int, typer.Option("--max-chars", min=200, help="Longest observation text.")] = 6000,
@@ -147,15 +180,16 @@ def mcp(
         raise typer.Exit(code=2)
     try:
         sc = load_scenario(scenario)
+        name = sandbox if sandbox is not None else running_sandbox(backend)
         if transport == "stdio":
             stack: list[Any] = []
 
             def make_host() -> EpisodeHost:
                 # Runs once stdio_server owns fd 0/1: nothing printed here reaches the protocol stream.
-                cm = attached_sandbox(sandbox, backend, start=not no_start)
+                cm = attached_sandbox(name, backend, start=not no_start)
                 _, runtime = cm.__enter__()
                 stack.append(cm)
-                return EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox)
+                return EpisodeHost(runtime, sc, seed=seed, sandbox=name)
 
             try:
                 anyio.run(lambda: serve_stdio(make_host, max_chars=max_chars))
@@ -165,8 +199,8 @@ def mcp(
             return
         import uvicorn
 
-        with attached_sandbox(sandbox, backend, start=not no_start) as (_, runtime):
-            episode = EpisodeHost(runtime, sc, seed=seed, sandbox=sandbox)
+        with attached_sandbox(name, backend, start=not no_start) as (_, runtime):
+            episode = EpisodeHost(runtime, sc, seed=seed, sandbox=name)
             try:
                 app = streamable_http_app(episode, bind_host=host, max_chars=max_chars)
                 typer.echo(f"MCP (streamable HTTP) for {sc.id} on http://{host}:{port}/mcp", err=True)
@@ -196,7 +230,7 @@ def tools(
         bool,
         typer.Option("--omit-unsupported", help="With --backend: leave out the actions it refuses."),
     ] = False,
-    name: Annotated[str | None, typer.Option("--name", "-n", help="The sandbox's name.")] = None,
+    name: OptionalNameOpt = None,
 ) -> None:
     """The action catalog as function-calling tool schemas (or one JSON Schema for an action)."""
     if fmt not in TOOL_FORMATS:

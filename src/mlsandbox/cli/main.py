@@ -14,7 +14,7 @@ from rich.table import Table
 
 from mlsandbox import __version__
 from mlsandbox.cli.calibration import register as register_calibration_commands
-from mlsandbox.cli.common import BackendOpt, make_console
+from mlsandbox.cli.common import BackendOpt, NameOpt, NoStartOpt, agent_help, make_console
 from mlsandbox.cli.console import console as console_command
 from mlsandbox.cli.evaluation import register as register_eval_commands
 from mlsandbox.cli.faults import register as register_fault_commands
@@ -22,7 +22,7 @@ from mlsandbox.cli.interfaces import register as register_interface_commands
 from mlsandbox.cli.kube import kube_app
 from mlsandbox.cli.operator import operator_app
 from mlsandbox.cli.watch import watch as watch_command
-from mlsandbox.errors import MLSandboxError
+from mlsandbox.errors import MLSandboxError, NotRunningError
 from mlsandbox.terminal import print_error
 
 app = typer.Typer(
@@ -43,13 +43,6 @@ app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.c
 app.command("console")(console_command)  # web console (mlsandbox.console)
 console = make_console()
 err_console = make_console(stderr=True)
-
-NameOpt = Annotated[
-    str,
-    typer.Option(
-        "--name", "-n", envvar="MLSANDBOX_NAME", help="Sandbox name (several can run side by side)."
-    ),
-]
 
 
 def _version(value: bool) -> None:
@@ -136,12 +129,73 @@ def status(
     backend: BackendOpt = "local",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Each service of the sandbox: state, URL, port, pid, RSS, uptime."""
+    """Each service of the sandbox: state, URL, port, pid, RSS, uptime. Exits 1 when no sandbox of that
+    name exists (``mlsandbox sandboxes`` lists them)."""
     b = _backend(backend, name)
+    missing = _missing_sandbox(backend, name, b)
+    if missing:
+        raise _fail(MLSandboxError(missing))
     if as_json:
         console.print_json(json.dumps([s.model_dump() for s in b.status()]))
         return
     _print_status(b)
+
+
+def _missing_sandbox(kind: str, name: str, b: Any) -> str | None:
+    """Why the sandbox ``name`` of backend ``kind`` does not exist, or None when it does (or when the
+    backend cannot list its sandboxes: then its status says)."""
+    from mlsandbox.backends.registry import backend_type
+
+    lister = backend_type(kind).sandboxes
+    if lister is None or b.is_alive():
+        return None
+    names = [s.name for s in lister()]
+    if name in names:
+        return None
+    known = f"sandboxes of the {kind} backend: {', '.join(names)}" if names else f"no {kind} sandbox exists"
+    return f"no sandbox named {name!r} ({known}); start it with `mlsandbox up --name {name}`"
+
+
+@app.command("sandboxes")
+def sandboxes(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """The sandboxes known on this machine, of every backend that can list its own (nothing is probed)."""
+    from mlsandbox.backends.registry import sandbox_listings
+
+    rows = [{"backend": kind, **listing.model_dump(mode="json")} for kind, listing in sandbox_listings()]
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    if not rows:
+        console.print("no sandbox (start one with `mlsandbox up --name NAME`)")
+        return
+    table = Table(title="sandboxes")
+    for col in ("backend", "name", "phase", "services", "ephemeral", "owner pid", "started"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        services = {True: "[green]running[/]", False: "[red]some stopped[/]", None: "-"}[
+            r["services_running"]
+        ]
+        owner = "-" if r["owner_pid"] is None else f"{r['owner_pid']}{'' if r['owner_alive'] else ' (gone)'}"
+        started = (
+            "-"
+            if r["created_at"] is None
+            else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
+        )
+        table.add_row(
+            r["backend"],
+            r["name"],
+            r["phase"],
+            services,
+            "-" if r["ephemeral"] is None else ("yes" if r["ephemeral"] else "no"),
+            owner,
+            started,
+        )
+    console.print(table)
+
+
+app.command("ls", hidden=True, help="The same as `mlsandbox sandboxes`.")(sandboxes)
 
 
 def _print_status(backend: Any) -> None:
@@ -253,7 +307,7 @@ def run(
     scenario: Annotated[
         str, typer.Option("--scenario", "-s", help="Scenario id or YAML file.")
     ] = "tabular-quality-basic",
-    agent: Annotated[str, typer.Option("--agent", "-a", help="rule | random")] = "rule",
+    agent: Annotated[str, typer.Option("--agent", "-a", help=agent_help())] = "rule",
     seed: Annotated[
         int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")
     ] = None,
@@ -262,9 +316,10 @@ def run(
     ] = 1,
     name: NameOpt = "default",
     backend: BackendOpt = "local",
+    no_start: NoStartOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step table.")] = False,
 ) -> None:
-    """Run episodes of a scenario with a baseline agent; starts a sandbox if none is running."""
+    """Run episodes of a scenario with an agent; starts a sandbox if none is running (unless --no-start)."""
     from mlsandbox.agents import make_agent
     from mlsandbox.agents.runner import StepRecord, run_episode
     from mlsandbox.env.gym_env import MLSandboxEnv
@@ -273,8 +328,13 @@ def run(
     _sigterm_as_interrupt()
     try:
         sc = load_scenario(scenario)
-        env = MLSandboxEnv(sc, backend=backend, sandbox=name)
-        make_agent(agent)
+        agent_name = sc.reference_agent if agent == "reference" else agent
+        make_agent(agent_name)
+        env = MLSandboxEnv(sc, backend=backend, sandbox=name, start_sandbox=not no_start)
+        if no_start and not env.backend.is_alive():
+            raise NotRunningError(
+                f"sandbox {name!r} is not running (--no-start): start it with `mlsandbox up --name {name}`"
+            )
     except (MLSandboxError, ValueError, NotImplementedError) as e:
         raise _fail(e) from None
     base_seed = sc.seed if seed is None else seed
@@ -296,11 +356,13 @@ def run(
                 table.add_row(*_step_row(rec))
 
             if quiet:
-                res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
+                res = run_episode(env, make_agent(agent_name, seed=ep_seed), seed=ep_seed, on_step=on_step)
             else:
                 # The table grows in place as the episode runs (plain lines when not a terminal).
                 with Live(table, console=console, refresh_per_second=4, vertical_overflow="visible"):
-                    res = run_episode(env, make_agent(agent, seed=ep_seed), seed=ep_seed, on_step=on_step)
+                    res = run_episode(
+                        env, make_agent(agent_name, seed=ep_seed), seed=ep_seed, on_step=on_step
+                    )
                 if not console.is_terminal:
                     console.line()
             results.append(res)

@@ -17,10 +17,9 @@ import typer
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.protocols import AuditLog
-from mlsandbox.cli.common import BackendOpt
+from mlsandbox.cli.common import BackendOpt, sandbox_option
 from mlsandbox.env.dashboard import from_audit, render_dashboard
 from mlsandbox.errors import MLSandboxError
-from mlsandbox.paths import default_sandbox_name
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -57,9 +56,7 @@ def snapshot(sandbox: str, episode: str | None = None, backend: str = "local") -
 
 
 def watch(
-    sandbox: Annotated[
-        str, typer.Option("--sandbox", "--name", "-n", help="Sandbox whose episodes to watch.")
-    ] = default_sandbox_name(),
+    sandbox: Annotated[str, sandbox_option("Sandbox whose episodes to watch.")] = "default",
     episode: Annotated[
         str | None, typer.Option("--episode", "-e", help="Episode id (default: the latest one, followed).")
     ] = None,
