@@ -354,7 +354,7 @@ def test_a_pool_job_under_rlimits_cannot_allocate_past_its_machine_memory(
     jobs = LocalJobs(sandbox.dir, sandbox.name, runtime.endpoints)
     assert jobs.limits == "rlimit"
     tiny = Machine(name="cpu-tiny", cpus=0.5, memory_mb=256, credits_per_second=0.1)
-    pool = P.Pool(ComputePool(machines=[tiny]), jobs)
+    pool = P.Pool(ComputePool(machines=[tiny]), jobs, clock=runtime.clock)
     label = ("mlsandbox.test", "rlimit-oom")
     over = JobSpec(
         job_id="rlimit-oom-1",
