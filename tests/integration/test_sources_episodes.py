@@ -89,8 +89,9 @@ def test_stale_external_postgres_data_is_garbage_collected(sandbox: Any) -> None
 
     stale = svc.external_postgres_root(home_key()) / "gone-sandbox-x1"
     stale.mkdir(parents=True, exist_ok=True)
-    lines = gc._collect_postgres_dirs(home_key())
-    assert not stale.exists() and any("gone-sandbox-x1" in line for line in lines)
+    items = gc._collect_postgres_dirs(home_key())
+    assert not stale.exists()
+    assert any(i.kind == "postgres_data" and i.sandbox == "gone-sandbox-x1" and i.ok for i in items), items
     assert sandbox.name not in {p.name for p in svc.stale_external_postgres_dirs(home_key(), {sandbox.name})}
 
 
