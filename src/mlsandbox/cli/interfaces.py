@@ -213,10 +213,31 @@ def mcp(
 
 
 def tools(
-    fmt: Annotated[str, typer.Option("--format", "-f", help="openai | anthropic | json-schema")] = "openai",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="openai | responses | anthropic | json-schema")
+    ] = "openai",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to a file instead of stdout.")
     ] = None,
+    scenario: Annotated[
+        str | None,
+        typer.Option(
+            "--scenario",
+            "-s",
+            help="Only the actions useful in this scenario (id or YAML file): its packs, less what it forbids.",
+        ),
+    ] = None,
+    pack: Annotated[
+        list[str] | None, typer.Option("--pack", help="Only the actions of this pack (repeatable).")
+    ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="OpenAI strict function calling: closed objects, every property required, optional ones "
+            "nullable, no default/patternProperties (openai, responses, anthropic formats).",
+        ),
+    ] = False,
     backend: Annotated[
         str | None,
         typer.Option(
@@ -233,12 +254,31 @@ def tools(
     name: OptionalNameOpt = None,
 ) -> None:
     """The action catalog as function-calling tool schemas (or one JSON Schema for an action)."""
+    from mlsandbox.gateway.tools import STRICT_FORMATS, pack_actions, scenario_actions
+    from mlsandbox.scenario import load_scenario
+
     if fmt not in TOOL_FORMATS:
         _err(f"unknown format {fmt!r}: use one of {', '.join(TOOL_FORMATS)}")
+        raise typer.Exit(code=2)
+    if strict and fmt not in STRICT_FORMATS:
+        _err(f"--strict applies to the formats {', '.join(STRICT_FORMATS)}, not {fmt!r}")
         raise typer.Exit(code=2)
     if omit_unsupported and backend is None:
         _err("--omit-unsupported needs --backend")
         raise typer.Exit(code=2)
+    actions: list[str] | None = None
+    try:
+        if scenario is not None:
+            actions = scenario_actions(load_scenario(scenario))
+        if pack:
+            chosen = pack_actions(pack)
+            actions = chosen if actions is None else [a for a in actions if a in chosen]
+    except (MLSandboxError, ValueError) as e:
+        _err(str(e))
+        raise typer.Exit(code=1) from None
+    if actions is not None and not actions:
+        _err("the selection has no action")
+        raise typer.Exit(code=1)
     support = None
     if backend is not None:
         try:
@@ -246,7 +286,7 @@ def tools(
         except (MLSandboxError, ValueError) as e:
             _err(str(e))
             raise typer.Exit(code=1) from None
-    text = tools_json(fmt, support=support, omit_unsupported=omit_unsupported)
+    text = tools_json(fmt, support=support, omit_unsupported=omit_unsupported, actions=actions, strict=strict)
     if output is None:
         typer.echo(text)
     else:

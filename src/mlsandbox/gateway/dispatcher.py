@@ -253,7 +253,9 @@ class Gateway:
             invalid = violation is None
             st.invalid_actions += int(invalid)
             self.refresh_jobs()
-            obs = error_observation(st.step, action_type, e, self.budget())
+            # A parameter error names the refused action (the observation's ``action``), as a success would.
+            refused = action_type or (_declared_type(raw) if e.code == "invalid_parameters" else None)
+            obs = error_observation(st.step, refused, e, self.budget())
             err_code = e.code
         violation = violation or check_budget(st)
         self.violation = violation
@@ -557,6 +559,19 @@ def parse_action(raw: Any) -> BaseModel:
         raise ActionError(
             "invalid_parameters", f"invalid parameters for {kind}: {msg}", details=problems
         ) from None
+
+
+def _declared_type(raw: Any) -> str | None:
+    """The catalog action type a raw action names (a dict or JSON object text with a known ``type``)."""
+    if isinstance(raw, bytes | bytearray):
+        raw = raw.decode(errors="replace")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    return kind if isinstance(kind, str) and kind in get_catalog().types else None
 
 
 def _round_metrics(metrics: dict[str, Any]) -> dict[str, float]:

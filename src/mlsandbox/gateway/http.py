@@ -7,7 +7,9 @@ Routes (all JSON; every session route needs ``Authorization: Bearer <token>`` fr
   (or the raw action text as a JSON string, parsed by the gateway). An invalid action is *not* an HTTP
   error: it is a normal step with an error observation and a penalty, as in the in-process env.
 - ``GET /sessions/{id}/observation``, ``POST /sessions/{id}/reset``, ``DELETE /sessions/{id}``.
-- ``GET /tools``: the action catalog with JSON Schemas; ``GET /health``. No token needed for these two.
+- ``GET /tools``: the action catalog with JSON Schemas; ``?format=openai|responses|anthropic|json-schema``
+  gives it as ``mlsandbox tools --format`` does (``&strict=true`` for OpenAI strict mode, ``&scenario=ID``
+  and ``&pack=NAME`` to narrow it); ``GET /health``. No token needed for these two.
 
 Status codes: 401 no token or an unknown one, 403 another session's token (nothing is done either way),
 404 a session closed while the request waited, 422 a body that is not the documented shape (with the field
@@ -16,13 +18,13 @@ path in ``detail[].loc``), 429 the session cap, 503 the sandbox failed to create
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Path, Request, status
+from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlsandbox import __version__
@@ -73,6 +75,20 @@ _START_ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "The sandbox could not create the episode (a service failed).",
     },
 }
+
+ToolFormatName = Literal["openai", "responses", "anthropic", "json-schema"]
+
+
+class ToolsDocument(RootModel[ToolsResponse | list[dict[str, Any]] | dict[str, Any]]):
+    """``{"actions": [...]}`` without ``format``; with it, what ``mlsandbox tools --format`` prints: a list
+    of tools (openai, responses, anthropic) or one JSON Schema (json-schema)."""
+
+
+def _query_error(field: str, msg: str) -> JSONResponse:
+    """A 422 shaped like FastAPI's own validation errors (``detail[].loc`` names the query parameter)."""
+    detail = [{"type": "value_error", "loc": ["query", field], "msg": msg, "input": None}]
+    return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
 
 SessionId = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="Session id from POST /sessions.")]
 
@@ -131,10 +147,55 @@ def create_app(manager: SessionManager, *, close_sessions_on_shutdown: bool = Tr
     def health() -> Health:
         return manager.health()
 
-    @app.get("/tools", response_model=ToolsResponse, tags=["service"], summary="The action catalog")
-    def tools() -> ToolsResponse:
-        """Every action with its description and the JSON Schema of the action object."""
-        return manager.tools()
+    @app.get("/tools", response_model=ToolsDocument, tags=["service"], summary="The action catalog")
+    def tools(
+        format: Annotated[
+            ToolFormatName | None,
+            Query(description="The catalog as `mlsandbox tools --format` prints it (default: {actions})."),
+        ] = None,
+        strict: Annotated[
+            bool, Query(description="OpenAI strict-mode parameters (openai, responses, anthropic).")
+        ] = False,
+        scenario: Annotated[
+            str | None,
+            Query(max_length=64, description="Only the actions useful in this built-in scenario."),
+        ] = None,
+        pack: Annotated[
+            list[str] | None, Query(description="Only the actions of these packs (repeatable).")
+        ] = None,
+    ) -> Any:
+        """Every action with its description and the JSON Schema of the action object; with ``format``,
+        the tool schemas of that format (the same document as ``mlsandbox tools``)."""
+        from mlsandbox.errors import MLSandboxError
+        from mlsandbox.gateway.tools import (
+            STRICT_FORMATS,
+            pack_actions,
+            scenario_actions,
+            tools_document,
+        )
+        from mlsandbox.scenario import load_builtin
+
+        if format is None:
+            if strict or scenario is not None or pack:
+                return _query_error("format", "strict, scenario and pack need a format")
+            return manager.tools()
+        if strict and format not in STRICT_FORMATS:
+            return _query_error("strict", f"strict applies to {', '.join(STRICT_FORMATS)}, not {format}")
+        actions: list[str] | None = None
+        try:
+            if scenario is not None:
+                actions = scenario_actions(load_builtin(scenario))  # ids only: no file read for a client
+        except (MLSandboxError, ValueError) as e:
+            return _query_error("scenario", str(e))
+        try:
+            if pack:
+                chosen = pack_actions(pack)
+                actions = chosen if actions is None else [a for a in actions if a in chosen]
+        except ValueError as e:
+            return _query_error("pack", str(e))
+        if actions is not None and not actions:
+            return _query_error("pack", "the selection has no action")
+        return tools_document(format, actions=actions, strict=strict)
 
     @app.post(
         "/sessions",
