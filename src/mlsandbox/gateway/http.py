@@ -18,14 +18,17 @@ path in ``detail[].loc``), 429 the session cap, 503 the sandbox failed to create
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path as FsPath
 from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, RootModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.staticfiles import StaticFiles
 
 from mlsandbox import __version__
 from mlsandbox.gateway.sessions import (
@@ -90,6 +93,27 @@ def _query_error(field: str, msg: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
+SWAGGER_DIR = FsPath(__file__).parent / "static" / "swagger"
+"""Swagger UI's files (npm ``swagger-ui-dist``, Apache-2.0, its LICENSE and NOTICE beside them), vendored
+by ``scripts/gateway-assets/vendor.sh``: the interactive docs load nothing from the network."""
+
+
+def _add_docs(app: FastAPI) -> None:
+    """``GET /docs``: Swagger UI over ``/openapi.json``, its script and stylesheet served by the gateway."""
+    app.mount("/docs/assets", StaticFiles(directory=SWAGGER_DIR), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} - API docs",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+            swagger_ui_parameters={"validatorUrl": None},  # no call to an online validator
+        )
+
+
 SessionId = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="Session id from POST /sessions.")]
 
 ACTION_BODY_EXAMPLES = {
@@ -118,8 +142,11 @@ def create_app(manager: SessionManager, *, close_sessions_on_shutdown: bool = Tr
         version=__version__,
         description=__doc__ or "",
         lifespan=lifespan,
+        docs_url=None,  # served below from vendored files: /docs works offline
+        redoc_url=None,
     )
     app.state.manager = manager
+    _add_docs(app)
 
     @app.exception_handler(SessionError)
     async def _session_error(_: Request, exc: SessionError) -> JSONResponse:
