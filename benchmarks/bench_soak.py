@@ -12,6 +12,9 @@ descriptors (its process tree), the gateway process's or this process's own, Min
 active experiment and registered-model counts, Prefect's deployment, flow-run and variable counts, and the
 size on disk of MinIO's data and the two SQLite databases. :func:`leaks` compares the last snapshot with
 the baseline: every count must be back where it was; memory and descriptors within :data:`TOLERANCE`.
+A service of the sandbox whose process is not running when a snapshot is taken (one stopped earlier on
+purpose: the sandbox keeps its record to start it again on the same port) is listed under ``stopped``, not
+measured; one running at the baseline and gone afterwards is a leak (``gone``).
 
 Usage: ``python benchmarks/bench_soak.py [--sandbox NAME] [--episodes 100] [--only env http]`` (an
 ephemeral sandbox is started when none is named); prints a table per interface and saves
@@ -110,8 +113,13 @@ class Probe:
         if state is None:
             raise RuntimeError(f"sandbox {self.backend.name!r} is not up")
         processes: dict[str, dict[str, float]] = {}
+        stopped: list[str] = []
         for name, record in sorted(state.services.items()):
-            processes[name] = _usage(process_tree(record.process))
+            tree = process_tree(record.process)
+            if tree:
+                processes[name] = _usage(tree)
+            else:  # stopped before, on purpose (a plug-in or source service keeps its record and port)
+                stopped.append(name)
         for name, pid in (extra_pids or {}).items():  # the process alone (its children are the jobs, or
             try:  # the sandbox's services when it started them)
                 processes[name] = _usage([psutil.Process(pid)])
@@ -122,6 +130,7 @@ class Probe:
         return {
             "t": time.time(),
             "processes": processes,
+            "stopped": stopped,
             "counts": {
                 "buckets": _bucket_count(ep),
                 "experiments": _mlflow_count(ep.mlflow_url, "experiments/search", "experiments"),
@@ -401,6 +410,8 @@ def print_result(result: dict[str, Any]) -> None:
         a_ = after["disk_mib"][key]
         table.add_row(f"disk {key} MiB", f"{b_:g}", f"{a_:g}", f"{a_ - b_:+.2f}")
     console.print(table)
+    if base.get("stopped"):
+        console.print("stopped before the baseline (not measured): " + ", ".join(base["stopped"]))
     console.print("leaks: " + ("; ".join(result["leaks"]) if result["leaks"] else "none"))
 
 
