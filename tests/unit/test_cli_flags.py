@@ -181,3 +181,29 @@ def test_scenario_commands_take_an_id_or_a_file(tmp_path: Path) -> None:
     )
     assert run.exit_code == 0, run.output
     assert "success: holdout AUC" in run.output
+
+
+def test_curriculum_levels_apply_from_run_and_bench(tmp_path: Path) -> None:
+    from mlsandbox.faults.curriculum import apply_level
+    from mlsandbox.scenario import load_builtin
+
+    run = CliRunner().invoke(
+        app,
+        ["run", "--backend", "sim", "--name", "flags-level", "--scenario", "churn-clean-small",
+         "--level", "slow-lake", "--agent", "do-nothing"],
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    assert "churn-clean-small (level slow-lake)" in run.output
+    out = tmp_path / "bench"
+    bench = CliRunner().invoke(
+        app,
+        ["bench", "--backend", "sim", "--name", "flags-level", "--scenario", "churn-clean-small",
+         "--level", "perfect-storm", "--agent", "do-nothing", "--out", str(out), "--json"],
+    )  # fmt: skip
+    assert bench.exit_code == 0, bench.output
+    (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    storm = apply_level(load_builtin("churn-clean-small"), "perfect-storm")
+    assert row["difficulty"] == storm.difficulty > load_builtin("churn-clean-small").difficulty
+    assert "level: perfect-storm" in (out / "report.html").read_text()
+    bad = CliRunner().invoke(app, ["run", "--backend", "sim", "--level", "nope"])
+    assert bad.exit_code == 1 and "unknown curriculum level 'nope'; levels: calm" in bad.output

@@ -4,7 +4,7 @@ options, and the consoles every command prints through (nothing cut when the out
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -60,6 +60,31 @@ def agent_help(what: str = "Agent") -> str:
     return f"{what}: {' | '.join(AGENTS)} or module:attribute (reference: the scenario's reference solution)."
 
 
+LevelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--level",
+        help="A curriculum level to apply (its faults added, its budget factor applied; see "
+        "`mlsandbox curriculum show`).",
+    ),
+]
+
+
+def with_level(scenario: Any, name: str | None) -> Any:
+    """``scenario`` with the curriculum level ``name`` applied (unchanged for None); ValueError naming the
+    levels for an unknown one, or saying why the level does not fit the scenario."""
+    if name is None:
+        return scenario
+    from mlsandbox.faults.curriculum import apply_level
+
+    try:
+        return apply_level(scenario, name)
+    except KeyError as e:
+        raise ValueError(str(e.args[0])) from None
+    except ValueError as e:
+        raise ValueError(f"curriculum level {name!r} does not fit scenario {scenario.id!r}: {e}") from None
+
+
 UNBOUNDED_WIDTH = 100_000
 """The width tables get when the output is not a terminal: wide enough that no cell is ever cut."""
 
@@ -90,6 +115,7 @@ __all__ = [
     "BACKEND_CHOICES",
     "DEFAULT_BACKEND",
     "BackendOpt",
+    "LevelOpt",
     "NameOpt",
     "NoStartOpt",
     "OptionalNameOpt",
@@ -100,4 +126,5 @@ __all__ = [
     "check_backend",
     "make_console",
     "sandbox_option",
+    "with_level",
 ]

@@ -14,7 +14,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mlsandbox.cli.common import BackendOpt, NameOpt, NoStartOpt, agent_help, make_console
+from mlsandbox.cli.common import (
+    BackendOpt,
+    LevelOpt,
+    NameOpt,
+    NoStartOpt,
+    agent_help,
+    make_console,
+    with_level,
+)
 from mlsandbox.terminal import print_error
 
 console = make_console()
@@ -141,6 +149,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             int | None, typer.Option("--variants", min=1, help="Variants per family (train/test suites).")
         ] = None,
         max_difficulty: Annotated[int | None, typer.Option("--max-difficulty", min=1, max=4)] = None,
+        level: LevelOpt = None,
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Output directory.")] = None,
         trajectories: Annotated[
             bool, typer.Option("--trajectories/--no-trajectories", help="Record every episode as JSONL.")
@@ -177,6 +186,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
                 entries = load_suite(
                     suite, families=family, variants_per_family=variants, max_difficulty=max_difficulty
                 )
+            if level is not None:
+                entries = [SuiteEntry(e.family, e.split, with_level(e.scenario, level)) for e in entries]
         except (ValueError, MLSandboxError) as e:
             raise _fail(e) from None
         if not entries:
@@ -226,6 +237,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             "episodes": episodes,
             "seed": "each scenario's own" if seed is None else seed,
             "backend": backend,
+            "level": level or "-",
         }
         (out_dir / "report.html").write_text(
             render_html(rows, title=f"mlsandbox benchmark: suite {suite}", meta=meta)

@@ -14,7 +14,15 @@ from rich.table import Table
 
 from mlsandbox import __version__
 from mlsandbox.cli.calibration import register as register_calibration_commands
-from mlsandbox.cli.common import BackendOpt, NameOpt, NoStartOpt, agent_help, make_console
+from mlsandbox.cli.common import (
+    BackendOpt,
+    LevelOpt,
+    NameOpt,
+    NoStartOpt,
+    agent_help,
+    make_console,
+    with_level,
+)
 from mlsandbox.cli.console import console as console_command
 from mlsandbox.cli.evaluation import register as register_eval_commands
 from mlsandbox.cli.faults import register as register_fault_commands
@@ -317,6 +325,7 @@ def run(
     name: NameOpt = "default",
     backend: BackendOpt = "local",
     no_start: NoStartOpt = False,
+    level: LevelOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step table.")] = False,
 ) -> None:
     """Run episodes of a scenario with an agent; starts a sandbox if none is running (unless --no-start)."""
@@ -327,7 +336,7 @@ def run(
 
     _sigterm_as_interrupt()
     try:
-        sc = load_scenario(scenario)
+        sc = with_level(load_scenario(scenario), level)
         agent_name = sc.reference_agent if agent == "reference" else agent
         make_agent(agent_name)
         env = MLSandboxEnv(sc, backend=backend, sandbox=name, start_sandbox=not no_start)
@@ -350,7 +359,8 @@ def run(
             )
         for i in range(episodes):
             ep_seed = base_seed + i
-            table = _step_table(f"{sc.id} · agent {agent} · seed {ep_seed}")
+            where = sc.id if level is None else f"{sc.id} (level {level})"
+            table = _step_table(f"{where} · agent {agent} · seed {ep_seed}")
 
             def on_step(rec: StepRecord, table: Table = table) -> None:
                 table.add_row(*_step_row(rec))
