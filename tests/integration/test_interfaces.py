@@ -3,6 +3,7 @@ vectorised envs; the dashboard and ``mlsandbox watch``."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -140,7 +141,9 @@ def test_in_process_http_and_mcp_stdio_reach_the_same_final_state(sandbox: Any) 
 
     async def mcp_episode() -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        async with Client(StdioServerParameters(command=cmd[0], args=cmd[1:])) as client:
+        # The SDK starts a stdio server with a few safe variables only: MLSANDBOX_HOME must go along.
+        env = {k: v for k, v in os.environ.items() if k.startswith("MLSANDBOX_")}
+        async with Client(StdioServerParameters(command=cmd[0], args=cmd[1:], env=env)) as client:
 
             async def step(action: Any) -> dict[str, Any]:
                 if isinstance(action, str):  # raw text: MCP tools take arguments, not text

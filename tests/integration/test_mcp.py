@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -46,6 +47,12 @@ def _run_async(fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
 
 def _episode_buckets(s3: Any) -> set[str]:
     return {b["Name"] for b in s3.list_buckets()["Buckets"] if b["Name"].startswith("ep-")}
+
+
+def _sandbox_env() -> dict[str, str]:
+    """What a stdio server needs from this process's environment to find the same sandbox: the SDK starts
+    it with a few safe variables only (HOME, PATH, ...), not ``MLSANDBOX_HOME``."""
+    return {k: v for k, v in os.environ.items() if k.startswith("MLSANDBOX_")}
 
 
 def _mcp_cmd(sandbox: Any, *extra: str) -> list[str]:
@@ -96,7 +103,8 @@ def test_stdio_transport(sandbox: Any, s3: Any) -> None:
     before = _episode_buckets(s3)
 
     async def main() -> None:
-        params = StdioServerParameters(command=_mcp_cmd(sandbox)[0], args=_mcp_cmd(sandbox)[1:])
+        cmd = _mcp_cmd(sandbox)
+        params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=_sandbox_env())
         async with Client(params) as client:
             assert client.server_info is not None and client.server_info.name == "mlsandbox"
             await _exercise(client)
