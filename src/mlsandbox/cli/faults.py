@@ -7,17 +7,18 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from mlsandbox.backends import DEFAULT_BACKEND, get_backend
-from mlsandbox.backends.protocols import Support
 from mlsandbox.cli.common import OptionalNameOpt, backend_option, make_console
-from mlsandbox.faults.curriculum import LEVELS, level
-from mlsandbox.scenario.perturbations import FAULT_MODELS, Perturbation, refusal
+
+if TYPE_CHECKING:
+    from mlsandbox.backends.protocols import Support
+    from mlsandbox.scenario.perturbations import Perturbation
 
 console = make_console()
 curriculum_app = typer.Typer(help="Curricula of perturbations, simple to combined.", no_args_is_help=True)
@@ -38,6 +39,8 @@ def curriculum_show(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show the curriculum levels and the faults each one composes."""
+    from mlsandbox.faults.curriculum import LEVELS, level
+
     levels = [level(name)] if name else list(LEVELS)
     if as_json:
         typer.echo(json.dumps([lv.model_dump(mode="json") for lv in levels], indent=2))
@@ -62,6 +65,8 @@ def curriculum_show(
 def catalog_rows(support: Support) -> list[dict[str, object]]:
     """Every fault type of the catalog with what ``support`` says of it: ``available`` (``yes``, ``no``,
     or ``partly`` when only some of its target kinds are refused) and the reason per refused target."""
+    from mlsandbox.scenario.perturbations import FAULT_MODELS, refusal
+
     rows: list[dict[str, object]] = []
     for model in FAULT_MODELS:
         kind = model.model_fields["type"].default

@@ -10,10 +10,6 @@ import sys
 from typing import Annotated
 
 import typer
-import yaml
-
-from mlsandbox.k8s_operator.model import SandboxSpec
-from mlsandbox.k8s_operator.resources import sandbox_resources
 
 operator_app = typer.Typer(help="The Sandbox operator (kopf).", no_args_is_help=True)
 
@@ -48,6 +44,11 @@ def render(
     control_namespace: Annotated[str, typer.Option()] = "mlsandbox",
 ) -> None:
     """Print the objects the operator creates for a Sandbox (no cluster needed)."""
+    import yaml
+
+    from mlsandbox.k8s_operator.model import SandboxSpec
+    from mlsandbox.k8s_operator.resources import sandbox_resources
+
     spec = SandboxSpec(scenario=scenario, seed=seed)
     typer.echo(
         yaml.safe_dump_all(sandbox_resources(namespace, name, spec, control_namespace), sort_keys=False)

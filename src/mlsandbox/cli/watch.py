@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from mlsandbox.backends.protocols import AuditLog
+
 from mlsandbox.backends import get_backend
-from mlsandbox.backends.protocols import AuditLog
 from mlsandbox.cli.common import BackendOpt, sandbox_option
-from mlsandbox.env.dashboard import from_audit, render_dashboard
 from mlsandbox.errors import MLSandboxError
 
 CLEAR = "\x1b[H\x1b[2J"
@@ -49,6 +50,8 @@ def snapshot(sandbox: str, episode: str | None = None, backend: str = "local") -
     if episode is None or not records:
         what = f"episode {episode!r}" if episode else "no episode"
         return f"sandbox {sandbox}: {what} has been logged\n"
+    from mlsandbox.env.dashboard import from_audit, render_dashboard  # pandas: imported when needed
+
     where = audit.location(episode) or episode
     return f"{where.rsplit('/', 1)[-1]}\n" + render_dashboard(
         from_audit(records, _services(sandbox, backend))
