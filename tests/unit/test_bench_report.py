@@ -292,3 +292,23 @@ def test_one_episode_agent_has_no_interval_and_invalid_actions_are_not_harness_e
     assert "invalid actions" in text and "harness errors" in text and "+14.29 [n/a]" in text
     line = next(ln for ln in text.splitlines() if ln.strip("│ ").startswith("random"))
     assert line.replace("│", " ").split()[-2:] == ["5", "1"]  # invalid actions, harness errors
+
+
+def test_report_shows_zero_bars_difficulty_provenance_and_trajectory_links(tmp_path: Path) -> None:
+    from mlsandbox.evaluation.provenance import provenance
+    from mlsandbox.evaluation.report import plot_family_success
+
+    _, families = summarize(ROWS)
+    svg = plot_family_success(families)
+    assert svg.count(">0%<") >= 3  # random's 0% bars carry their value (rule b too)
+    traj = tmp_path / "trajectories" / "a-abc__rule__1.jsonl"
+    rows = [ROWS[0].model_copy(update={"trajectory": str(traj)}), *ROWS[1:]]
+    run = provenance()
+    page = render_html(rows, meta={"suite": "test"}, provenance=run, base=tmp_path)
+    assert f"<dd>{run['version']}</dd>" in page and f"{run['machine']['cpus']} x " in page
+    assert (run["commit"] or "not a git checkout") in page
+    assert '<a href="trajectories/a-abc__rule__1.jsonl">' in page and f"mlsandbox replay {traj}" in page
+    assert "<h2>By difficulty</h2>" in page and "<th>wall s / episode</th>" in page
+    assert "class='plots'" in page
+    summary = json.loads(summary_json(rows, provenance=run))
+    assert summary["provenance"]["version"] == run["version"]

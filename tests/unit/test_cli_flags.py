@@ -100,6 +100,10 @@ def test_bench_seed_is_absolute_and_bench_prints_json(tmp_path: Path) -> None:
     assert summary["agents"][0]["agent"] == "do-nothing" and summary["agents"][0]["episodes"] == 2
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["seed"] for r in rows] == [7, 8] and {r["suite"] for r in rows} == {"custom"}
+    from mlsandbox import __version__
+
+    assert all(r["extra"]["mlsandbox"]["version"] == __version__ for r in rows)  # each row says what ran
+    assert json.loads((out / "summary.json").read_text())["provenance"]["machine"]["cpus"] >= 1
 
 
 def test_status_of_a_sandbox_that_does_not_exist_fails(home: Path) -> None:

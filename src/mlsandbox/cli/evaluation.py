@@ -168,6 +168,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         from mlsandbox.agents import make_agent
         from mlsandbox.agents.bench import plan_episodes, run_bench
         from mlsandbox.errors import MLSandboxError
+        from mlsandbox.evaluation.provenance import provenance
         from mlsandbox.evaluation.report import render_html
         from mlsandbox.evaluation.results import rows_csv, summary_json
         from mlsandbox.scenario import load_scenario
@@ -197,6 +198,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         traj_dir = out_dir / "trajectories" if trajectories else None
         env = _env(name, backend, no_start=no_start)
+        run_info = provenance()
+        stamp = {"version": run_info["version"], "commit": run_info["commit"]}
         rows: list[Any] = []
         t0 = time.perf_counter()
         jsonl = (out_dir / "results.jsonl").open("w")
@@ -210,6 +213,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
                     )
 
                 for row in run_bench(env, tasks, trajectories=traj_dir, on_step=on_step):
+                    row.extra.setdefault("mlsandbox", stamp)  # each row says what produced it
                     rows.append(row)
                     jsonl.write(row.model_dump_json() + "\n")
                     jsonl.flush()
@@ -229,7 +233,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         if not rows:
             raise _fail("no episode ran")
         (out_dir / "results.csv").write_text(rows_csv(rows))
-        summary = summary_json(rows)
+        summary = summary_json(rows, provenance=run_info)
         (out_dir / "summary.json").write_text(summary)
         meta = {
             "suite": suite,
@@ -240,7 +244,13 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             "level": level or "-",
         }
         (out_dir / "report.html").write_text(
-            render_html(rows, title=f"mlsandbox benchmark: suite {suite}", meta=meta)
+            render_html(
+                rows,
+                title=f"mlsandbox benchmark: suite {suite}",
+                meta=meta,
+                provenance=run_info,
+                base=out_dir,
+            )
         )
         if as_json:
             print(summary)

@@ -12,6 +12,7 @@ import io
 import math
 from collections import defaultdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from mlsandbox.evaluation.results import EpisodeRow, GroupSummary, leaderboard, summarize
@@ -23,6 +24,10 @@ h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #d
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}
 th,td{border:1px solid #ddd;padding:.3em .6em;text-align:right}th{background:#f4f4f4}
 td.l,th.l{text-align:left}.meta{color:#666}.plot svg{max-width:100%;height:auto}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(28em,1fr));gap:1em;align-items:start}
+.plots h3{font-size:1em;margin:.2em 0}
+dl.run{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}dl.run dt{color:#666}
+dl.run dd{margin:0}
 """
 
 
@@ -64,10 +69,14 @@ def plot_family_success(families: list[GroupSummary]) -> str:
             ys.append(s.value)
             lo.append(s.value - s.low)
             hi.append(s.high - s.value)
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=agent)
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=agent, edgecolor=f"C{i}", linewidth=1.5)
+        # Every bar carries its value, so a 0% bar (no height) is still seen and read.
+        ax.bar_label(bars, labels=[f"{y:.0%}" for y in ys], padding=2, fontsize=7)
     ax.set_xticks(range(len(fams)))
-    ax.set_xticklabels(fams, rotation=30, ha="right")
-    ax.set_ylim(0, 1.05)
+    # rotation_mode="anchor": each label's end sits under its own group, not under the next one.
+    ax.set_xticklabels(fams, rotation=30, ha="right", rotation_mode="anchor")
+    ax.axhline(0, color="#444", linewidth=0.8)
+    ax.set_ylim(0, 1.15)
     ax.set_ylabel("success rate (95% CI)")
     ax.legend(fontsize=8)
     return _svg(fig)
@@ -157,6 +166,66 @@ def plot_cost_vs_success(rows: list[EpisodeRow]) -> str:
     return _svg(fig)
 
 
+def _trajectory_cell(row: EpisodeRow, base: Path | None) -> str:
+    """A link to the episode's trajectory (relative to the report's directory when it is under it) and
+    the command that replays it."""
+    if not row.trajectory:
+        return _cell("-", left=True)
+    path = Path(row.trajectory)
+    href = str(path)
+    if base is not None:
+        try:
+            href = str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            href = path.resolve().as_uri()
+    link = f'<a href="{html.escape(href, quote=True)}">{html.escape(path.name)}</a>'
+    return f'<td class="l">{link}<br><code>mlsandbox replay {html.escape(str(path))}</code></td>'
+
+
+def _difficulty_rows(rows: list[EpisodeRow]) -> list[list[str]]:
+    """Per agent and scenario difficulty: episodes, success (Wilson 95%), mean reward (Student's t)."""
+    from mlsandbox.evaluation.stats import mean_ci, wilson
+
+    groups: dict[tuple[str, int], list[EpisodeRow]] = defaultdict(list)
+    for r in rows:
+        if r.error is None:
+            groups[(r.agent, r.difficulty)].append(r)
+    order = {a: i for i, a in enumerate(dict.fromkeys(r.agent for r in rows))}
+    out = []
+    for (agent, difficulty), rs in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        s = wilson(sum(r.success for r in rs), len(rs))
+        out.append(
+            [
+                _cell(agent, left=True),
+                _cell(difficulty),
+                _cell(len(rs)),
+                _cell(f"{s.value:.0%} [{_num(s.low, '{:.0%}')}, {_num(s.high, '{:.0%}')}]"),
+                _cell(mean_ci([r.reward for r in rs]).text("{:+.2f}")),
+                _cell(_num(sum(r.invalid_actions for r in rs) / max(1, sum(r.steps for r in rs)), "{:.0%}")),
+                _cell(_num(sum(r.wall_s for r in rs) / len(rs), "{:.1f}")),
+            ]
+        )
+    return out
+
+
+def _run_block(provenance: dict[str, Any] | None) -> str:
+    """The version, commit and machine the benchmark ran on."""
+    if not provenance:
+        return ""
+    m = provenance.get("machine") or {}
+    items = [
+        ("mlsandbox", provenance.get("version")),
+        ("commit", provenance.get("commit") or "not a git checkout"),
+        ("machine", f"{m.get('cpus')} x {m.get('cpu_model')}" if m else None),
+        ("python", m.get("python")),
+        ("platform", m.get("platform")),
+    ]
+    body = "".join(
+        f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in items if v is not None
+    )
+    return f"<dl class='run'>{body}</dl>"
+
+
 def _cell(value: Any, left: bool = False) -> str:
     cls = ' class="l"' if left else ""
     return f"<td{cls}>{html.escape(str(value))}</td>"
@@ -175,10 +244,21 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _mean_wall(rows: list[EpisodeRow], agent: str) -> float | None:
+    walls = [r.wall_s for r in rows if r.agent == agent and r.error is None]
+    return sum(walls) / len(walls) if walls else None
+
+
 def render_html(
-    rows: list[EpisodeRow], *, title: str = "mlsandbox benchmark", meta: dict[str, Any] | None = None
+    rows: list[EpisodeRow],
+    *,
+    title: str = "mlsandbox benchmark",
+    meta: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
+    base: Path | None = None,
 ) -> str:
-    """The whole report as one HTML document."""
+    """The whole report as one HTML document: ``provenance`` (:func:`~mlsandbox.evaluation.provenance.
+    provenance`) in its header; trajectory links relative to ``base`` (the report's directory)."""
     agents, families = summarize(rows)
     board = leaderboard(agents)
     lb_rows = []
@@ -194,6 +274,7 @@ def render_html(
                 _cell(_num(g.mean_steps, "{:.1f}")),
                 _cell(_num(g.mean_time_to_detect_steps, "{:.1f}")),
                 _cell(_num(g.mean_time_to_mitigate_steps, "{:.1f}")),
+                _cell(_num(_mean_wall(rows, g.agent), "{:.1f}")),
                 _cell(g.invalid_actions),
                 _cell(_num(g.invalid_action_rate, "{:.0%}")),
                 _cell(g.errors),
@@ -227,6 +308,7 @@ def render_html(
             _cell(r.invalid_actions),
             _cell(r.constraint_violation or r.error or ""),
             _cell(f"{r.wall_s:.1f}"),
+            _trajectory_cell(r, base),
         ]
         for r in rows
     ]
@@ -238,6 +320,7 @@ def render_html(
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1><p class='meta'>{meta_html} · {len(rows)} episodes</p>",
+        _run_block(provenance),
         "<h2>Leaderboard</h2>",
         _table(
             [
@@ -249,6 +332,7 @@ def render_html(
                 "steps",
                 "TTD steps",
                 "TTM steps",
+                "wall s / episode",
                 "invalid actions",
                 "invalid / step",
                 "harness errors",
@@ -269,14 +353,27 @@ def render_html(
             _pass_k_rows(families, ks, family=True),
         ),
         "<h2>Success per scenario family</h2>",
-        f"<div class='plot'>{plot_family_success(families)}</div>",
         _table(
             ["family", "agent", "episodes", "success (95% CI)", "mean reward (95% CI)", *objectives], fam_rows
         ),
-        "<h2>Reward distribution</h2>",
-        f"<div class='plot'>{plot_reward_distribution(rows)}</div>",
-        "<h2>Cost against success</h2>",
-        f"<div class='plot'>{plot_cost_vs_success(rows)}</div>",
+        "<h2>By difficulty</h2>",
+        _table(
+            [
+                "agent",
+                "difficulty",
+                "episodes",
+                "success (95% CI)",
+                "mean reward (95% CI)",
+                "invalid / step",
+                "wall s / episode",
+            ],
+            _difficulty_rows(rows),
+        ),
+        "<h2>Plots</h2><div class='plots'>",
+        f"<div class='plot'><h3>Success per family</h3>{plot_family_success(families)}</div>",
+        f"<div class='plot'><h3>Reward distribution</h3>{plot_reward_distribution(rows)}</div>",
+        f"<div class='plot'><h3>Cost against success</h3>{plot_cost_vs_success(rows)}</div>",
+        "</div>",
         "<h2>Episodes</h2>",
         _table(
             [
@@ -290,6 +387,7 @@ def render_html(
                 "invalid",
                 "violation / harness error",
                 "wall s",
+                "trajectory",
             ],
             ep_rows,
         ),

@@ -235,13 +235,17 @@ def leaderboard(agents: list[GroupSummary]) -> list[GroupSummary]:
     return sorted(agents, key=key)
 
 
-def summary_json(rows: list[EpisodeRow]) -> str:
+def summary_json(rows: list[EpisodeRow], provenance: dict[str, Any] | None = None) -> str:
+    """The summary per agent and per family; ``provenance`` (version, commit, machine) beside them."""
     agents, families = summarize(rows)
+    doc: dict[str, Any] = {
+        "agents": [g.model_dump() for g in leaderboard(agents)],
+        "families": [g.model_dump() for g in families],
+    }
+    if provenance is not None:
+        doc["provenance"] = provenance
     return json.dumps(
-        {
-            "agents": [g.model_dump() for g in leaderboard(agents)],
-            "families": [g.model_dump() for g in families],
-        },
+        doc,
         indent=2,
         default=str,
     )
