@@ -312,3 +312,19 @@ def test_report_shows_zero_bars_difficulty_provenance_and_trajectory_links(tmp_p
     assert "class='plots'" in page
     summary = json.loads(summary_json(rows, provenance=run))
     assert summary["provenance"]["version"] == run["version"]
+
+
+def test_report_draws_episode_timelines_and_action_histograms(tmp_path: Path) -> None:
+    res = _steps_episode([-0.02, -0.52, -0.02])
+    bad = {**res.steps[1].observation, "ok": False, "error": {"code": "invalid_parameters", "message": "x"}}
+    res.steps[1].observation = bad
+    path = write_trajectory(res, tmp_path / "trajectories" / "ep.jsonl")
+    rows = [ROWS[0].model_copy(update={"trajectory": str(path)}), *ROWS[1:]]
+    page = render_html(rows, base=tmp_path)
+    assert "<h2>Episode timelines</h2>" in page and "id='episode-0'" in page
+    assert '<a href="#episode-0">a-abc</a>' in page  # the episodes table links to the timeline
+    timeline = page[page.index("id='episode-0'") :]
+    assert timeline.count("<circle") == 3 and timeline.count("fill='#d62728'") == 1  # one invalid step
+    assert "step 2 list_datasets: -0.520 (total -0.540) invalid" in timeline
+    assert "<h3>Actions per agent</h3>" in page and page.count("<svg") == 4 + 2  # histogram, one timeline
+    assert not re.search(r"<script|<link|<img|src=\"http", page)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import math
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -226,6 +227,118 @@ def _run_block(provenance: dict[str, Any] | None) -> str:
     return f"<dl class='run'>{body}</dl>"
 
 
+MAX_TIMELINES = 60
+"""Episodes drawn as step timelines at most (the first ones of the run; every episode keeps its row)."""
+
+
+def episode_steps(row: EpisodeRow) -> list[dict[str, Any]] | None:
+    """The step records of the episode's trajectory file (None when it has none or it cannot be read)."""
+    if not row.trajectory:
+        return None
+    try:
+        lines = Path(row.trajectory).read_text().splitlines()
+        recs = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, ValueError):
+        return None
+    return [r for r in recs if isinstance(r, dict) and r.get("kind") == "step"]
+
+
+def _action_name(action: Any) -> str:
+    if isinstance(action, dict):
+        return str(action.get("type"))
+    return "(raw text)"
+
+
+def timeline_svg(steps: list[dict[str, Any]], width: int = 420, height: int = 90) -> str:
+    """One episode's steps as a small inline SVG: the running reward as a line, one dot per step (red: an
+    invalid action, the agent's error observation), each dot's tooltip naming the action and its reward."""
+    if not steps:
+        return "<svg width='0' height='0'></svg>"
+    running, total = [], 0.0
+    for st in steps:
+        total += float(st.get("reward") or 0.0)
+        running.append(total)
+    lo, hi = min(0.0, *running), max(0.0, *running)
+    span = (hi - lo) or 1.0
+    pad_l, pad_r, pad_y = 44, 8, 8
+    n = len(steps)
+
+    def x(i: int) -> float:
+        return pad_l + (width - pad_l - pad_r) * (i / max(1, n - 1))
+
+    def y(v: float) -> float:
+        return pad_y + (height - 2 * pad_y) * (1 - (v - lo) / span)
+
+    points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(running))
+    dots = []
+    for i, (st, v) in enumerate(zip(steps, running, strict=True)):
+        bad = not bool((st.get("next_observation") or {}).get("ok", True))
+        tip = f"step {st.get('step')} {_action_name(st.get('action'))}: {float(st.get('reward') or 0):+.3f}"
+        tip += f" (total {v:+.3f}){' invalid' if bad else ''}"
+        color = "#d62728" if bad else "#1f77b4"
+        dots.append(
+            f"<circle cx='{x(i):.1f}' cy='{y(v):.1f}' r='{3.5 if bad else 2.5}' fill='{color}'>"
+            f"<title>{html.escape(tip)}</title></circle>"
+        )
+    zero = y(0.0)
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img'>"
+        f"<line x1='{pad_l}' x2='{width - pad_r}' y1='{zero:.1f}' y2='{zero:.1f}' stroke='#bbb'/>"
+        f"<text x='2' y='{pad_y + 4}' font-size='9'>{hi:+.2f}</text>"
+        f"<text x='2' y='{height - pad_y + 2}' font-size='9'>{lo:+.2f}</text>"
+        f"<polyline points='{points}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
+        + "".join(dots)
+        + "</svg>"
+    )
+
+
+def _timelines(rows: list[EpisodeRow], steps: dict[int, list[dict[str, Any]]], base: Path | None) -> str:
+    if not steps:
+        return "<p class='meta'>No trajectories were recorded (bench --no-trajectories).</p>"
+    parts = [
+        "<p class='meta'>Running reward per step; red dots are invalid actions (hover a dot for the action). "
+        f"At most {MAX_TIMELINES} episodes are drawn.</p><div class='plots'>"
+    ]
+    for i, r in enumerate(rows):
+        if i not in steps:
+            continue
+        invalid = sum(not (st.get("next_observation") or {}).get("ok", True) for st in steps[i])
+        head = (
+            f"{html.escape(r.scenario)} · {html.escape(r.agent)} · seed {r.seed} · "
+            f"{'success' if r.success else 'not solved'} · reward {r.reward:+.2f} · {invalid} invalid"
+        )
+        link = _trajectory_cell(r, base).removeprefix('<td class="l">').removesuffix("</td>")
+        parts.append(
+            f"<div class='plot' id='episode-{i}'><h3>{head}</h3>{timeline_svg(steps[i])}<br>{link}</div>"
+        )
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def plot_action_histogram(rows: list[EpisodeRow], steps: dict[int, list[dict[str, Any]]]) -> str:
+    """Per agent: how often it chose each action type (share of its steps), over the drawn episodes."""
+    plt = _plt()
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for i, recs in steps.items():
+        for st in recs:
+            counts[rows[i].agent][_action_name(st.get("action"))] += 1
+    agents = list(counts)
+    actions = sorted({a for c in counts.values() for a in c})
+    fig, ax = plt.subplots(figsize=(5.5, max(2.5, 0.28 * len(actions) * max(1, len(agents)) + 1)))
+    height = 0.8 / max(1, len(agents))
+    for k, agent in enumerate(agents):
+        total = sum(counts[agent].values()) or 1
+        ys = [j + (k - (len(agents) - 1) / 2) * height for j in range(len(actions))]
+        ax.barh(ys, [counts[agent].get(a, 0) / total for a in actions], height, label=agent, color=f"C{k}")
+    ax.set_yticks(range(len(actions)))
+    ax.set_yticklabels(actions)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the agent's steps")
+    if agents:
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
 def _cell(value: Any, left: bool = False) -> str:
     cls = ' class="l"' if left else ""
     return f"<td{cls}>{html.escape(str(value))}</td>"
@@ -296,9 +409,20 @@ def render_html(
     objectives = list(families[0].mean_vector) if families else []
     ks = _k_columns(board + families)
     k_headers = [f"pass@{k}" for k in ks] + [f"pass^{k}" for k in ks]
+    steps: dict[int, list[dict[str, Any]]] = {}
+    for i, r in enumerate(rows):
+        if len(steps) >= MAX_TIMELINES:
+            break
+        recs = episode_steps(r)
+        if recs:
+            steps[i] = recs
     ep_rows = [
         [
-            _cell(r.scenario, left=True),
+            (
+                f'<td class="l"><a href="#episode-{i}">{html.escape(r.scenario)}</a></td>'
+                if i in steps
+                else _cell(r.scenario, left=True)
+            ),
             _cell(r.agent, left=True),
             _cell(r.seed),
             _cell(f"{r.reward:+.3f}"),
@@ -310,7 +434,7 @@ def render_html(
             _cell(f"{r.wall_s:.1f}"),
             _trajectory_cell(r, base),
         ]
-        for r in rows
+        for i, r in enumerate(rows)
     ]
     meta = dict(meta or {})
     meta.setdefault("generated", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
@@ -373,7 +497,14 @@ def render_html(
         f"<div class='plot'><h3>Success per family</h3>{plot_family_success(families)}</div>",
         f"<div class='plot'><h3>Reward distribution</h3>{plot_reward_distribution(rows)}</div>",
         f"<div class='plot'><h3>Cost against success</h3>{plot_cost_vs_success(rows)}</div>",
+        *(
+            [f"<div class='plot'><h3>Actions per agent</h3>{plot_action_histogram(rows, steps)}</div>"]
+            if steps
+            else []
+        ),
         "</div>",
+        "<h2>Episode timelines</h2>",
+        _timelines(rows, steps, base),
         "<h2>Episodes</h2>",
         _table(
             [
