@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 from mlsandbox.cli.common import backend_option, make_console
 from mlsandbox.terminal import print_error
@@ -24,6 +26,8 @@ def _fail(msg: Any) -> typer.Exit:
 
 
 def _progress() -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -7,12 +7,14 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    pass
 
 from mlsandbox.cli.common import (
     BackendOpt,
@@ -34,8 +36,10 @@ def _fail(msg: Any) -> typer.Exit:
     return typer.Exit(code=1)
 
 
-def _progress(*, to_stderr: bool = False) -> Progress:
+def _progress(*, to_stderr: bool = False) -> Any:
     """Progress on stdout, or on stderr when stdout carries JSON."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

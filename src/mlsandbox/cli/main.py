@@ -9,7 +9,6 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.live import Live
 from rich.table import Table
 
 from mlsandbox import __version__
@@ -369,6 +368,8 @@ def run(
                 res = run_episode(env, make_agent(agent_name, seed=ep_seed), seed=ep_seed, on_step=on_step)
             else:
                 # The table grows in place as the episode runs (plain lines when not a terminal).
+                from rich.live import Live
+
                 with Live(table, console=console, refresh_per_second=4, vertical_overflow="visible"):
                     res = run_episode(
                         env, make_agent(agent_name, seed=ep_seed), seed=ep_seed, on_step=on_step
