@@ -7,6 +7,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -328,3 +329,41 @@ def test_report_draws_episode_timelines_and_action_histograms(tmp_path: Path) ->
     assert "step 2 list_datasets: -0.520 (total -0.540) invalid" in timeline
     assert "<h3>Actions per agent</h3>" in page and page.count("<svg") == 4 + 2  # histogram, one timeline
     assert not re.search(r"<script|<link|<img|src=\"http", page)
+
+
+def test_token_usage_is_recorded_and_plotted_against_success() -> None:
+    from types import SimpleNamespace
+
+    from mlsandbox.agents.bench import EpisodeTask, run_task
+    from mlsandbox.env import MLSandboxEnv
+    from mlsandbox.scenario.suites import suite
+
+    class Counted:  # an agent that counts its tokens as the LLM agent does
+        name = "counted"
+
+        def __init__(self) -> None:
+            self.usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0, cost_usd=0.0)
+
+        def reset(self, observation: dict[str, Any], seed: int | None = None) -> None:
+            self.usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0, cost_usd=0.0)
+
+        def act(self, observation: dict[str, Any]) -> dict[str, Any]:
+            self.usage.prompt_tokens += 100
+            self.usage.completion_tokens += 10
+            self.usage.cost_usd += 0.001
+            return {"type": "submit"}
+
+    (entry,) = suite("builtin", families=["churn-clean-small"])
+    env = MLSandboxEnv(backend="sim", sandbox="usage-row")
+    try:
+        row, _ = run_task(env, EpisodeTask(entry, "counted", 1, "builtin"), agent=Counted())
+    finally:
+        env.close()
+    assert row.error is None and row.extra["usage"] == {
+        "prompt_tokens": 100,
+        "completion_tokens": 10,
+        "cost_usd": 0.001,
+    }
+    page = render_html([row, *ROWS])
+    assert "<h3>Tokens against success</h3>" in page and "$0.00 in all" in page
+    assert "Tokens against success" not in render_html(ROWS)

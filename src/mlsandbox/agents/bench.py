@@ -135,7 +135,15 @@ def run_task(
     path = None
     if trajectories is not None:
         path = write_trajectory(res, trajectories / f"{task.entry.id}__{task.agent}__{task.seed}.jsonl")
-    return row_from_result(task, res, path), res
+    row = row_from_result(task, res, path)
+    usage = getattr(player, "usage", None)  # an LLM agent counts its tokens and their cost
+    if usage is not None and hasattr(usage, "prompt_tokens"):
+        row.extra["usage"] = {
+            "prompt_tokens": int(usage.prompt_tokens),
+            "completion_tokens": int(usage.completion_tokens),
+            "cost_usd": round(float(getattr(usage, "cost_usd", 0.0)), 6),
+        }
+    return row, res
 
 
 def run_bench(

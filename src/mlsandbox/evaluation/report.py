@@ -339,6 +339,46 @@ def plot_action_histogram(rows: list[EpisodeRow], steps: dict[int, list[dict[str
     return _svg(fig)
 
 
+def _usage(row: EpisodeRow) -> dict[str, Any] | None:
+    usage = row.extra.get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def _tokens(row: EpisodeRow) -> int:
+    usage = _usage(row) or {}
+    return int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+
+
+def _cost(row: EpisodeRow) -> float:
+    return float((_usage(row) or {}).get("cost_usd", 0.0))
+
+
+def plot_tokens_vs_success(rows: list[EpisodeRow]) -> str:
+    """Tokens an LLM agent used against the task score, one dot per episode (filled: success); the
+    USD cost, when the agent priced its tokens, in the legend per agent."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for i, agent in enumerate(dict.fromkeys(r.agent for r in rows if _usage(r))):
+        mine = [r for r in rows if r.agent == agent and r.error is None and _usage(r)]
+        cost = sum(_cost(r) for r in mine)
+        for ok in (True, False):
+            pts = [r for r in mine if r.success == ok]
+            if pts:
+                ax.scatter(
+                    [_tokens(r) for r in pts],
+                    [r.score for r in pts],
+                    facecolors=f"C{i}" if ok else "none",
+                    edgecolors=f"C{i}",
+                    label=f"{agent} ({'success' if ok else 'failure'}; ${cost:.2f} in all)",
+                )
+    ax.set_xlabel("tokens per episode (prompt + completion)")
+    ax.set_ylabel("task score")
+    ax.set_ylim(-0.05, 1.05)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
 def _cell(value: Any, left: bool = False) -> str:
     cls = ' class="l"' if left else ""
     return f"<td{cls}>{html.escape(str(value))}</td>"
@@ -410,10 +450,10 @@ def render_html(
     ks = _k_columns(board + families)
     k_headers = [f"pass@{k}" for k in ks] + [f"pass^{k}" for k in ks]
     steps: dict[int, list[dict[str, Any]]] = {}
-    for i, r in enumerate(rows):
+    for i, row in enumerate(rows):
         if len(steps) >= MAX_TIMELINES:
             break
-        recs = episode_steps(r)
+        recs = episode_steps(row)
         if recs:
             steps[i] = recs
     ep_rows = [
@@ -500,6 +540,11 @@ def render_html(
         *(
             [f"<div class='plot'><h3>Actions per agent</h3>{plot_action_histogram(rows, steps)}</div>"]
             if steps
+            else []
+        ),
+        *(
+            [f"<div class='plot'><h3>Tokens against success</h3>{plot_tokens_vs_success(rows)}</div>"]
+            if any(_usage(r) for r in rows)
             else []
         ),
         "</div>",
