@@ -18,7 +18,9 @@ of its store may name an address only the server reaches.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -280,12 +282,72 @@ def _load_local_model(path: str) -> Any:
 
     flavors = Model.load(path).flavors
     if "sklearn" in flavors:
+        if flavors["sklearn"].get("serialization_format") == "skops":
+            _import_skops_without_torch()
         import mlflow.sklearn
 
         return mlflow.sklearn.load_model(path)
     import mlflow.pyfunc
 
     return mlflow.pyfunc.load_model(path)
+
+
+# Loading a skops model imports ``skops.io``, whose trusted-type discovery (scikit-learn's
+# ``all_estimators()``) imports every scikit-learn module, the array-API shim of PyTorch included: where the
+# ``rl`` extra installed PyTorch, the first load in a process imported it (about 500 MiB and 8-10 s of a
+# grade). The discovery needs no PyTorch (no estimator comes from it), so ``skops.io`` is imported once with
+# ``import torch`` refused in the importing thread only, as if PyTorch were not installed; nothing else is
+# affected: other threads import it meanwhile, a later ``import torch`` anywhere works, and a process that
+# has already imported PyTorch is left as it is. The model itself is then loaded without any blocking.
+
+
+class _ThreadImportBlocker:
+    """A meta-path finder refusing the top-level packages of ``blocked`` in the threads registered."""
+
+    def __init__(self, blocked: frozenset[str]) -> None:
+        self.blocked = blocked
+        self.threads: set[int] = set()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if (
+            self.threads
+            and fullname.partition(".")[0] in self.blocked
+            and threading.get_ident() in self.threads
+        ):
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (not needed to load a model)", name=fullname
+            )
+        return None
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Refuse the blocked imports in this thread for the duration (installs the finder once: it
+        stays in ``sys.meta_path``, inert when no thread is registered, so no import ever races its removal)."""
+        with _BLOCKER_LOCK:
+            if self not in sys.meta_path:
+                sys.meta_path.insert(0, self)
+        ident = threading.get_ident()
+        self.threads.add(ident)
+        try:
+            yield
+        finally:
+            self.threads.discard(ident)
+
+
+_BLOCKER_LOCK = threading.Lock()
+_TORCH_BLOCKER = _ThreadImportBlocker(frozenset({"torch"}))
+
+
+def _import_skops_without_torch() -> None:
+    """Import ``skops.io`` without PyTorch (see above); nothing when either is already imported. A failure
+    is left to the model's load, which imports ``skops.io`` again and reports it as it always did."""
+    if "skops.io" in sys.modules or "torch" in sys.modules:
+        return
+    with _TORCH_BLOCKER.active():
+        try:
+            import skops.io  # noqa: F401
+        except ImportError:
+            return
 
 
 def _run_info(run: Any) -> RunInfo:
