@@ -5,7 +5,10 @@ the in-process env on a local sandbox, and times its ``submit`` step split into 
 
 - the grade (``grade_episode``), of which ``load_model`` (the model version's download through the
   tracking server, then loading the flavor) and the scoring of the hidden holdout (the rest);
-- the rest of the episode's end: recovering faults, stopping jobs, reward, telemetry and audit.
+- the rest of the episode's end: recovering faults, stopping jobs, reward, telemetry and audit;
+
+and, apart (it runs at the next ``reset`` or ``close``, not in ``submit``), the episode's cleanup: jobs,
+bucket, registered models and experiment deleted.
 
 This first grade runs in the benchmark's own fresh process (nothing has loaded a model in it yet). The same
 model is then graded again ``--repeat`` times in that process (a later grade), and loaded ``--fresh`` times
@@ -143,6 +146,23 @@ def play_to_submit(sandbox: str, seed: int) -> tuple[Any, Any, dict[str, Any]]:
     raise SystemExit("the rule agent's episode ended before it submitted")
 
 
+def time_close(env: Any, gw: Any) -> dict[str, float]:
+    """The episode's cleanup after submit (run by the next ``reset`` or by ``close``), split by part."""
+    rt, t = gw.runtime, Timer()
+    with (
+        patched(gw, "_recover_faults", t, "recover_faults"),
+        patched(gw.pool, "cleanup", t, "jobs"),
+        patched(rt.object_store, "delete_bucket", t, "bucket"),
+        patched(gw, "_delete_models", t, "models"),
+        patched(rt.tracking, "delete_experiment", t, "experiment"),
+    ):
+        t0 = time.perf_counter()
+        env.close()
+        total = time.perf_counter() - t0
+    out = {"total_s": total, **{f"{k}_s": v for k, v in t.seconds.items()}}
+    return {k: round(v, 4) for k, v in out.items()}
+
+
 def fresh_loads(tracking_uri: str, name: str, version: str, n: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
@@ -210,6 +230,7 @@ def main() -> None:
                 later.append(split(elapsed, t.seconds))
             name = gw.state.registry_name(gw.scenario.goal.model_name)
             fresh = fresh_loads(gw.runtime.tracking.tracking_uri, name, str(grade["version"]), args.fresh)
+            close = time_close(env, gw)
         finally:
             env.close()
     finally:
@@ -239,6 +260,10 @@ def main() -> None:
         lv = later_median.get(key)
         table.add_row(label, f"{first.get(key, 0.0):.3f}", "" if lv is None else f"{lv:.3f}")
     console.print(table)
+    console.print(
+        "episode close after submit (at the next reset or close): "
+        + ", ".join(f"{k.removesuffix('_s')} {v:.3f} s" for k, v in close.items())
+    )
     for row in fresh:
         console.print(
             f"fresh process: import {row['import_s']:.2f} s, load_model {row['load_model_s']:.2f} s, "
@@ -261,6 +286,7 @@ def main() -> None:
         "later_grades": later,
         "later_grade_median": later_median,
         "fresh_process_loads": fresh,
+        "episode_close": close,
         "goal_grade_s": 2.0,
     }
     OUT.parent.mkdir(exist_ok=True)
