@@ -117,10 +117,26 @@ def is_alive(record: ProcessRecord) -> bool:
     return get_process(record) is not None
 
 
+EXIT_STATUS_WAIT_S = 5.0
+"""How long :func:`exit_code` waits for the status of a child that is gone but not collectable yet."""
+
+
 def exit_code(record: ProcessRecord) -> int | None:
-    """Exit code of a child this process started and that has exited; None otherwise."""
+    """Exit code of a child this process started and that has exited; None otherwise.
+
+    A process whose main thread has ended is a zombie here (not alive) while its other threads still run
+    or die (a server the kernel killed for memory frees it thread by thread), and its status cannot be
+    collected until the last one has ended: for such a child, wait up to :data:`EXIT_STATUS_WAIT_S`."""
     proc = _CHILDREN.get(record.pid)
-    return None if proc is None else proc.poll()
+    if proc is None:
+        return None
+    code = proc.poll()
+    if code is None and start_ticks(record.pid) is None:
+        try:
+            code = proc.wait(timeout=EXIT_STATUS_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return None
+    return code
 
 
 def process_tree(record: ProcessRecord) -> list[psutil.Process]:
