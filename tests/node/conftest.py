@@ -15,8 +15,9 @@ built (``scripts/docker-engine.sh``); without those the fixture fails with that 
 Every test here is marked ``node`` (and ``services``: ``make test-fast`` leaves them out). Order: the
 pods' tests (cheapest), the chart's, the kube backend's on real pods, then the lifecycle tests
 (``test_node_lifecycle.py``), after every other test of the session: the first of them stops the shared
-node and checks that nothing is left; ``baseline`` is the machine's state (iptables chains, ipsets, links,
-mounts) taken before the node started.
+node and checks that nothing is left, against the node's ``baseline``: the machine's state (iptables
+chains, ipsets, links, mounts, kernel settings) that the node took under the machine's node lock before
+it changed anything.
 """
 
 from __future__ import annotations

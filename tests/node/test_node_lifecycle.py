@@ -1,6 +1,8 @@
-"""Nothing outlives a node: ``down`` of the session's node (after every other test used it) and
-``mlsandbox gc`` after a node's owner was SIGKILLed leave no process, cgroup, iptables chain, ipset,
-network link or mount behind. These tests run last in the session (see conftest)."""
+"""Nothing outlives a node: ``down`` of the session's node (after every other test used it, with the
+chart's pods running) and ``mlsandbox gc`` after a node's owner was SIGKILLed leave no process, cgroup,
+iptables chain, ipset, network link or mount behind. Each compares the machine with the snapshot its node
+took under the node lock before it changed anything (what that node left, whatever ran before it). These
+tests run last in the session (see conftest)."""
 
 from __future__ import annotations
 
@@ -75,18 +77,23 @@ def test_down_leaves_nothing_behind(node_session: Session) -> None:
     from mlsandbox.k8s_operator.node_testbed import node_cluster
 
     if node_session.cluster is None:  # run alone: make a node to take down
-        node_session.baseline = node.snapshot()
         node_session.cluster = node_session.context.enter_context(node_cluster())
     cluster = node_session.cluster
-    # The node made real things: its bridge, its pods' veths and mounts, kube-proxy's and kube-router's chains.
-    during = _leftovers(node_session.baseline)
-    assert node.BRIDGE in during["links"] and during["chains"] and during["mounts"], during
-    cluster.node.stop(release_lock=False)  # no other node may start while the machine is looked at
+    # What this node left is measured against the machine as it found it (its snapshot, taken under the
+    # node lock before it changed anything), not against a state some other node may have been in.
+    baseline = cluster.node.baseline
     try:
-        left = _leftovers(node_session.baseline)
+        # The node made real things: its bridge, its pods' veths and mounts, kube-proxy's and
+        # kube-router's chains; its pods run (the chart's, with whatever state the tests left them in).
+        during = _leftovers(baseline)
+        running = cluster.node.crictl("pods", "-q", "--state", "ready").stdout.split()
+        cluster.node.stop(release_lock=False)  # no other node may start while the machine is looked at
+        left = _leftovers(baseline)
     finally:
         cluster.node.release()
         node_session.stop()  # the control plane goes too
+    assert node.BRIDGE in during["links"] and during["chains"] and during["mounts"], during
+    assert running, "no pod ran on the node when it was taken down"
     assert _nothing(left), left
 
 
@@ -110,7 +117,6 @@ time.sleep(3600)
 
 def test_gc_removes_a_node_whose_owner_was_killed(node_session: Session) -> None:
     node_session.stop()  # one node at a time on a machine: the shared one must be down
-    baseline = node_session.baseline or node.snapshot()
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD],
         stdout=subprocess.PIPE,
@@ -125,6 +131,8 @@ def test_gc_removes_a_node_whose_owner_was_killed(node_session: Session) -> None
             f"the child's node did not start:\n{line}{child.stderr.read() if child.stderr else ''}"
         )
         root = Path(line.split()[1])
+        # The machine as the child's node found it (its snapshot, taken under the node lock).
+        baseline = json.loads((root / "baseline.json").read_text())
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(10)
         time.sleep(1)

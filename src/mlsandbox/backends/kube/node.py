@@ -63,6 +63,7 @@ from .node_host import (
     env,
     make_cgroups,
     node_binary,
+    remove_stale_network,
     runs_dir,
     snapshot,
     teardown,
@@ -183,6 +184,9 @@ class Node:
     lock: NodeLock | None = None
     image_seconds: dict[str, float] = field(default_factory=dict)
     """Seconds spent building/importing each image at start (empty when all were cached)."""
+    baseline: dict[str, Any] = field(default_factory=dict)
+    """The machine's state before this node changed anything (:func:`snapshot`, taken under the node
+    lock): what its teardown compares against, and what "nothing left behind" means for it."""
 
     @property
     def socket(self) -> Path:
@@ -307,6 +311,8 @@ def start(
     try:
         for line in _collect_dead():
             say(f"removed what a crashed node left: {line}")
+        if remove_stale_network():
+            say(f"removed the bridge {BRIDGE} and its links, left by a node whose directory is gone")
         runs_dir().mkdir(parents=True, exist_ok=True)
         root = Path(tempfile.mkdtemp(prefix="node-", dir=runs_dir()))
     except BaseException:
@@ -317,7 +323,8 @@ def start(
         (root / "owner").write_text(
             json.dumps({"pid": os.getpid(), "create_time": psutil.Process().create_time()})
         )
-        (root / "baseline.json").write_text(json.dumps(snapshot()))
+        node.baseline = snapshot()
+        (root / "baseline.json").write_text(json.dumps(node.baseline))
         if len(str(node.socket)) > 100:
             raise BackendError(
                 f"containerd's socket path {node.socket} is too long for a unix socket: use a shorter MLSANDBOX_HOME"

@@ -247,7 +247,12 @@ def allow_forwarding() -> None:
 
 def make_cgroups() -> None:
     """The node's cgroup root (the kubelet's ``cgroupRoot``) in every hierarchy; a new cpuset cgroup
-    needs its CPUs and memory nodes before a task can join it."""
+    needs its CPUs and memory nodes before a task can join it.
+
+    Its CPU weight is the kubelet's for ``kubepods`` (1024 per allocatable CPU), as if ``kubepods`` sat
+    at the top of the hierarchy as on any node: with the default weight of a new cgroup (1024) every pod
+    of the node together would weigh what one process of the machine weighs, and a busy machine would
+    starve them (a model server's requests waiting for CPU seconds at a time)."""
     for hierarchy in CGROUP_BASE.iterdir():
         if not (hierarchy / "cgroup.procs").exists():
             continue
@@ -256,6 +261,9 @@ def make_cgroups() -> None:
         for knob in ("cpuset.cpus", "cpuset.mems"):
             if (path / knob).exists() and not (path / knob).read_text().strip():
                 (path / knob).write_text((hierarchy / knob).read_text())
+        if (path / "cpu.shares").exists():
+            with contextlib.suppress(OSError):
+                (path / "cpu.shares").write_text(str(1024 * (os.cpu_count() or 1)))
 
 
 # ------------------------------------------------------------------------------------------ teardown
@@ -417,6 +425,13 @@ def _remove_links() -> int:
     for name in ours:
         subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
     return len(ours)
+
+
+def remove_stale_network() -> int:
+    """The bridge, its veths and the routing rule when no node owns them (called under the node lock,
+    after the dead nodes' teardown): what a node whose directory is gone left, so that the snapshot taken
+    next does not count them as the machine's own. Links removed."""
+    return _remove_links()
 
 
 def _unmount_under(*dirs: Path) -> int:
