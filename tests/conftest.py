@@ -81,11 +81,10 @@ def control_plane() -> Iterator[Testbed]:
 
 
 class NodeSession:
-    """The session's real node: the machine's state before it started (``baseline``: iptables chains,
-    ipsets, links, mounts, for the lifecycle tests) and the cluster (None once stopped)."""
+    """The session's real node: the cluster (None once stopped; the lifecycle tests stop it). What the
+    machine was before it started is the node's own ``baseline``."""
 
     def __init__(self) -> None:
-        self.baseline: dict[str, Any] = {}
         self.cluster: NodeCluster | None = None
         self.context: contextlib.ExitStack = contextlib.ExitStack()
 
@@ -108,12 +107,9 @@ def node_session() -> Iterator[NodeSession]:
 @pytest.fixture(scope="session")
 def node_cluster(node_session: NodeSession) -> NodeCluster:
     """A control plane and one real node, Ready with CoreDNS (shared by the session)."""
-    from mlsandbox.backends.kube import node
     from mlsandbox.k8s_operator.node_testbed import node_cluster as start_node_cluster
 
     if node_session.cluster is None:
-        if not node_session.baseline:
-            node_session.baseline = node.snapshot()
         node_session.cluster = node_session.context.enter_context(start_node_cluster())
     return node_session.cluster
 
@@ -137,19 +133,31 @@ class NodeSandbox:
     env: dict[str, str] = field(default_factory=dict)
     """``KUBECONFIG``, the control namespace, the services' NodePort URLs and S3 keys, the images."""
 
-    def backend(self) -> KubeBackend:
-        """The sandbox as the kube backend (the endpoints of :attr:`env`, not of the process's environment)."""
-        from mlsandbox.backends.kube.backend import KubeBackend
+    def backend_config(self) -> dict[str, Any]:
+        """The kube backend's typed config for this sandbox (``backend_config`` of the env, or of
+        ``get_backend``): the cluster, the endpoints and images of :attr:`env`, whatever the process's
+        environment holds."""
+        from mlsandbox.backends.kube.backend import KubeBackendConfig
         from mlsandbox.backends.kube.runtime import client_endpoints
 
-        return KubeBackend(
-            self.name,
+        config = KubeBackendConfig(
+            name=self.name,
             control_namespace=self.env["MLSANDBOX_CONTROL_NAMESPACE"],
             kubeconfig=self.env["KUBECONFIG"],
             endpoints=client_endpoints(environ=self.env),
             image=self.env["MLSANDBOX_TRAINER_IMAGE"],
             server_image=self.env["MLSANDBOX_MODEL_SERVER_IMAGE"],
         )
+        return config.model_dump(exclude={"type", "name"})
+
+    def backend(self) -> KubeBackend:
+        """The sandbox as the kube backend (:meth:`backend_config`, not the process's environment)."""
+        from mlsandbox.backends.kube.backend import KubeBackend
+        from mlsandbox.backends.registry import get_backend
+
+        backend = get_backend("kube", self.name, **self.backend_config())
+        assert isinstance(backend, KubeBackend)
+        return backend
 
 
 NODE_SANDBOX_BUDGET = {"cpu": "3", "memory": "6Gi", "maxPods": 30}

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,24 +59,17 @@ def wait_gone(cluster: Cluster, namespace: str, timeout: float = 120) -> dict[st
     return left
 
 
-@pytest.fixture()
-def client_env(node_sandbox: NodeSandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[NodeSandbox]:
-    """The sandbox's client environment in this process (as ``mlsandbox`` would have it)."""
-    for key, value in node_sandbox.env.items():
-        monkeypatch.setenv(key, value)
-    yield node_sandbox
-
-
 def run_in_process(box: NodeSandbox, scenario: str, agent: str, look: Any) -> Any:
     """The scenario's episode with ``agent`` through the Gymnasium env on ``--backend kube``, ``look(record)``
-    after each step; the result."""
+    after each step; the result. The env gets the sandbox's cluster, endpoints and images as the kube
+    backend's typed config, not from this process's environment."""
     from mlsandbox.agents import make_agent
     from mlsandbox.agents.runner import run_episode
     from mlsandbox.env.gym_env import MLSandboxEnv
     from mlsandbox.scenario import load_scenario
 
     sc = load_scenario(scenario)
-    env = MLSandboxEnv(sc, backend="kube", sandbox=box.name)
+    env = MLSandboxEnv(sc, backend="kube", sandbox=box.name, backend_config=box.backend_config())
     try:
         return run_episode(env, make_agent(agent, seed=sc.seed), seed=sc.seed, on_step=look)
     finally:
@@ -107,11 +99,11 @@ def test_mlsandbox_run_tabular_quality_basic_on_real_pods(node_sandbox: NodeSand
     assert not left, f"the episode left {left}"
 
 
-def test_serving_deploy_slo_on_real_pods(client_env: NodeSandbox) -> None:
+def test_serving_deploy_slo_on_real_pods(node_sandbox: NodeSandbox) -> None:
     """Model servers of the model-server image pass their readiness probe and answer ``predict`` and the
     production traffic (through the API server's proxy to the pods); the SLO holds and the grade says so."""
-    cluster = client_env.backend().cluster
-    ns = client_env.namespace
+    cluster = node_sandbox.backend().cluster
+    ns = node_sandbox.namespace
     seen: dict[str, Any] = {"deployed": [], "predictions": 0, "scrapes": 0}
 
     def look(rec: StepRecord) -> None:
@@ -124,7 +116,7 @@ def test_serving_deploy_slo_on_real_pods(client_env: NodeSandbox) -> None:
             assert pods, f"no model-server pod in {ns} after deploy_model"
             for pod in pods:
                 (container,) = pod["spec"]["containers"]
-                assert container["image"] == client_env.env["MLSANDBOX_MODEL_SERVER_IMAGE"]
+                assert container["image"] == node_sandbox.env["MLSANDBOX_MODEL_SERVER_IMAGE"]
                 assert container["readinessProbe"]["httpGet"]["path"] == "/health"
                 assert pod["spec"]["nodeName"] == NODE_NAME
                 conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
@@ -145,7 +137,7 @@ def test_serving_deploy_slo_on_real_pods(client_env: NodeSandbox) -> None:
             seen["scrapes"] += bool(latencies)
 
     res = run_in_process(
-        client_env, "serving-deploy-slo", "mlsandbox.agents.serving_reference:ServingReferenceAgent", look
+        node_sandbox, "serving-deploy-slo", "mlsandbox.agents.serving_reference:ServingReferenceAgent", look
     )
     print(f"serving-deploy-slo on real pods: {res.wall_s:.1f} s, {len(res.steps)} steps, grade {res.grade}")
     assert res.success, res.grade
@@ -155,12 +147,12 @@ def test_serving_deploy_slo_on_real_pods(client_env: NodeSandbox) -> None:
     assert not left, f"the episode left {left}"
 
 
-def test_pipeline_failure_upstream_on_real_pods(client_env: NodeSandbox) -> None:
+def test_pipeline_failure_upstream_on_real_pods(node_sandbox: NodeSandbox) -> None:
     """Prefect flow runs become Jobs of the trainer image that the chart's worker starts in the sandbox's
     namespace: the broken upstream batch fails with Prefect's state and its error in the logs, the
     repaired runs and the training flow complete, and the training flow registers the graded model."""
-    cluster = client_env.backend().cluster
-    ns = client_env.namespace
+    cluster = node_sandbox.backend().cluster
+    ns = node_sandbox.namespace
     states: dict[str, set[str]] = {}
     flow_pods: dict[str, dict[str, Any]] = {}
 
@@ -174,7 +166,7 @@ def test_pipeline_failure_upstream_on_real_pods(client_env: NodeSandbox) -> None
             flow_pods[pod["metadata"]["name"]] = pod
 
     res = run_in_process(
-        client_env,
+        node_sandbox,
         "pipeline-failure-upstream",
         "mlsandbox.agents.pipeline_reference:PipelineReferenceAgent",
         look,
@@ -188,7 +180,7 @@ def test_pipeline_failure_upstream_on_real_pods(client_env: NodeSandbox) -> None
     assert flow_pods, "no flow-run pod was seen in the sandbox's namespace"
     for pod in flow_pods.values():
         (container,) = pod["spec"]["containers"]
-        assert container["image"] == client_env.env["MLSANDBOX_TRAINER_IMAGE"]
+        assert container["image"] == node_sandbox.env["MLSANDBOX_TRAINER_IMAGE"]
         assert pod["spec"]["nodeName"] == NODE_NAME
     finished = [
         s["state"]["terminated"]

@@ -280,7 +280,10 @@ class KubeBackendConfig(BackendConfig):
     namespace: str | None = None
     """The sandbox's namespace (default: the operator's name for it)."""
     kubeconfig: str | None = None
-    """The cluster's kubeconfig (default: the client's usual lookup)."""
+    """The cluster's kubeconfig (default: ``$KUBECONFIG``, then ``~/.kube/config``)."""
+    endpoints: Endpoints | None = None
+    """How this client reaches the chart's services (default: the kind NodePorts, overridden by
+    ``MLSANDBOX_KUBE_*``, with the S3 keys of the chart's MinIO Secret)."""
     image: str | None = None
     """The trainer image of Jobs and flow runs."""
     server_image: str | None = None
@@ -293,6 +296,7 @@ def _create(config: KubeBackendConfig) -> KubeBackend:
         control_namespace=config.control_namespace,
         namespace=config.namespace,
         kubeconfig=config.kubeconfig,
+        endpoints=config.endpoints,
         image=config.image,
         server_image=config.server_image,
     )

@@ -7,6 +7,7 @@ manifest twice is a no-op and a partial failure is repaired by the next reconcil
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
@@ -51,7 +52,8 @@ class KubernetesApi:
             try:
                 config.load_incluster_config()
             except config.ConfigException:
-                config.load_kube_config()
+                # $KUBECONFIG as it is now: the client library reads it once, when first imported.
+                config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
             client = ApiClient()
         self._dynamic = dynamic.DynamicClient(client)
 

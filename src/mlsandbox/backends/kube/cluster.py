@@ -9,6 +9,7 @@ unreachable) become :class:`~mlsandbox.backends.kube.client.TransientApiError`; 
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -54,7 +55,8 @@ class Cluster:
                 try:
                     config.load_incluster_config()
                 except config.ConfigException:
-                    config.load_kube_config()
+                    # $KUBECONFIG as it is now: the client library reads it once, when first imported.
+                    config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
                 api_client = client.ApiClient()
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
