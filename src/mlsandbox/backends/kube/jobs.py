@@ -11,9 +11,11 @@ process (the gateway, a restarted CLI, ``down``) sees the same jobs.
 - **Result**: the trainer prints ``MLSANDBOX_RESULT {json}`` as its last line on every backend; here it is
   read from the succeeded pod's log (once, then kept for this object's lifetime). A cluster that cannot
   serve pod logs (kwok's simulated nodes) gives an empty result and says so in :meth:`logs`.
+- **State**: ``queued`` until the pod's container starts (a pod refused by the quota, left unscheduled on a
+  cordoned or full node, or waiting for its image), then ``running``.
 - **CPU seconds**: there is no per-pod CPU accounting without metrics-server; ``cpu_seconds`` is the time
-  the pod ran x its CPU request (what a cluster bills for reserved CPUs), so credits are charged as on
-  ``local`` in spirit.
+  the container ran x its CPU request (what a cluster bills for reserved CPUs), so credits are charged as
+  on ``local`` in spirit (not while queued).
 - **Cancel** suspends the Job (its controller deletes the running pod) and marks it cancelled: the Job
   stays readable as ``cancelled``; :meth:`cleanup` deletes Jobs with background propagation (pods too).
 - **set_resources** changes a running pod's requests and limits in place through the ``pods/resize``
@@ -28,7 +30,6 @@ import builtins
 import contextlib
 import threading
 import time
-from datetime import datetime
 from typing import Any
 
 from mlsandbox.backends.protocols import DEFAULT_KEY, Endpoints, JobSpec, JobStatus
@@ -43,14 +44,6 @@ from .secret import S3Secret
 
 JOB_API = ("batch/v1", "Job")
 _TERMINAL = ("succeeded", "failed", "cancelled")
-
-
-def _ts(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
 class KubeJobs:
@@ -250,7 +243,7 @@ class KubeJobs:
         cancelled = ((job.get("metadata") or {}).get("annotations") or {}).get(M.CANCELLED_ANNOTATION)
         if cancelled and status.state != "succeeded":
             status = status.model_copy(update={"state": "cancelled"})
-        started = status.started_at or _pod_started(pod)
+        started = status.started_at  # when its container started: a queued job is not charged
         finished = status.finished_at if status.state in _TERMINAL else None
         update: dict[str, Any] = {"started_at": started}
         if started is not None and spec is not None:
@@ -303,9 +296,3 @@ def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not pods:
         return None
     return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-
-
-def _pod_started(pod: dict[str, Any] | None) -> float | None:
-    if not pod:
-        return None
-    return _ts((pod.get("status") or {}).get("startTime"))

@@ -200,6 +200,26 @@ def terminated_state(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None
 
 
+def container_began(pod: Mapping[str, Any] | None) -> bool:
+    """Whether one of the pod's containers started (it runs or ran): not while the pod waits for the
+    quota, the scheduler or its image."""
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return any({"running", "terminated"} & set(s.get("state") or {}) for s in statuses)
+
+
+def container_started(pod: Mapping[str, Any] | None) -> float | None:
+    """When the pod's first container started running (seconds since the epoch); None before that, or
+    when the status does not say."""
+    starts = []
+    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        state = container.get("state") or {}
+        for phase in ("running", "terminated"):
+            at = _timestamp((state.get(phase) or {}).get("startedAt"))
+            if at is not None:
+                starts.append(at)
+    return min(starts) if starts else None
+
+
 def job_status(
     job_id: str, job: Mapping[str, Any], pod: Mapping[str, Any] | None = None, logs: str = ""
 ) -> JobStatus:
@@ -222,15 +242,20 @@ def job_status(
         state = "failed"
     elif (job.get("spec") or {}).get("suspend"):
         state = "cancelled"
-    elif status.get("active") or status.get("startTime"):
+    elif (status.get("active") or status.get("startTime")) and container_began(pod):
         state = "running"
     else:
+        # No container has started yet: the pod is not created (quota), not scheduled (a cordoned or
+        # full node) or its image not there; like a job waiting for capacity on local, it is queued.
         state = "queued"
+    started = container_started(pod)
+    if started is None and state != "queued":
+        started = _timestamp(status.get("startTime"))  # the pod is gone (cancelled) or does not say
     return JobStatus(
         job_id=job_id,
         state=state,
         exit_code=exit_code,
-        started_at=_timestamp(status.get("startTime")),
+        started_at=started,
         finished_at=_timestamp(status.get("completionTime"))
         or (_timestamp(terminated.get("finishedAt")) if terminated else None),
         result=parse_result(logs) if state == "succeeded" else {},
