@@ -100,10 +100,19 @@ if sys.argv[3] == "torch-first":
     import torch
     before = torch
 import numpy as np
-from mlsandbox.backends.common.mlflow_tracking import _load_local_model
+from mlsandbox.backends.common.mlflow_tracking import _load_local_model, _warm_model_loading
+warmed = {}
+if sys.argv[3] == "warm":  # what register_model starts: the imports in a background thread
+    import threading
+    _warm_model_loading()
+    for t in threading.enumerate():
+        if t.name == "mlsandbox-warm-model-loading":
+            t.join()
+    warmed = {"warmed_skops": "skops.io" in sys.modules, "warmed_flavor": "mlflow.sklearn" in sys.modules,
+              "torch_after_warm": "torch" in sys.modules}
 model = _load_local_model(sys.argv[1])
 proba = model.predict_proba(np.load(sys.argv[2]))[:, 1].tolist()
-out = {"proba": proba, "torch_after_load": "torch" in sys.modules, "skops": "skops.io" in sys.modules}
+out = {"proba": proba, "torch_after_load": "torch" in sys.modules, "skops": "skops.io" in sys.modules, **warmed}
 if sys.argv[3] == "torch-first":
     import sklearn.externals.array_api_compat.torch as compat
     out["same_torch"] = sys.modules["torch"] is before
@@ -157,6 +166,18 @@ def test_skops_model_loads_without_importing_torch_and_torch_works_after(
     assert out["torch_after_load"] is False  # the load did not import PyTorch
     assert out["torch_later"] == 3.0
     assert out["compat_ok"] is True
+
+
+@pytest.mark.slow
+@needs_torch
+def test_registration_warms_the_model_loading_imports_without_torch(
+    saved_model: tuple[Path, Path, list[float]],
+) -> None:
+    path, x, expected = saved_model
+    out = _run(LOAD, str(path), str(x), "warm")
+    assert out["warmed_skops"] is True and out["warmed_flavor"] is True
+    assert out["torch_after_warm"] is False and out["torch_after_load"] is False
+    assert out["proba"] == expected
 
 
 @pytest.mark.slow
