@@ -8,7 +8,9 @@ environment); nothing listens there, so they suit manifest builders and unit tes
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
 
 from mlsandbox.backends.protocols import Endpoints
 
@@ -44,3 +46,16 @@ def err(gw: Steps, action: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["ENDPOINTS", "Steps", "err", "ok"]
+
+
+_T = TypeVar("_T")
+
+
+def run_async(fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    """``anyio.run`` in a thread of its own: a synchronous Playwright session alive in this process (the
+    console tier's browser) marks this thread's event loop as running between its calls, and no other
+    event loop starts in a thread where one runs."""
+    import anyio
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, fn, *args).result()

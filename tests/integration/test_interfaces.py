@@ -6,16 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import gymnasium as gym
 import pytest
 from fastapi.testclient import TestClient
 from mcp import Client, StdioServerParameters
+from tests.helpers import run_async
 
 import mlsandbox  # noqa: F401  (registers the envs)
 from mlsandbox.cli.watch import snapshot
@@ -31,15 +29,6 @@ pytestmark = pytest.mark.services
 SCENARIO = "tabular-quality-basic"
 SEED = 5
 TERMINAL = {"succeeded", "failed", "cancelled"}
-_T = TypeVar("_T")
-
-
-def _run_async(fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-    """``anyio.run`` in a thread of its own: a synchronous Playwright session alive in this process (the
-    console tier's session-scoped browser) marks this thread's event loop as running between its calls,
-    and no other event loop starts in a thread where one runs."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(anyio.run, fn, *args).result()
 
 
 def script() -> list[dict[str, Any] | str]:
@@ -169,7 +158,7 @@ def test_in_process_http_and_mcp_stdio_reach_the_same_final_state(sandbox: Any) 
             out = seen
         return out
 
-    over_mcp = _run_async(mcp_episode)
+    over_mcp = run_async(mcp_episode)
 
     expected = [comparable(o) for o in local]
     assert [comparable(o) for o in over_http] == expected

@@ -9,13 +9,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from tests.helpers import run_async
 
 from mlsandbox.env import MLSandboxEnv, decode_observation
 from mlsandbox.gateway import ACTION_TYPES
@@ -34,15 +33,6 @@ pytestmark = pytest.mark.services
 
 SCENARIO = "tabular-quality-basic"
 TERMINAL = {"succeeded", "failed", "cancelled"}
-_T = TypeVar("_T")
-
-
-def _run_async(fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-    """``anyio.run`` in a thread of its own: a synchronous Playwright session alive in this process (the
-    console tier's session-scoped browser) marks this thread's event loop as running between its calls,
-    and no other event loop starts in a thread where one runs."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(anyio.run, fn, *args).result()
 
 
 def _episode_buckets(s3: Any) -> set[str]:
@@ -110,7 +100,7 @@ def test_stdio_transport(sandbox: Any, s3: Any) -> None:
             await _exercise(client)
             assert len(_episode_buckets(s3) - before) == 1
 
-    _run_async(main)
+    run_async(main)
     deadline = time.monotonic() + 30
     while _episode_buckets(s3) - before and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -147,7 +137,7 @@ def test_streamable_http_transport(mcp_http: str) -> None:
         async with Client(mcp_http) as client:
             await _exercise(client)
 
-    _run_async(main)
+    run_async(main)
 
 
 # ---------------------------------------------------------------------------------------------- episodes
@@ -203,7 +193,7 @@ def test_mcp_episode_reaches_the_same_final_state_as_in_process(sandbox: Any) ->
         async def local_step(action: dict[str, Any]) -> dict[str, Any]:
             return decode_observation(env.step(action)[0])
 
-        expected = _run_async(drive, local_step)
+        expected = run_async(drive, local_step)
         local = env.gateway.state  # type: ignore[union-attr]
         local_grade = env.gateway.grade  # type: ignore[union-attr]
     finally:
@@ -224,7 +214,7 @@ def test_mcp_episode_reaches_the_same_final_state_as_in_process(sandbox: Any) ->
 
                 return await drive(mcp_step)
 
-        got = _run_async(main)
+        got = run_async(main)
         remote = host.gateway.state
         assert sorted(remote.datasets) == sorted(local.datasets)
         assert len(remote.registered) == len(local.registered) == 1

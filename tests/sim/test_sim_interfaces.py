@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import pytest
 from fastapi.testclient import TestClient
 from mcp import Client, StdioServerParameters
+from tests.helpers import run_async
 from typer.testing import CliRunner
 
 from mlsandbox.backends import get_backend
@@ -37,16 +35,6 @@ SCRIPT: list[dict[str, Any]] = [
     {"type": "wait", "seconds": 30},
     {"type": "get_job", "job_id": "job-1"},
 ]
-
-_T = TypeVar("_T")
-
-
-def _run_async(fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-    """``anyio.run`` in a thread of its own: a synchronous Playwright session alive in this process (the
-    console tier's session-scoped browser) marks this thread's event loop as running between its calls,
-    and no other event loop starts in a thread where one runs."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(anyio.run, fn, *args).result()
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -116,7 +104,7 @@ def test_mcp_on_sim_gives_the_in_process_trajectory() -> None:
             async with Client(build_server(host)) as client:
                 return await _mcp_steps(client)
 
-        got = _run_async(main)
+        got = run_async(main)
     finally:
         host.close()
     assert got == _env_steps(5)
@@ -134,7 +122,7 @@ def test_mcp_over_stdio_on_sim() -> None:
         async with Client(params) as client:
             return await _mcp_steps(client)
 
-    assert _run_async(main) == _env_steps(5)
+    assert run_async(main) == _env_steps(5)
 
 
 def test_cli_run_and_bench_on_sim(tmp_path: Any) -> None:
