@@ -188,12 +188,15 @@ def make_node_sandbox(
 
 
 @pytest.fixture(scope="session")
-def node_sandbox(kube_node_cluster: NodeCluster) -> Iterator[NodeSandbox]:
-    """One Sandbox for the session's episodes on real pods (deleted at the end)."""
+def node_sandbox(node_session: NodeSession, kube_node_cluster: NodeCluster) -> Iterator[NodeSandbox]:
+    """One Sandbox for the session's episodes on real pods (deleted at the end, unless the lifecycle
+    tests took the cluster down with it already)."""
     from mlsandbox.k8s_operator.testbed import CONTROL_NAMESPACE
 
     box = make_node_sandbox(kube_node_cluster, "episodes")
     yield box
+    if node_session.cluster is not kube_node_cluster:
+        return  # the control plane is gone, and everything on it
     with contextlib.suppress(Exception):
         box.backend().down()
         kube_node_cluster.delete_sandbox(CONTROL_NAMESPACE, box.name)
