@@ -1,6 +1,6 @@
 """The KubeRay manifests, offline: ``kubeconform -strict`` on every Kubernetes object (the RayJob's pod
-templates as PodTemplates; the Sandbox a runner claims against the Sandbox CRD), the entrypoint parsed by
-the command it runs, and the RBAC the claim needs."""
+templates as PodTemplates; the pool, and the Sandbox or SandboxClaim a runner makes, against the chart's
+CRDs), the entrypoint parsed by the command it runs, and the RBAC the claims need."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def _docs(name: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def crd_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory() as tmp:
-        schemas.write_crd_schemas([yaml.safe_load(schemas.SANDBOX_CRD.read_text())], Path(tmp))
+        crds = [yaml.safe_load(p.read_text()) for p in sorted(schemas.SANDBOX_CRD.parent.glob("*.yaml"))]
+        schemas.write_crd_schemas(crds, Path(tmp))
         yield Path(tmp)
 
 
@@ -53,7 +54,10 @@ def test_rbac_and_pod_templates_are_valid_kubernetes(crd_dir: Path) -> None:
         for i, t in enumerate(templates)
     ]
     claim = SandboxClaim(claim_name("ppo", 3), scenario="tabular-quality-basic", owner="mlsandbox-ppo")
-    _validate([*rbac, *pod_templates, claim.manifest()], crd_dir)
+    (pool,) = _docs("pool.yaml")
+    pooled = SandboxClaim(claim_name("ppo", 3), scenario="x", pool=pool["metadata"]["name"], owner="o")
+    _validate([*rbac, *pod_templates, pool, claim.manifest(), pooled.manifest()], crd_dir)
+    assert claim.manifest()["kind"] == "Sandbox" and pooled.manifest()["kind"] == "SandboxClaim"
     assert claim.manifest()["metadata"]["labels"][CLAIM_LABEL] == "mlsandbox-ppo"
 
     sa = next(d for d in rbac if d["kind"] == "ServiceAccount")
@@ -65,10 +69,9 @@ def test_rbac_and_pod_templates_are_valid_kubernetes(crd_dir: Path) -> None:
         )
         assert env["MLSANDBOX_CLAIM_OWNER"] == job["metadata"]["name"]  # one owner for the whole run
     role = next(d for d in rbac if d["kind"] == "Role")
-    sandboxes = next(r for r in role["rules"] if r["resources"] == ["sandboxes"])
-    assert {"create", "get", "delete"} <= set(sandboxes["verbs"]) and sandboxes["apiGroups"] == [
-        "mlsandbox.dev"
-    ]
+    for resource in ("sandboxes", "sandboxclaims"):
+        rule = next(r for r in role["rules"] if r["resources"] == [resource])
+        assert {"create", "get", "delete"} <= set(rule["verbs"]) and rule["apiGroups"] == ["mlsandbox.dev"]
 
 
 def test_the_rayjob_runs_the_trainer_with_a_sandbox_per_runner() -> None:
@@ -81,6 +84,9 @@ def test_the_rayjob_runs_the_trainer_with_a_sandbox_per_runner() -> None:
     workers = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     slots = int(workers["replicas"]) * int(workers["rayStartParams"]["num-cpus"])
     assert args.runners == slots  # one EnvRunner per CPU slot of the worker pods, each with its Sandbox
+    (pool,) = _docs("pool.yaml")  # claimed from the warm pool, which holds a Ready Sandbox per runner
+    assert args.claim_pool == pool["metadata"]["name"] and pool["spec"]["size"] == args.runners
+    assert pool["metadata"]["namespace"] == job["metadata"]["namespace"]
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]
     assert head["rayStartParams"]["num-cpus"] == "0"  # no EnvRunner on the head (the driver, the learner)
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == __import__("ray").__version__

@@ -9,8 +9,13 @@ same claim label (a runner restarted by Ray) is reused; one made by someone else
 
 Every claimed Sandbox carries ``mlsandbox.dev/claimed-by: <owner>`` (``MLSANDBOX_CLAIM_OWNER``, one value
 for a whole run), so ``kubectl delete sandboxes -l mlsandbox.dev/claimed-by=<owner>`` removes what a
-crashed run left. The operator's warm pool (a ``SandboxClaim`` on a ``SandboxPool``: an already Ready
-Sandbox, a warm reset on release) is not used here yet; this class is where claiming from it goes.
+crashed run left.
+
+With ``pool=NAME`` the worker takes a Sandbox from the operator's warm pool instead: the claim is a
+``SandboxClaim`` ``<prefix>-<worker index>`` on the ``SandboxPool`` NAME (in the control namespace, same
+label), which the operator binds at once to an already Ready member; :attr:`SandboxClaim.sandbox` is that
+member. Releasing deletes the ``SandboxClaim``: the member goes back to the pool after a warm reset (or is
+deleted, as the pool's ``onRelease`` says). The pool's size caps how many workers start without waiting.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from mlsandbox.errors import BackendError, NotRunningError
 
 SANDBOX_API_VERSION = "mlsandbox.dev/v1alpha1"
 CLAIM_LABEL = "mlsandbox.dev/claimed-by"
+CLAIM_KIND = "SandboxClaim"
 _LABEL_RE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -46,7 +52,9 @@ def default_owner() -> str:
 
 class SandboxClaim:
     """The Sandbox ``name`` for one rollout worker: created (or reused) by :meth:`acquire`, deleted by
-    :meth:`release`. ``spec`` is the Sandbox's spec besides ``scenario`` and ``seed`` (budget, access)."""
+    :meth:`release`. ``spec`` is the Sandbox's spec besides ``scenario`` and ``seed`` (budget, access).
+    With ``pool``, a ``SandboxClaim`` of that name on the pool instead (``scenario``, ``seed`` and ``spec``
+    are then the pool's template's); :attr:`sandbox` is the Sandbox it is bound to."""
 
     def __init__(
         self,
@@ -55,6 +63,7 @@ class SandboxClaim:
         scenario: str,
         seed: int = 0,
         spec: dict[str, Any] | None = None,
+        pool: str | None = None,
         control_namespace: str | None = None,
         owner: str | None = None,
         api_client: Any | None = None,
@@ -66,6 +75,9 @@ class SandboxClaim:
         )
         self.owner = owner or default_owner()
         self.spec = {**(spec or {}), "scenario": scenario, "seed": seed}
+        self.pool = pool
+        self.sandbox: str | None = None if pool else name
+        """The claimed Sandbox (with a pool, known once the claim is bound)."""
         self._api_client = api_client
         self._kubeconfig = kubeconfig
         self._cluster: Cluster | None = None
@@ -77,10 +89,17 @@ class SandboxClaim:
             self._cluster = Cluster(self._api_client, kubeconfig=self._kubeconfig)
         return self._cluster
 
+    @property
+    def kind(self) -> str:
+        """What this claim creates: a ``Sandbox``, or a ``SandboxClaim`` on the pool."""
+        return CLAIM_KIND if self.pool else "Sandbox"
+
     def backend(self) -> KubeBackend:
         """The kube backend of the claimed sandbox (same API client)."""
+        if self.sandbox is None:
+            raise NotRunningError(f"claim {self.name!r} on pool {self.pool!r} is not bound yet: acquire() it")
         return KubeBackend(
-            self.name,
+            self.sandbox,
             control_namespace=self.control_namespace,
             api_client=self._api_client,
             kubeconfig=self._kubeconfig,
@@ -89,53 +108,82 @@ class SandboxClaim:
     def manifest(self) -> dict[str, Any]:
         return {
             "apiVersion": SANDBOX_API_VERSION,
-            "kind": "Sandbox",
+            "kind": self.kind,
             "metadata": {
                 "name": self.name,
                 "namespace": self.control_namespace,
                 "labels": {CLAIM_LABEL: self.owner, "app.kubernetes.io/managed-by": "mlsandbox-rllib"},
             },
-            "spec": self.spec,
+            "spec": {"poolRef": {"name": self.pool}} if self.pool else self.spec,
         }
 
     def acquire(self, timeout: float = 300.0) -> str:
-        """Create the Sandbox (or take back our own), wait until it is Ready; its name."""
-        existing = self.cluster.get(SANDBOX_API_VERSION, "Sandbox", self.name, self.control_namespace)
+        """Create the Sandbox or the pool's SandboxClaim (or take back our own), wait until the Sandbox is
+        Ready; its name."""
+        kind = self.kind
+        existing = self.cluster.get(SANDBOX_API_VERSION, kind, self.name, self.control_namespace)
         if existing is not None:
             holder = ((existing.get("metadata") or {}).get("labels") or {}).get(CLAIM_LABEL)
             if holder != self.owner:
                 raise BackendError(
-                    f"Sandbox {self.control_namespace}/{self.name} exists and is not this worker's "
+                    f"{kind} {self.control_namespace}/{self.name} exists and is not this worker's "
                     f"({CLAIM_LABEL}={holder!r}, this worker is {self.owner!r}): use another prefix"
                 )
         else:
             try:
                 self.cluster.create(self.manifest())
             except ApiRefused as exc:
+                plural = "sandboxclaims" if self.pool else "sandboxes"
                 raise BackendError(
-                    f"cannot create Sandbox {self.control_namespace}/{self.name}: {exc} (the runner's "
-                    "ServiceAccount needs create on sandboxes.mlsandbox.dev, see examples/kuberay)"
+                    f"cannot create {kind} {self.control_namespace}/{self.name}: {exc} (the runner's "
+                    f"ServiceAccount needs create on {plural}.mlsandbox.dev, see examples/kuberay)"
                 ) from exc
         self.acquired = True
         deadline = time.monotonic() + timeout
+        if self.pool:
+            self.sandbox = self._bound(deadline, timeout)
         backend = self.backend()
         while True:
             try:
                 backend.up()
-                return self.name
+                return str(self.sandbox)
             except NotRunningError as exc:
                 if time.monotonic() > deadline:
                     raise NotRunningError(
-                        f"claimed Sandbox {self.name!r} not Ready after {timeout:.0f} s: {exc}"
+                        f"claimed Sandbox {self.sandbox!r} not Ready after {timeout:.0f} s: {exc}"
                     ) from exc
                 time.sleep(1.0)
 
+    def _bound(self, deadline: float, timeout: float) -> str:
+        """The Sandbox the operator bound the pool claim to (``status.sandbox`` once ``Bound``)."""
+        where = f"SandboxClaim {self.control_namespace}/{self.name} on pool {self.pool!r}"
+        status: dict[str, Any] = {}
+        while True:
+            claim = self.cluster.get(SANDBOX_API_VERSION, CLAIM_KIND, self.name, self.control_namespace)
+            status = (claim or {}).get("status") or {}
+            phase = status.get("phase")
+            if phase == "Bound" and status.get("sandbox"):
+                return str(status["sandbox"])
+            if phase in ("Failed", "Lost") or claim is None:
+                reasons = "; ".join(str(c.get("message")) for c in status.get("conditions") or [])
+                raise BackendError(f"{where}: {phase or 'deleted'} ({reasons or 'no reason given'})")
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        reasons = "; ".join(str(c.get("message")) for c in status.get("conditions") or [])
+        raise NotRunningError(
+            f"{where} not bound after {timeout:.0f} s (phase {status.get('phase')!r}: "
+            f"{reasons or 'no status yet'}); a pool with no Ready Sandbox free makes its claims wait, a "
+            "larger pool (spec.size) serves more workers at once"
+        )
+
     def release(self) -> None:
-        """Delete the Sandbox if this claim made or took it (idempotent); the operator removes its namespace."""
+        """Delete the Sandbox, or the pool's SandboxClaim, if this claim made or took it (idempotent): the
+        operator removes the Sandbox's namespace, or returns the pool's Sandbox after a warm reset."""
         if not self.acquired:
             return
         self.acquired = False
-        self.cluster.delete(SANDBOX_API_VERSION, "Sandbox", self.name, self.control_namespace)
+        self.cluster.delete(SANDBOX_API_VERSION, self.kind, self.name, self.control_namespace)
 
 
 __all__ = ["CLAIM_LABEL", "SandboxClaim", "claim_name", "default_owner"]

@@ -12,7 +12,9 @@ Where the episodes run, per :class:`RLlibEnvConfig`:
   start it first (``mlsandbox up --name NAME``);
 - **a Sandbox per EnvRunner** (``backend="kube"``, ``sandbox_per_runner=True``): EnvRunner ``i`` claims the
   Sandbox ``<claim_prefix>-<i>`` from the operator (:mod:`mlsandbox.integrations.kube_claims`), so on a
-  KubeRay cluster rollouts spread over namespaces and nodes (manifests: ``examples/kuberay``);
+  KubeRay cluster rollouts spread over namespaces and nodes (manifests: ``examples/kuberay``); with
+  ``claim_pool=NAME`` the claim is a ``SandboxClaim`` on that ``SandboxPool``, bound at once to an already
+  Ready Sandbox, which returns to the pool after a warm reset when the runner is done;
 - **in-process envs** (``backend="sim"``): each env of each EnvRunner is a sim sandbox of its own, in the
   EnvRunner's process (memory, a virtual clock, the calibrated surrogate): no service to start, no
   sandbox to share, and steps at the speed of the simulator.
@@ -87,6 +89,12 @@ class RLlibEnvConfig(BaseModel):
     claim_scenario: str = Field(
         default="tabular-quality-basic", description="The claimed Sandbox's scenario."
     )
+    claim_pool: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$",
+        description="Claim from this SandboxPool (a SandboxClaim bound to a Ready member) instead of "
+        "creating a Sandbox; its template sets the scenario.",
+    )
     action_types: list[str] | None = Field(default_factory=lambda: list(FAST_ACTIONS))
     algorithms: list[str] | None = Field(default_factory=lambda: ["logistic_regression"])
     wait_seconds: list[float] = Field(default_factory=lambda: [1.0])
@@ -121,19 +129,20 @@ _USERS: dict[str, int] = {}
 _LOCK = threading.Lock()
 
 
-def _claim(cfg: RLlibEnvConfig, worker_index: int) -> str:
-    """This EnvRunner's Sandbox, claimed once per process and shared by its envs; released at exit."""
+def _claim(cfg: RLlibEnvConfig, worker_index: int) -> tuple[str, str]:
+    """The claim of this EnvRunner, made once per process and shared by its envs (released when the last
+    of them closes, or at exit), and the Sandbox it holds."""
     from mlsandbox.integrations.kube_claims import SandboxClaim, claim_name
 
     name = claim_name(cfg.claim_prefix, worker_index)
     with _LOCK:
         claim = _CLAIMS.get(name)
         if claim is None:
-            claim = SandboxClaim(name, scenario=cfg.claim_scenario, spec=cfg.claim_spec)
+            claim = SandboxClaim(name, scenario=cfg.claim_scenario, spec=cfg.claim_spec, pool=cfg.claim_pool)
             claim.acquire()
             _CLAIMS[name] = claim
         _USERS[name] = _USERS.get(name, 0) + 1
-    return name
+    return name, str(claim.sandbox)
 
 
 def _unclaim(name: str) -> None:
@@ -178,7 +187,7 @@ def env_creator(env_config: Any) -> gym.Env[Any, Any]:
     if cfg.sandbox_per_runner:
         if cfg.backend != "kube":
             raise ValueError("sandbox_per_runner claims Sandboxes from the operator: it needs backend='kube'")
-        sandbox = claimed = _claim(cfg, worker_index)
+        claimed, sandbox = _claim(cfg, worker_index)
     env: gym.Env[Any, Any] = make_rl_env(
         cfg.scenario,
         backend=cfg.backend,
@@ -315,6 +324,9 @@ def build_parser() -> Any:
     p.add_argument("--sandbox-per-runner", action="store_true", help="kube: each EnvRunner claims a Sandbox")
     p.add_argument("--claim-prefix", default="rllib")
     p.add_argument("--claim-scenario", default="tabular-quality-basic")
+    p.add_argument(
+        "--claim-pool", default=None, help="kube: claim from this SandboxPool (warm, already Ready Sandboxes)"
+    )
     p.add_argument("--runners", type=int, default=2, help="EnvRunner actors (0: sample on the driver)")
     p.add_argument("--envs-per-runner", type=int, default=1)
     p.add_argument("--fragment", type=int, default=12, help="rollout fragment length per env")
@@ -338,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sandbox_per_runner": args.sandbox_per_runner,
         "claim_prefix": args.claim_prefix,
         "claim_scenario": args.claim_scenario,
+        "claim_pool": args.claim_pool,
     }
     if args.scenario:
         env_config["scenario"] = args.scenario
