@@ -41,6 +41,7 @@ bench: setup
 	$(PY) benchmarks/bench_serving.py
 	$(PY) benchmarks/bench_kube.py
 	$(PY) benchmarks/bench_sim.py
+	$(PY) benchmarks/bench_integrations.py
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

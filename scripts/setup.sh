@@ -10,6 +10,8 @@
 #     official release binary)
 #   - the rl extra (Stable-Baselines3 + PyTorch; PyPI's torch wheel brings the CUDA runtime wheels, unused
 #     on a CPU: about 20 s to fetch once here, 5.2 GB installed, hard-linked from uv's cache after that)
+#   - the integration extras the tests exercise: openenv, trl, ray, pettingzoo (about 580 MB more; 20 s
+#     to install from uv's cache)
 # A second run does no network work and takes seconds. Each step prints what it does and how long it took.
 set -euo pipefail
 
@@ -71,7 +73,7 @@ fi
 if [[ "$PROFILE" == demo ]]; then
   EXTRAS=""
 else
-  EXTRAS="[dev,rl]"
+  EXTRAS="[dev,rl,openenv,trl,ray,pettingzoo]"
 fi
 STAMP="$VENV/.mlsandbox-stamp"
 WANT="$(cat pyproject.toml versions.env | sha256sum | cut -c1-16)-$("$PY" -c 'import sys; print(sys.version.split()[0])')"

@@ -1,4 +1,5 @@
-"""CLI commands of the agent interfaces: ``serve`` (HTTP gateway), ``mcp`` (MCP server), ``tools`` (schemas).
+"""CLI commands of the agent interfaces: ``serve`` (HTTP gateway), ``mcp`` (MCP server), ``openenv`` (the
+OpenEnv server, with the ``openenv`` extra), ``tools`` (schemas).
 
 ``register(app)`` adds them to the main ``mlsandbox`` Typer app; ``python -m mlsandbox.cli.interfaces``
 runs them on their own.
@@ -212,6 +213,55 @@ def mcp(
         raise typer.Exit(code=1) from None
 
 
+def openenv(
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to bind.")] = 8000,
+    scenario: Annotated[
+        str, typer.Option("--scenario", "-s", help="Scenario of a reset that names none (id or YAML file).")
+    ] = "tabular-quality-basic",
+    sandbox: SandboxOpt = DEFAULT_SANDBOX,
+    backend: BackendOpt = "local",
+    no_start: NoStartOpt = False,
+    max_sessions: Annotated[
+        int, typer.Option("--max-sessions", min=1, help="Concurrent WebSocket sessions at most.")
+    ] = 8,
+    session_timeout: Annotated[
+        float | None, typer.Option("--session-timeout", help="Close sessions idle this many seconds.")
+    ] = None,
+    allow_restart: Annotated[
+        bool,
+        typer.Option(
+            "--allow-restart",
+            help="Let sessions restart shared services (denied by default: a restart hits every session).",
+        ),
+    ] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve episodes to OpenEnv clients (openenv-core's HTTP routes, WebSocket sessions and MCP); needs
+    the openenv extra. On an in-process backend (sim) each session has a sandbox of its own."""
+    if host not in LOOPBACK:
+        typer.echo(f"warning: binding {host}: anyone who reaches it can run episodes", err=True)
+    try:
+        from mlsandbox.integrations.openenv.server import serve as serve_openenv
+
+        typer.echo(f"OpenEnv server for sandbox {sandbox!r} ({backend}) on http://{host}:{port}", err=True)
+        serve_openenv(
+            host_address=host,
+            port=port,
+            log_level=log_level,
+            scenario=scenario,
+            backend=backend,
+            sandbox=sandbox,
+            start_sandbox=not no_start,
+            max_concurrent_envs=max_sessions,
+            session_timeout_s=session_timeout,
+            allow_restart=allow_restart,
+        )
+    except (MLSandboxError, ValueError) as e:
+        _err(str(e))
+        raise typer.Exit(code=1) from None
+
+
 def tools(
     fmt: Annotated[
         str, typer.Option("--format", "-f", help="openai | responses | anthropic | json-schema")
@@ -295,9 +345,10 @@ def tools(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``serve``, ``mcp`` and ``tools`` to a Typer app (the main ``mlsandbox`` CLI)."""
+    """Add ``serve``, ``mcp``, ``openenv`` and ``tools`` to a Typer app (the main ``mlsandbox`` CLI)."""
     app.command("serve")(serve)
     app.command("mcp")(mcp)
+    app.command("openenv")(openenv)
     app.command("tools")(tools)
 
 

@@ -40,7 +40,7 @@ app = typer.Typer(
 )
 scenarios_app = typer.Typer(help="Built-in scenarios.", no_args_is_help=True)
 app.add_typer(scenarios_app, name="scenarios")
-register_interface_commands(app)  # serve (HTTP gateway), mcp, tools
+register_interface_commands(app)  # serve (HTTP gateway), mcp, openenv, tools
 register_fault_commands(app)  # curriculum show, faults catalog
 register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
 register_calibration_commands(app)  # calibrate, fidelity

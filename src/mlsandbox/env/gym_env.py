@@ -109,7 +109,7 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         self._last_info = res.info
         return encode_observation(res.observation), res.reward, res.terminated, res.truncated, res.info
 
-    def render(self) -> str | None:
+    def render(self) -> str | None:  # type: ignore[override, unused-ignore]  # gymnasium < 1.3: a TypeVar
         if self.render_mode != "ansi":
             return None
         return render_ansi(self._last, self._last_info, self.gateway, self._backend)

@@ -98,7 +98,7 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         )
         return encode_observation(self._last), res.reward, res.terminated, res.truncated, res.info
 
-    def render(self) -> str | None:
+    def render(self) -> str | None:  # type: ignore[override, unused-ignore]  # gymnasium < 1.3: a TypeVar
         if self.render_mode != "ansi":
             return None
         if self._last is None:
