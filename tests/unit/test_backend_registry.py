@@ -127,10 +127,10 @@ def test_cli_commands_take_the_backend_from_the_registry() -> None:
     bad = runner.invoke(app, ["status", "--backend", "nomad"], env={"COLUMNS": "200"})
     assert bad.exit_code == 2
     assert "unknown backend 'nomad'; backends: local, kube" in bad.output
-    # A sandbox that does not run: every service stopped (nothing started, no LocalBackend in the CLI).
+    # A sandbox that does not exist: exit 1 naming it (nothing started, no LocalBackend in the CLI).
     out = runner.invoke(app, ["status", "--backend", "local", "--name", "reg-never-up", "--json"])
-    assert out.exit_code == 0, out.output
-    assert {row["state"] for row in json.loads(out.output)} == {"stopped"}
+    assert out.exit_code == 1, out.output
+    assert "no sandbox named 'reg-never-up'" in out.output
 
 
 def test_tools_mark_or_omit_what_a_backend_refuses() -> None:
