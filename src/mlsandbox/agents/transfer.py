@@ -392,7 +392,7 @@ def train(
         if on_point is not None:
             on_point(p)
 
-    class _Curve(BaseCallback):  # type: ignore[misc]
+    class _Curve(BaseCallback):
         def _on_step(self) -> bool:
             for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
                 if done:

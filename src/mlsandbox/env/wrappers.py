@@ -60,7 +60,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, SupportsFloat, get_args
 
 import gymnasium as gym
 import numpy as np
@@ -481,7 +481,7 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         self._action = None
         return super().reset(**kwargs)
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         self._action = _as_action(action)
         return super().step(action)
 
