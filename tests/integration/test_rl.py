@@ -1,7 +1,7 @@
 """RL on real services: the masked wrapper never offers an action the gateway rejects; PPO learns.
 
 The PPO test trains Stable-Baselines3's PPO (the ``mlsandbox[rl]`` extra, PyTorch on the CPU) on the
-``rl-fast`` scenario (300 rows, 6 steps) with a small discrete action set, for a fixed budget of steps,
+``rl-fast`` scenario (300 rows with gaps, 10 steps) with a small discrete action set, for a fixed budget of steps,
 then compares the learnt policy with the uniform random policy over the same action space on the same
 seeds. The budget is a step count, never a time.
 """

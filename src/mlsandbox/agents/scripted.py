@@ -167,3 +167,14 @@ class ReferenceAgent(ScriptedAgent):
             yield {"type": "get_logs", "target": job, "tail": 20}
             yield from self.heal()
         return None
+
+
+class LinearReferenceAgent(ReferenceAgent):
+    """The reference solution of the ``churn-decisions`` family: the reference checklist with a
+    logistic regression (the family's bar is reached by a linear model on imputed, clipped rows; tree
+    ensembles and unclipped rows fall short of it)."""
+
+    name = "reference-linear"
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(seed, algorithm="logistic_regression")

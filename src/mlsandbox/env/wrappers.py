@@ -12,15 +12,18 @@ action type            slots                                       unmasked when
 ``list_datasets``      1                                           always
 ``check_data_quality`` one per dataset slot                        the dataset exists
 ``clean_dataset``      dataset slot x strategy (default output)    the dataset exists
-``train_model``        dataset slot x algorithm (default params;   the dataset exists, has a target, credits
-                       ``algorithms=`` narrows the list)
+``train_model``        dataset slot x algorithm x machine          the dataset exists, has a target, credits
+                       (default params; ``algorithms=`` narrows    left, the machine is in the scenario's
+                       the list; ``machines=`` names machine       catalog
+                       types, default: none, the action's own
+                       resources)
 ``get_job``            one per job slot (``job-1`` ...)            the job exists
 ``list_runs``          1                                           always
 ``register_model``     one per job slot (goal's model name)        the job succeeded with a tracking run
 ``wait``               one per ``wait_seconds`` value              always
 ``get_logs``           service x 1, job slot x 1                   the backend exposes services / job exists
-``get_service_health`` one per service                             the backend exposes services
-``restart_service``    one per service                             ``allow_restart=True`` (slow; shared)
+``get_service_health`` one per service (``services=`` narrows)     the backend exposes services
+``restart_service``    one per service (``services=`` narrows)     ``allow_restart=True`` (slow; shared)
 ``retry_job``          one per job slot                            the job finished, credits left
 ``submit``             1                                           always
 =====================  ==========================================  =========================================
@@ -39,16 +42,25 @@ Choosing a masked slot sends nothing to the sandbox: the step goes to the gatewa
 (``{"type": "masked_action"}``), which earns the usual invalid-action penalty and changes nothing.
 
 :class:`FlatObservation` turns the episode state into a ``Box`` of floats in [0, 1] (progress, budget,
-last action and its outcome, dataset and job slots, registrations). Both wrappers need the in-process
-env (:class:`~mlsandbox.env.gym_env.MLSandboxEnv`): the state they read is not sent over HTTP.
+last action and its outcome, dataset and job slots, registrations), followed by what the agent has
+*learnt from its observations* so far in the episode (:class:`Memory`): per dataset slot whether it was
+profiled, whether that profile showed missing values or outliers (and the largest missing rate), and
+which cleaning strategies made it; per job slot its algorithm, the lineage of the data it trained on,
+whether its run was registered under the goal's name and how it ended (out of memory, other failure);
+per service the last health probe (healthy, unhealthy) and a restart; the last error code. Nothing
+hidden (ground truth, the defect manifest, fault records) goes in: every feature comes from the episode
+state the gateway keeps or from an observation the agent received, so it is the same on every backend.
+Both wrappers need the in-process env (:class:`~mlsandbox.env.gym_env.MLSandboxEnv`): the state they
+read is not sent over HTTP.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, SupportsFloat, get_args
 
 import gymnasium as gym
 import numpy as np
@@ -79,6 +91,10 @@ class SlotContext:
     wait_seconds: tuple[float, ...]
     allow_restart: bool
     algorithms: tuple[str, ...] = ALGORITHMS
+    machines: tuple[str | None, ...] = (None,)
+    """Machine types of the ``train_model`` slots (None: no machine, the action's default resources)."""
+    services: tuple[str, ...] = SERVICES
+    """Services of the health, restart and service-log slots."""
 
     @property
     def state(self) -> EpisodeState:
@@ -129,11 +145,17 @@ def _clean(ctx: SlotContext, i: int) -> Slot:
 
 
 def _train(ctx: SlotContext, i: int) -> Slot:
-    d, a = divmod(i, len(ctx.algorithms))
+    d, rest = divmod(i, len(ctx.algorithms) * len(ctx.machines))
+    a, m = divmod(rest, len(ctx.machines))
     name, ok = _dataset_slot(ctx, d)
     rec = ctx.state.datasets.get(name)
     ok = ok and rec is not None and rec.target is not None and ctx.state.credits_left > 0
-    return {"type": "train_model", "dataset": name, "algorithm": ctx.algorithms[a]}, ok
+    action: dict[str, Any] = {"type": "train_model", "dataset": name, "algorithm": ctx.algorithms[a]}
+    machine = ctx.machines[m]
+    if machine is not None:
+        action["machine"] = machine
+        ok = ok and machine in {mt.name for mt in ctx.state.scenario.compute.machines}
+    return action, ok
 
 
 def _job(ctx: SlotContext, j: int) -> Any:
@@ -168,32 +190,32 @@ def _wait(ctx: SlotContext, i: int) -> Slot:
 
 
 def _logs(ctx: SlotContext, i: int) -> Slot:
-    if i < len(SERVICES):
-        return {"type": "get_logs", "target": SERVICES[i], "tail": 20}, ctx.has_services
-    j = i - len(SERVICES)
+    if i < len(ctx.services):
+        return {"type": "get_logs", "target": ctx.services[i], "tail": 20}, ctx.has_services
+    j = i - len(ctx.services)
     return {"type": "get_logs", "target": ctx.job_id(j), "tail": 20}, _job(ctx, j) is not None
 
 
 def _health(ctx: SlotContext, i: int) -> Slot:
-    return {"type": "get_service_health", "service": SERVICES[i]}, ctx.has_services
+    return {"type": "get_service_health", "service": ctx.services[i]}, ctx.has_services
 
 
 def _restart(ctx: SlotContext, i: int) -> Slot:
-    return {"type": "restart_service", "service": SERVICES[i]}, ctx.has_services and ctx.allow_restart
+    return {"type": "restart_service", "service": ctx.services[i]}, ctx.has_services and ctx.allow_restart
 
 
 TEMPLATES: dict[str, Template] = {
     "list_datasets": _one({"type": "list_datasets"}),
     "check_data_quality": Template(lambda c: c.max_datasets, _check),
     "clean_dataset": Template(lambda c: c.max_datasets * len(STRATEGIES), _clean),
-    "train_model": Template(lambda c: c.max_datasets * len(c.algorithms), _train),
+    "train_model": Template(lambda c: c.max_datasets * len(c.algorithms) * len(c.machines), _train),
     "get_job": Template(lambda c: c.max_jobs, _get_job),
     "list_runs": _one({"type": "list_runs"}),
     "register_model": Template(lambda c: c.max_jobs, _register),
     "wait": Template(lambda c: len(c.wait_seconds), _wait),
-    "get_logs": Template(lambda c: len(SERVICES) + c.max_jobs, _logs),
-    "get_service_health": Template(lambda _: len(SERVICES), _health),
-    "restart_service": Template(lambda _: len(SERVICES), _restart),
+    "get_logs": Template(lambda c: len(c.services) + c.max_jobs, _logs),
+    "get_service_health": Template(lambda c: len(c.services), _health),
+    "restart_service": Template(lambda c: len(c.services), _restart),
     "retry_job": Template(lambda c: c.max_jobs, _retry),
     "submit": _one({"type": "submit"}),
 }
@@ -231,6 +253,8 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         allow_restart: bool = False,
         templates: dict[str, Template] | None = None,
         algorithms: Sequence[str] | None = None,
+        machines: Sequence[str | None] | None = None,
+        services: Sequence[str] | None = None,
     ) -> None:
         super().__init__(env)
         algos = tuple(ALGORITHMS if algorithms is None else algorithms)
@@ -238,6 +262,15 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             raise ValueError(
                 f"algorithms must be a non-empty subset of {list(ALGORITHMS)}, got {list(algos)}"
             )
+        kinds = tuple((None,) if machines is None else machines)
+        if not kinds or len(set(kinds)) != len(kinds):
+            raise ValueError(f"machines must be distinct machine type names (or None), got {list(kinds)}")
+        for m in kinds:
+            if m is not None:
+                TrainModel.model_validate({"dataset": "raw/x.csv", "algorithm": algos[0], "machine": m})
+        svcs = tuple(SERVICES if services is None else services)
+        if not svcs or any(x not in SERVICES for x in svcs):
+            raise ValueError(f"services must be a non-empty subset of {list(SERVICES)}, got {list(svcs)}")
         catalog = get_catalog().types
         types = list(catalog if action_types is None else action_types)
         unknown = [t for t in types if t not in catalog]
@@ -252,6 +285,8 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             wait_seconds=tuple(float(s) for s in wait_seconds),
             allow_restart=allow_restart,
             algorithms=algos,
+            machines=kinds,
+            services=svcs,
         )
         table = {**TEMPLATES, **(templates or {})}
         self.templates: list[tuple[str, Template]] = [(t, table.get(t) or _masked_fallback(t)) for t in types]
@@ -263,26 +298,56 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
                 self.slot_types.append(t)
                 self._index.append((tpl, i))
         self.action_space = spaces.Discrete(len(self._index))
+        self._slots_cache: tuple[tuple[Any, ...], list[Slot]] | None = None
+        self._valid_cache: dict[tuple[int, str], bool] = {}
 
     # ----------------------------------------------------------------------------------------- slots
 
     def slots(self) -> list[Slot]:
-        """Every slot's concrete action and validity in the current state."""
-        ctx = dataclasses.replace(self._probe, gateway=_gateway_of(self.env))
+        """Every slot's concrete action and validity in the current state.
+
+        Computed once per state: the list is kept until the episode's step, datasets, jobs or credits
+        change (the mask is asked for several times between two steps), and an action's validation
+        against the action models and the scenario's hard constraints is remembered by its content."""
+        gw = _gateway_of(self.env)
+        st = gw.state
+        key = (
+            id(gw),
+            st.step,
+            st.done,
+            st.credits_left,
+            len(st.datasets),
+            tuple((j.state, j.run_id) for j in st.jobs.values()),
+        )
+        if self._slots_cache is not None and self._slots_cache[0] == key:
+            return list(self._slots_cache[1])
+        ctx = dataclasses.replace(self._probe, gateway=gw)
         out: list[Slot] = []
         for tpl, i in self._index:
             action, ok = tpl.build(ctx, i)
             if ok and ctx.state.done:
                 ok = False
             if ok:
-                try:
-                    validated = parse_action(action).model_dump(mode="json")
-                except ActionError:
-                    ok = False
-                else:  # the scenario's hard constraints forbid it (it would end the episode)
-                    ok = not _violates(ctx.state.scenario, validated)
+                ok = self._acceptable(action, ctx.state.scenario)
             out.append((action, ok))
-        return out
+        self._slots_cache = (key, out)
+        return list(out)
+
+    def _acceptable(self, action: dict[str, Any], scenario: Any) -> bool:
+        """Whether the action validates and no hard constraint of the scenario forbids it."""
+        key = (id(scenario), json.dumps(action, sort_keys=True, default=str))
+        hit = self._valid_cache.get(key)
+        if hit is None:
+            try:
+                validated = parse_action(action).model_dump(mode="json")
+            except ActionError:
+                hit = False
+            else:  # the scenario's hard constraints forbid it (it would end the episode)
+                hit = not _violates(scenario, validated)
+            if len(self._valid_cache) >= 8192:
+                self._valid_cache.clear()
+            self._valid_cache[key] = hit
+        return hit
 
     def action_masks(self) -> np.ndarray:
         """A boolean array: True where the slot's action is valid now."""
@@ -329,6 +394,70 @@ def _args(action: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in action.items() if k != "type")
 
 
+STRATEGY_FLAGS: tuple[str, ...] = ("impute", "clip_outliers", "drop_na")
+"""Lineage flags of a dataset: imputed (mean or median), outliers clipped, rows with gaps dropped."""
+ERROR_CODES: tuple[str, ...] = (
+    "invalid_parameters",
+    "not_found",
+    "conflict",
+    "backend_error",
+    "budget_exhausted",
+    "unknown_action",
+    "unsupported",
+)
+"""Error codes with a feature of their own (any other code counts as ``other``)."""
+
+
+def _lineage_flag(strategy: str) -> str:
+    return "impute" if strategy.startswith("impute_") else strategy
+
+
+@dataclass
+class Memory:
+    """What the agent has learnt from its observations in the current episode (see the module docstring):
+    kept by :class:`FlatObservation` from each action it passes on and the observation that came back."""
+
+    profiles: dict[str, tuple[bool, bool, float]] = dataclasses.field(default_factory=dict)
+    """dataset -> (missing values seen, outliers seen, largest missing rate of a column)."""
+    lineage: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """dataset -> the :data:`STRATEGY_FLAGS` of the cleanings that made it (its parents' included)."""
+    exit_codes: dict[str, int] = dataclasses.field(default_factory=dict)
+    registered_runs: set[str] = dataclasses.field(default_factory=set)
+    health: dict[str, bool] = dataclasses.field(default_factory=dict)
+    """service -> healthy at its last probe (or after its restart)."""
+    restarted: set[str] = dataclasses.field(default_factory=set)
+    last_error: str | None = None
+
+    def update(self, action: dict[str, Any] | None, observation: dict[str, Any], goal_model: str) -> None:
+        error = observation.get("error") or {}
+        self.last_error = error.get("code") if not observation.get("ok", True) else None
+        if not observation.get("ok") or not isinstance(action, dict):
+            return
+        kind = action.get("type")
+        result = observation.get("result") or {}
+        if kind == "check_data_quality":
+            columns = list(((result.get("profile") or {}).get("column_profiles") or {}).values())
+            rates = [float(c.get("missing_rate") or 0.0) for c in columns]
+            self.profiles[str(action.get("dataset"))] = (
+                any((c.get("missing") or 0) > 0 for c in columns),
+                any((c.get("outliers") or 0) > 0 for c in columns),
+                max(rates, default=0.0),
+            )
+        elif kind == "clean_dataset" and isinstance(result.get("dataset"), str):
+            parent = self.lineage.get(str(result.get("source")), frozenset())
+            self.lineage[result["dataset"]] = parent | {_lineage_flag(str(result.get("strategy")))}
+        elif kind == "get_job" and isinstance(result.get("exit_code"), int):
+            self.exit_codes[str(result.get("job_id"))] = int(result["exit_code"])
+        elif kind == "register_model" and result.get("name") == goal_model:
+            self.registered_runs.add(str(result.get("run_id")))
+        elif kind == "get_service_health":
+            self.health[str(action.get("service"))] = bool(result.get("healthy"))
+        elif kind == "restart_service":
+            service = str(result.get("restarted") or action.get("service"))
+            self.restarted.add(service)
+            self.health[service] = bool(result.get("healthy", True))
+
+
 class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
     """The episode state as a ``Box`` of float32 in [0, 1]; see the module docstring."""
 
@@ -339,14 +468,32 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         self.max_datasets = max_datasets
         self.max_jobs = max_jobs
         self.types = list(get_catalog().types)
+        self.memory = Memory()
+        self._action: dict[str, Any] | None = None
         n = 6 + len(self.types) + 3 * max_datasets + (len(self.JOB_STATES) + 2) * max_jobs
+        n += (4 + len(STRATEGY_FLAGS)) * max_datasets
+        n += (len(ALGORITHMS) + len(STRATEGY_FLAGS) + 3) * max_jobs
+        n += 3 * len(SERVICES) + len(ERROR_CODES) + 1
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        self.memory = Memory()
+        self._action = None
+        return super().reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        self._action = _as_action(action)
+        return super().step(action)
 
     def observation(self, observation: Any) -> np.ndarray:
         gw = _gateway_of(self.env)
         st = gw.state
         sc = st.scenario
         obs = self.env.unwrapped._last or {}  # type: ignore[attr-defined]
+        mem = self.memory
+        if self._action is not None:
+            mem.update(self._action, obs, sc.goal.model_name)
+            self._action = None
         f: list[float] = [
             min(1.0, st.step / max(1, sc.max_steps)),
             st.credits_left / sc.budget.credits if sc.budget.credits else 0.0,
@@ -369,7 +516,80 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
             job = st.jobs.get(f"job-{j + 1}")
             f += [float(job is not None and job.state == s) for s in self.JOB_STATES]
             f += [float(job is not None), float(job is not None and job.run_id is not None)]
+        # -- what the agent learnt from its observations
+        for i in range(self.max_datasets):
+            key = keys[i] if i < len(keys) else None
+            profile = mem.profiles.get(key) if key is not None else None
+            flags = mem.lineage.get(key, frozenset()) if key is not None else frozenset()
+            f += [float(profile is not None)]
+            f += [float(profile[0]), float(profile[1]), profile[2]] if profile else [0.0, 0.0, 0.0]
+            f += [float(flag in flags) for flag in STRATEGY_FLAGS]
+        for j in range(self.max_jobs):
+            job_id = f"job-{j + 1}"
+            job = st.jobs.get(job_id)
+            data_flags = mem.lineage.get(job.dataset, frozenset()) if job is not None else frozenset()
+            f += [float(job is not None and job.algorithm == a) for a in ALGORITHMS]
+            f += [float(job is not None and flag in data_flags) for flag in STRATEGY_FLAGS]
+            code = mem.exit_codes.get(job_id)
+            f += [
+                float(job is not None and job.run_id is not None and job.run_id in mem.registered_runs),
+                float(code == 137),
+                float(code is not None and code not in (0, 137)),
+            ]
+        for service in SERVICES:
+            healthy = mem.health.get(service)
+            f += [float(healthy is True), float(healthy is False), float(service in mem.restarted)]
+        f += [float(mem.last_error == c) for c in ERROR_CODES]
+        f += [float(mem.last_error is not None and mem.last_error not in ERROR_CODES)]
         return np.clip(np.asarray(f, dtype=np.float32), 0.0, 1.0)
+
+
+def _as_action(action: Any) -> dict[str, Any] | None:
+    """The action as a dict (what :class:`Memory` reads); None when it is not an action at all."""
+    if isinstance(action, dict):
+        return action
+    if isinstance(action, str):
+        try:
+            value = json.loads(action)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+    dump = getattr(action, "model_dump", None)
+    return dump(mode="json") if callable(dump) else None
+
+
+class SuiteEpisodes(gym.Wrapper[Any, Any, Any, Any]):
+    """Each ``reset`` plays a scenario drawn from ``scenarios`` (e.g. the ``train`` split of a suite), with
+    an episode seed drawn among the ``seeds_per_scenario`` seeds from the scenario's own seed on (a
+    suite variant's seeds stay in its split's range). The draws come from a generator seeded by the
+    first ``reset(seed=...)``. A reset whose ``options`` name a scenario plays that one, with the given
+    seed, as the env would.
+
+    Place it directly around :class:`~mlsandbox.env.gym_env.MLSandboxEnv` (below the RL wrappers, which
+    reset it without options)."""
+
+    def __init__(
+        self, env: gym.Env[Any, Any], scenarios: Sequence[Any], *, seeds_per_scenario: int = 1
+    ) -> None:
+        super().__init__(env)
+        if not scenarios:
+            raise ValueError("scenarios is empty")
+        if seeds_per_scenario < 1:
+            raise ValueError(f"seeds_per_scenario must be at least 1, got {seeds_per_scenario}")
+        self.scenarios = list(scenarios)
+        self.seeds_per_scenario = seeds_per_scenario
+        self._rng: np.random.Generator | None = None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        if options and options.get("scenario") is not None:
+            return self.env.reset(seed=seed, options=options)
+        if self._rng is None or seed is not None:
+            self._rng = np.random.default_rng(seed)
+        scenario = self.scenarios[int(self._rng.integers(len(self.scenarios)))]
+        episode_seed = int(scenario.seed) + int(self._rng.integers(self.seeds_per_scenario))
+        return self.env.reset(seed=episode_seed, options={**(options or {}), "scenario": scenario})
 
 
 def make_rl_env(
@@ -382,6 +602,8 @@ def make_rl_env(
     allow_restart: bool = False,
     algorithms: Sequence[str] | None = None,
     templates: dict[str, Template] | None = None,
+    machines: Sequence[str | None] | None = None,
+    services: Sequence[str] | None = None,
     **env_kwargs: Any,
 ) -> gym.Env[np.ndarray, np.int64]:
     """``MLSandboxEnv`` with :class:`FlatObservation` and :class:`DiscreteActions` (masks via ``action_masks``)."""
@@ -398,6 +620,8 @@ def make_rl_env(
         allow_restart=allow_restart,
         algorithms=algorithms,
         templates=templates,
+        machines=machines,
+        services=services,
     )
 
 
@@ -406,7 +630,9 @@ __all__ = [
     "TEMPLATES",
     "DiscreteActions",
     "FlatObservation",
+    "Memory",
     "SlotContext",
+    "SuiteEpisodes",
     "Template",
     "make_rl_env",
 ]
