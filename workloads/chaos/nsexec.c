@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -71,7 +72,13 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &action, NULL);
   sigaction(SIGINT, &action, NULL);
   sigaction(SIGHUP, &action, NULL);
-  pid_t parent = getpid();
+  /* The child cannot watch its parent by pid: once in another PID namespace getppid() is 0. It watches a
+   * pipe whose write end only this process holds: a hang-up means this process is gone. */
+  int alive[2];
+  if (pipe2(alive, O_CLOEXEC) != 0) {
+    fprintf(stderr, "nsexec: pipe: %s\n", strerror(errno));
+    return 125;
+  }
   child = fork();
   if (child < 0) {
     fprintf(stderr, "nsexec: fork: %s\n", strerror(errno));
@@ -79,7 +86,9 @@ int main(int argc, char **argv) {
   }
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(125); /* the parent died before the line above */
+    close(alive[1]);
+    struct pollfd gone = {.fd = alive[0], .events = POLLIN};
+    if (poll(&gone, 1, 0) != 0) _exit(125); /* the parent died before the line above */
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
@@ -87,6 +96,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "nsexec: cannot run %s: %s\n", command[0], strerror(errno));
     _exit(127);
   }
+  close(alive[0]);
   int status = 0;
   while (waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) return 125;
