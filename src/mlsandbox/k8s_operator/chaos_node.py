@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mlsandbox import paths
 from mlsandbox.backends.kube import node_images
@@ -253,7 +253,39 @@ def install(cluster: NodeCluster, *, timeout: float = 600.0, say: Say = _quiet) 
         raise BackendError(
             f"helm install of Chaos Mesh failed:\n{done.stdout}\n{done.stderr}\n{cluster.describe_pods(NAMESPACE)}"
         )
+    _add_missing_fields(cluster)
     return time.monotonic() - started
+
+
+MISSING_FIELDS: dict[str, dict[str, str]] = {
+    "networkchaos.chaos-mesh.org": {"partitionBehavior": "string"},
+}
+"""Spec fields of the API module the binaries are built with (``CHAOS_MESH_API_GO_VERSION``, newer than
+the chart's commit) that the chart's CRDs lack. The API server prunes them on create; the mutating webhook
+defaults them again on every update and the validating webhook then rejects the update as a change of
+spec ("Cannot update chaos spec"), so the controller could never record anything on such an object."""
+
+
+def _add_missing_fields(cluster: NodeCluster) -> None:
+    from kubernetes import client
+
+    api = client.ApiextensionsV1Api(cluster.api_client)
+    for crd, fields in MISSING_FIELDS.items():
+        found: dict[str, Any] = cluster.api_client.sanitize_for_serialization(
+            api.read_custom_resource_definition(crd)
+        )
+        patch = [
+            {
+                "op": "add",
+                "path": f"/spec/versions/{i}/schema/openAPIV3Schema/properties/spec/properties/{name}",
+                "value": {"type": kind},
+            }
+            for i, version in enumerate(found["spec"]["versions"])
+            for name, kind in fields.items()
+            if name not in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ]
+        if patch:
+            api.patch_custom_resource_definition(crd, patch)
 
 
 def uninstall(cluster: NodeCluster, timeout: float = 300.0) -> None:
