@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SEED ?= 7
 
-.PHONY: setup setup-demo demo test test-fast bench lint gc clean help
+.PHONY: setup setup-demo demo test test-fast node-chaos-test bench lint gc clean help
 
 help:
 	@echo "make setup     install everything the tests need: venv with extras, MinIO, Toxiproxy, PostgreSQL, helm (idempotent)"
@@ -31,6 +31,12 @@ test: setup
 
 test-fast: setup
 	@scripts/run-tests.sh -m "not services"
+
+# Chaos Mesh on the real node (root): builds its binaries from its Go module first (about 40 minutes
+# cold, cached after), then runs tests/node/test_node_chaos_mesh.py, which the default run leaves out.
+node-chaos-test: setup
+	@scripts/build-chaos-mesh.sh
+	@MLSANDBOX_CHAOS_MESH=1 scripts/run-tests.sh -p no:randomly tests/node/test_node_chaos_mesh.py
 
 bench: setup
 	@mkdir -p .bench

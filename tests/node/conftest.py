@@ -23,6 +23,7 @@ it changed anything.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -36,6 +37,11 @@ from mlsandbox.k8s_operator.node_testbed import NodeCluster, pod_ready
 HERE = Path(__file__).resolve().parent
 LAST = "test_node_lifecycle.py"
 TEST_IMAGE = "mlsandbox/base:bookworm"
+
+# Chaos Mesh's test needs its binaries built from its Go module (scripts/build-chaos-mesh.sh: about 40
+# minutes cold), which the default run does not build: it is collected only when asked for, with
+# MLSANDBOX_CHAOS_MESH=1 (`make node-chaos-test`), never skipped silently.
+collect_ignore = [] if os.environ.get("MLSANDBOX_CHAOS_MESH") == "1" else ["test_node_chaos_mesh.py"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -618,6 +618,8 @@ def _start_processes(cp: ControlPlane, ports: dict[str, int], timeout: float) ->
             "--bind-address=0.0.0.0",
             f"--advertise-address={cp.node_ip}",
             "--authorization-mode=Node,RBAC",
+            # As on kind: node agents such as Chaos Mesh's chaos-daemon run privileged.
+            "--allow-privileged=true",
             f"--client-ca-file={pki / CA_FILE}",
             # The node's hostname may resolve to 127.0.0.1: reach kubelets at their InternalIP.
             "--kubelet-preferred-address-types=InternalIP,Hostname",
