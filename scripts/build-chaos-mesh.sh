@@ -9,7 +9,7 @@
 # pseudo-version only (CHAOS_MESH_GO_VERSION in versions.env, a commit of master; see the notes there).
 #
 # chaos-daemon links with cgo (Debian's gcc). What its upstream image adds from GitHub releases (nsexec and
-# libnsenter.so, toda, tproxy, memStress, byteman) is not built here: see docs/chaos-mesh.md for what
+# libnsenter.so, toda, tproxy, memStress, byteman) is not built here: see the README (Chaos Mesh on the real node) for what
 # that leaves working.
 #
 #   scripts/build-chaos-mesh.sh            build the three binaries (cold: ~20-30 min on 2 cores)
