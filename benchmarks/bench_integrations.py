@@ -25,19 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+from bench_interfaces import ACTIONS, free_port, measure_sync, pct, tool_of
 from machine import describe as describe_machine
 from machine import summary as machine_summary
 from rich.console import Console
@@ -53,39 +53,10 @@ OUT = ROOT / ".bench" / "integrations.json"
 FIGURE = ROOT / ".bench" / "integrations.png"
 SCENARIO = "tabular-quality-basic"
 MAX_STEPS = 10_000
-ACTIONS: list[tuple[str, dict[str, Any]]] = [
-    ("list_datasets", {}),
-    ("list_runs", {}),
-    ("wait", {"seconds": 0}),
-    ("invalid", {"seconds": "soon"}),  # a wait with a bad parameter: a validation error observation
-]
 console = Console()
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
-
-
-def tool_of(label: str) -> str:
-    return "wait" if label == "invalid" else label
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def measure(step: Callable[[str, dict[str, Any]], Any], n: int, warmup: int = 3) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {label: [] for label, _ in ACTIONS}
-    for i in range(warmup + n):
-        for label, args in ACTIONS:
-            t0 = time.perf_counter()
-            step(label, args)
-            if i >= warmup:
-                times[label].append((time.perf_counter() - t0) * 1000)
-    return times
+# The mixed action profile, its percentiles and the step timer of the interfaces benchmark: the same
+# profile measured through OpenEnv's transports.
+measure = measure_sync
 
 
 @contextmanager
