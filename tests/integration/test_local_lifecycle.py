@@ -242,7 +242,9 @@ def test_interrupted_up_leaves_no_process(sig: signal.Signals) -> None:
     backend = LocalBackend(name)
     proc = runner(
         """
-        import sys
+        import signal, sys
+        # As in a terminal, whatever this test runs under (a shell's background job ignores SIGINT).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from mlsandbox.backends.local import LocalBackend
         LocalBackend(sys.argv[1]).up(timeout=300)
         """,

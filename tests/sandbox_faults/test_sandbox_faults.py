@@ -168,6 +168,23 @@ def _fill(directory: Path) -> Path:
     return filler
 
 
+def _until_minio_takes_writes(backend: LocalBackend, timeout: float = 120.0) -> None:
+    """MinIO reads its drive's free space periodically: it refuses writes ('minimum free drive
+    threshold') for a while after room was made. Waits until a bucket can be made (and removes it)."""
+    store = backend.runtime().object_store
+    probe = f"room-{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            store.create_bucket(probe)
+            store.delete_bucket(probe)
+            return
+        except Exception as e:
+            if "minimum free drive threshold" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 @pytest.mark.services
 @pytest.mark.slow
 def test_disk_full_gives_a_clear_error_and_the_episode_ends_cleanly(small_disk: Path) -> None:
@@ -205,6 +222,7 @@ def test_disk_full_gives_a_clear_error_and_the_episode_ends_cleanly(small_disk: 
             env.close()  # the episode ends without an exception, whatever could not be removed yet
         finally:
             filler.unlink()
+        _until_minio_takes_writes(backend)
         # Room again: the next episode starts by removing what the last one could not, then ends.
         env.reset(seed=2)
         assert step({"type": "list_datasets"})[0]["ok"]

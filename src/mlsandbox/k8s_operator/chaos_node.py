@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlsandbox import paths
 from mlsandbox.backends.kube import node_images
+from mlsandbox.backends.kube.node import containerd_root
 from mlsandbox.backends.kube.schemas import REPO_ROOT, tool
 from mlsandbox.errors import BackendError, MissingToolError
 from mlsandbox.versions import pinned
@@ -168,7 +169,9 @@ def build(image: node_images.NodeImage, say: Say = _quiet) -> bool:
 def import_images(cluster: NodeCluster, say: Say = _quiet) -> dict[str, float]:
     """Build what changed and import what the node's containerd lacks; seconds spent per image."""
     ctr = cluster.node.ctr()
-    stamp = cluster.node.root.parent / "chaos-images.json"
+    # Beside containerd's root, with the node's own record of its images (so it goes when the images go),
+    # not among the node runs' directories.
+    stamp = containerd_root().parent / "chaos-images.json"
     done = node_images.imported_keys(stamp)
     present = set(
         subprocess.run(

@@ -259,23 +259,35 @@ class LocalBackend:
         Then the plug-in services with ``start: up`` that do not run yet are started
         (:mod:`~mlsandbox.backends.local.plugin_services`); one that fails is left out with a warning.
         """
-        self._up(ephemeral, timeout)
+        started = self._up(ephemeral, timeout)
         from .plugin_services import start_plugin_services
 
-        start_plugin_services(self)
+        with _exit_on_sigterm():
+            try:
+                start_plugin_services(self)
+            except (KeyboardInterrupt, SystemExit):
+                # Ctrl-C or SIGTERM before up returned: what this call started stops, as during the
+                # core services' start (a sandbox it only attached to is left running).
+                if started:
+                    with sandbox_lock(self.name):
+                        state = _read_state_lenient(self.layout)
+                        teardown(self.name, self.home, self.layout, state, remove_data=False)
+                raise
 
-    def _up(self, ephemeral: bool, timeout: float) -> None:
+    def _up(self, ephemeral: bool, timeout: float) -> bool:
+        """Start the core services (True), or attach to them when they run and answer (False)."""
         with sandbox_lock(self.name):
             previous = _read_state_lenient(self.layout)
             if previous is not None and previous.phase == "running" and self._healthy(previous):
                 self._attach(previous, ephemeral)
-                return
+                return False
             svc.minio_binary()  # a missing binary fails before anything is stopped or started
             if previous is not None or supervisor.find_marked(self.name, self.home):
                 teardown(self.name, self.home, self.layout, previous, remove_data=previous is None)
             if previous is None:
                 shutil.rmtree(self.dir, ignore_errors=True)  # a fresh start begins clean
             self._start(ephemeral, timeout, previous)
+            return True
 
     def down(self) -> None:
         """Stop everything this sandbox started and delete its directory (state, data and logs).
