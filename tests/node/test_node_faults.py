@@ -134,6 +134,17 @@ def waiting_reasons(pod: dict[str, Any]) -> set[str]:
     return {(s.get("state") or {}).get("waiting", {}).get("reason") for s in statuses} - {None}
 
 
+def counted_now(cluster: Cluster, ns: str, quota: str) -> bool:
+    """Whether the quota's reported pod usage is the number of the namespace's pods that hold quota."""
+    used = ((cluster.get("v1", "ResourceQuota", quota, ns) or {}).get("status") or {}).get("used") or {}
+    live = [
+        p
+        for p in cluster.list("v1", "Pod", ns)
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+    return "pods" in used and int(used["pods"]) == len(live)
+
+
 def serving(cluster: Cluster, ns: str) -> str | None:
     answer = fetch(cluster, ns)
     return answer if answer == "200" else None
@@ -216,10 +227,10 @@ def test_a_cordoned_node_and_an_exhausted_quota_hold_jobs_back_until_recovered(
         # Exhausted: the sandbox's quota admits no new pod; restored, the Job controller creates it.
         (quota,) = cluster.list("v1", "ResourceQuota", ns)
         name, hard = quota["metadata"]["name"], quota["spec"]["hard"]
-        eventually(
-            lambda: (cluster.get("v1", "ResourceQuota", name, ns) or {}).get("status", {}).get("used"),
-            "usage",
-        )
+        # The fault sets each hard limit to the quota's reported usage; the quota controller lowers that
+        # usage a moment after a pod ends (the cordoned job's just did), so wait until it counts the pods
+        # that hold quota now, or a stale count would leave room for one more.
+        eventually(lambda: counted_now(cluster, ns, name), "usage counting the live pods", 120)
         faults.inject(N.ExhaustQuota(name, ns))
         try:
             rt.jobs.submit(JobSpec(job_id="over-quota-1", **burn))
