@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_soak import gateway
+from bench_soak import bench_sandbox, gateway
 from machine import describe as describe_machine
 from rich.console import Console
 from rich.table import Table
@@ -256,23 +255,16 @@ def main() -> None:
     parser.add_argument("--sandbox", help="a running sandbox (default: start an ephemeral one)")
     parser.add_argument("--sessions", type=int, nargs="*", default=[1, 4, 16])
     args = parser.parse_args()
-    backend = LocalBackend(args.sandbox or f"load-{os.getpid()}")
-    started = False
-    if args.sandbox is None:
-        console.print(f"starting sandbox {backend.name} ...")
-        backend.up(ephemeral=True)
-        started = True
     try:
-        results = []
-        for n in args.sessions:
-            console.print(f"N = {n} ...")
-            results.append(run_load(backend, n))
-            save(results)
-        print_results(results)
-        console.print(f"saved {OUT}")
+        with bench_sandbox(args.sandbox, "load") as backend:
+            results = []
+            for n in args.sessions:
+                console.print(f"N = {n} ...")
+                results.append(run_load(backend, n))
+                save(results)
+            print_results(results)
+            console.print(f"saved {OUT}")
     finally:
-        if started:
-            backend.down()
         sys.stdout.flush()
 
 

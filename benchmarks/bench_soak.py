@@ -429,19 +429,29 @@ def save(results: list[dict[str, Any]], out: Path = OUT) -> None:
     out.write_text(json.dumps(doc, indent=2))
 
 
+@contextmanager
+def bench_sandbox(name: str | None, prefix: str) -> Iterator[LocalBackend]:
+    """The sandbox a benchmark runs on: the running one named, or an ephemeral one started here and
+    stopped at the end."""
+    backend = LocalBackend(name or f"{prefix}-{os.getpid()}")
+    if name is not None:
+        yield backend
+        return
+    console.print(f"starting sandbox {backend.name} ...")
+    backend.up(ephemeral=True)
+    try:
+        yield backend
+    finally:
+        backend.down()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sandbox", help="a running sandbox (default: start an ephemeral one)")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--only", nargs="*", choices=["env", "http"], default=["env", "http"])
     args = parser.parse_args()
-    backend = LocalBackend(args.sandbox or f"soak-{os.getpid()}")
-    started = False
-    if args.sandbox is None:
-        console.print(f"starting sandbox {backend.name} ...")
-        backend.up(ephemeral=True)
-        started = True
-    try:
+    with bench_sandbox(args.sandbox, "soak") as backend:
         results = []
         for interface in args.only:
             run = soak_env if interface == "env" else soak_http
@@ -454,9 +464,6 @@ def main() -> None:
             results.append(result)
         save(results)
         console.print(f"saved {OUT}")
-    finally:
-        if started:
-            backend.down()
 
 
 if __name__ == "__main__":
