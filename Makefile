@@ -4,14 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SEED ?= 7
 
-.PHONY: setup setup-demo demo test test-fast node-test node-chaos-test bench bench-reliability lint gc clean help
+.PHONY: setup setup-demo demo test test-fast node-chaos-test bench bench-reliability lint gc clean help
 
 help:
 	@echo "make setup     install everything the tests need: venv with extras, MinIO, Toxiproxy, PostgreSQL, helm (idempotent)"
 	@echo "make demo      install only what the demo needs (venv, MinIO), then one episode of tabular-quality-basic"
 	@echo "make test      setup + the whole test suite (real services)"
 	@echo "make test-fast setup + the tests that need no services (-m 'not services')"
-	@echo "make node-test setup + the real-node Kubernetes tier only (root: a kubelet on this machine)"
 	@echo "make bench     setup + benchmarks; figures printed and saved under .bench/"
 	@echo "make bench-reliability  setup + soak (100 episodes each way) and load (N = 1, 4, 16 sessions)"
 	@echo "make lint      ruff, the import-layer contracts and the type checker (mypy)"
@@ -33,10 +32,6 @@ test: setup
 
 test-fast: setup
 	@scripts/run-tests.sh -m "not services"
-
-# The real-node tier alone (root): the node's binaries and images are built first when missing (cached).
-node-test: setup
-	@scripts/run-tests.sh -m node tests/node
 
 # Chaos Mesh on the real node (root): builds its binaries from its Go module first (about 40 minutes
 # cold, cached after), then runs tests/node/test_node_chaos_mesh.py, which the default run leaves out.
