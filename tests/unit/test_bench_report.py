@@ -331,6 +331,59 @@ def test_report_draws_episode_timelines_and_action_histograms(tmp_path: Path) ->
     assert not re.search(r"<script|<link|<img|src=\"http", page)
 
 
+def test_report_timelines_lay_the_fault_windows_over_the_steps(tmp_path: Path) -> None:
+    from mlsandbox.evaluation.results import FaultWindow
+
+    path = write_trajectory(_steps_episode([-0.02] * 6), tmp_path / "trajectories" / "ep.jsonl")
+    windows = [
+        FaultWindow(name="tracker-down", fault="kill_service", target="mlflow", injected_step=1,
+                    detected_step=2, mitigated_step=4, recovered_step=4, recovered_by="agent"),
+        FaultWindow(name="slow-lake", fault="latency", target="minio", injected_step=3),
+    ]  # fmt: skip
+    row = ROWS[0].model_copy(update={"trajectory": str(path), "fault_windows": windows})
+    page = render_html([row, *ROWS[1:]], base=tmp_path)
+    timeline = page[page.index("id='episode-0'") :]
+    timeline = timeline[: timeline.index("</svg>")]
+    assert timeline.count("class='fault'") == 2
+    assert timeline.count("class='detected'") == 1 and timeline.count("class='mitigated'") == 1
+    tip = "kill_service on mlflow: injected after step 1, detected at step 2, mitigated at step 4, ended at step 4 (agent)"
+    assert tip in timeline
+    assert "latency on minio: injected after step 3<" in timeline  # still active at the end: no end given
+    # The bands sit where their steps are: the first from step 2 to step 4, the second from step 4 to the end.
+    xs = [float(m) for m in re.findall(r"<rect class='fault' x='([0-9.]+)'", timeline)]
+    widths = [float(m) for m in re.findall(r"class='fault' x='[0-9.]+' y='0' width='([0-9.]+)'", timeline)]
+    assert xs[0] < xs[1] and xs[0] + widths[0] == pytest.approx(xs[1], abs=0.2)
+    assert xs[1] + widths[1] == pytest.approx(420 - 8, abs=0.2)
+    # A row read back from JSONL keeps its windows; the CSV has no such column.
+    (back,) = read_rows(_write(tmp_path / "rows.jsonl", rows_jsonl([row])))
+    assert back.fault_windows == windows and "fault_windows" not in rows_csv([row]).splitlines()[0]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_a_fault_scenario_on_sim_records_its_fault_windows_in_the_row() -> None:
+    from mlsandbox.agents.bench import EpisodeTask, run_task
+    from mlsandbox.env import MLSandboxEnv
+    from mlsandbox.scenario.suites import suite
+
+    (entry,) = suite("builtin", families=["tabular-ops-tracker-outage"])
+    env = MLSandboxEnv(backend="sim", sandbox="fault-windows")
+    try:
+        row, res = run_task(env, EpisodeTask(entry, "reference", 1, "builtin"))
+    finally:
+        env.close()
+    assert row.error is None and res is not None
+    assert len(row.fault_windows) == row.faults_injected >= 1
+    for w in row.fault_windows:
+        assert 0 <= w.injected_step <= row.steps
+        assert w.recovered_step is None or w.injected_step <= w.recovered_step <= row.steps
+    assert sum(w.mitigated_step is not None for w in row.fault_windows) == row.faults_mitigated
+    assert sum(w.detected_step is not None for w in row.fault_windows) == row.faults_detected
+
+
 def test_token_usage_is_recorded_and_plotted_against_success() -> None:
     from types import SimpleNamespace
 

@@ -90,6 +90,7 @@ def row_from_result(task: EpisodeTask, res: EpisodeResult, trajectory: Path | No
         time_to_detect_s=metrics.get("time_to_detect_s"),
         time_to_mitigate_steps=metrics.get("time_to_mitigate_steps"),
         time_to_mitigate_s=metrics.get("time_to_mitigate_s"),
+        fault_windows=metrics.get("fault_windows") or [],
         wall_s=round(res.wall_s, 3),
         trajectory=str(trajectory) if trajectory else None,
     )

@@ -32,9 +32,29 @@ def fault_metrics(state: EpisodeState) -> dict[str, Any]:
     }
 
 
+def fault_windows(state: EpisodeState) -> list[dict[str, Any]]:
+    """Each injected fault's window in steps (injected, detected, mitigated by the agent, recovered), for
+    the report's timelines; a fault that could not be injected has no window."""
+    return [
+        {
+            "name": r.name,
+            "fault": r.fault,
+            "target": r.target,
+            "injected_step": r.injected_step,
+            "detected_step": r.detected_step,
+            "mitigated_step": r.mitigated_step if agent_mitigated(r) else None,
+            "recovered_step": r.recovered_step,
+            "recovered_by": r.recovered_by,
+        }
+        for r in state.ground_truth.faults
+        if r.error is None
+    ]
+
+
 def episode_metrics(state: EpisodeState) -> dict[str, Any]:
     """What a benchmark row records about an episode besides its reward."""
     return {
+        "fault_windows": fault_windows(state),
         "steps": state.step,
         "credits_used": round(state.credits_used, 4),
         "cpu_seconds": round(state.cpu_seconds, 3),

@@ -12,11 +12,12 @@ import io
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mlsandbox.evaluation.results import EpisodeRow, GroupSummary, leaderboard, summarize
+from mlsandbox.evaluation.results import EpisodeRow, FaultWindow, GroupSummary, leaderboard, summarize
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:70em;
@@ -249,9 +250,65 @@ def _action_name(action: Any) -> str:
     return "(raw text)"
 
 
-def timeline_svg(steps: list[dict[str, Any]], width: int = 420, height: int = 90) -> str:
+FAULT_FILL = "#ff7f0e"
+"""Fault windows: an orange band from injection to recovery (to the last step while still active)."""
+
+
+def _fault_marks(
+    windows: list[FaultWindow], steps: list[dict[str, Any]], x: Callable[[float], float], height: int
+) -> str:
+    """The fault windows behind a timeline: a band per fault, a triangle where the agent detected it and a
+    tick where it mitigated it, each with a tooltip."""
+    if not windows:
+        return ""
+    numbers = [int(st.get("step") or i + 1) for i, st in enumerate(steps)]
+    first, last = numbers[0], numbers[-1]
+
+    def at(step: int) -> float:
+        # Step numbers count actions taken; a fault injected when n steps were taken acts from step n + 1.
+        return x(min(max(step, first), last) - first)
+
+    parts = []
+    for w in windows:
+        start = at(w.injected_step + 1)
+        end = at(w.recovered_step) if w.recovered_step is not None else at(last)
+        end = max(end, start + 3)
+        tip = f"{w.fault} on {w.target}: injected after step {w.injected_step}"
+        if w.detected_step is not None:
+            tip += f", detected at step {w.detected_step}"
+        if w.mitigated_step is not None:
+            tip += f", mitigated at step {w.mitigated_step}"
+        if w.recovered_step is not None:
+            tip += f", ended at step {w.recovered_step} ({w.recovered_by})"
+        title = f"<title>{html.escape(tip)}</title>"
+        parts.append(
+            f"<rect class='fault' x='{start:.1f}' y='0' width='{end - start:.1f}' height='{height}' "
+            f"fill='{FAULT_FILL}' fill-opacity='0.18'>{title}</rect>"
+        )
+        if w.detected_step is not None:
+            d = at(w.detected_step)
+            parts.append(
+                f"<path class='detected' d='M{d - 4:.1f},0 L{d + 4:.1f},0 L{d:.1f},7 Z' fill='{FAULT_FILL}'>"
+                f"{title}</path>"
+            )
+        if w.mitigated_step is not None:
+            m = at(w.mitigated_step)
+            parts.append(
+                f"<path class='mitigated' d='M{m - 4:.1f},{height - 6} L{m - 1:.1f},{height - 2} "
+                f"L{m + 5:.1f},{height - 10}' fill='none' stroke='#2ca02c' stroke-width='2'>{title}</path>"
+            )
+    return "".join(parts)
+
+
+def timeline_svg(
+    steps: list[dict[str, Any]],
+    width: int = 420,
+    height: int = 90,
+    faults: list[FaultWindow] | None = None,
+) -> str:
     """One episode's steps as a small inline SVG: the running reward as a line, one dot per step (red: an
-    invalid action, the agent's error observation), each dot's tooltip naming the action and its reward."""
+    invalid action, the agent's error observation), each dot's tooltip naming the action and its reward;
+    behind them each fault's window (injected to recovered), where the agent detected and mitigated it."""
     if not steps:
         return "<svg width='0' height='0'></svg>"
     running, total = [], 0.0
@@ -263,7 +320,7 @@ def timeline_svg(steps: list[dict[str, Any]], width: int = 420, height: int = 90
     pad_l, pad_r, pad_y = 44, 8, 8
     n = len(steps)
 
-    def x(i: int) -> float:
+    def x(i: float) -> float:
         return pad_l + (width - pad_l - pad_r) * (i / max(1, n - 1))
 
     def y(v: float) -> float:
@@ -283,7 +340,8 @@ def timeline_svg(steps: list[dict[str, Any]], width: int = 420, height: int = 90
     zero = y(0.0)
     return (
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img'>"
-        f"<line x1='{pad_l}' x2='{width - pad_r}' y1='{zero:.1f}' y2='{zero:.1f}' stroke='#bbb'/>"
+        + _fault_marks(faults or [], steps, x, height)
+        + f"<line x1='{pad_l}' x2='{width - pad_r}' y1='{zero:.1f}' y2='{zero:.1f}' stroke='#bbb'/>"
         f"<text x='2' y='{pad_y + 4}' font-size='9'>{hi:+.2f}</text>"
         f"<text x='2' y='{height - pad_y + 2}' font-size='9'>{lo:+.2f}</text>"
         f"<polyline points='{points}' fill='none' stroke='#1f77b4' stroke-width='1.5'/>"
@@ -296,7 +354,9 @@ def _timelines(rows: list[EpisodeRow], steps: dict[int, list[dict[str, Any]]], b
     if not steps:
         return "<p class='meta'>No trajectories were recorded (bench --no-trajectories).</p>"
     parts = [
-        "<p class='meta'>Running reward per step; red dots are invalid actions (hover a dot for the action). "
+        "<p class='meta'>Running reward per step; red dots are invalid actions (hover a dot for the action); "
+        "orange bands are injected faults, from injection to recovery, with a triangle where the agent "
+        "detected one and a green tick where it mitigated it. "
         f"At most {MAX_TIMELINES} episodes are drawn.</p><div class='plots'>"
     ]
     for i, r in enumerate(rows):
@@ -309,7 +369,7 @@ def _timelines(rows: list[EpisodeRow], steps: dict[int, list[dict[str, Any]]], b
         )
         link = _trajectory_cell(r, base).removeprefix('<td class="l">').removesuffix("</td>")
         parts.append(
-            f"<div class='plot' id='episode-{i}'><h3>{head}</h3>{timeline_svg(steps[i])}<br>{link}</div>"
+            f"<div class='plot' id='episode-{i}'><h3>{head}</h3>{timeline_svg(steps[i], faults=r.fault_windows)}<br>{link}</div>"
         )
     parts.append("</div>")
     return "".join(parts)

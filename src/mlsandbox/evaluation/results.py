@@ -17,6 +17,23 @@ from mlsandbox.evaluation.reward import OBJECTIVES
 from mlsandbox.evaluation.stats import Interval, k_values, mean_ci, pass_all_k, pass_at_k, wilson
 
 
+class FaultWindow(BaseModel):
+    """One injected fault of an episode, in steps: when it began, when the agent's observations first
+    showed it (detected), when the agent made its symptom go away (mitigated) and when it ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    fault: str
+    target: str
+    injected_step: int
+    detected_step: int | None = None
+    mitigated_step: int | None = None
+    recovered_step: int | None = None
+    recovered_by: str | None = None
+    """``expiry``, ``agent`` or ``episode_end``; None while it was still active."""
+
+
 class EpisodeRow(BaseModel):
     """What a benchmark records about one episode."""
 
@@ -50,6 +67,8 @@ class EpisodeRow(BaseModel):
     time_to_detect_s: float | None = None
     time_to_mitigate_steps: float | None = None
     time_to_mitigate_s: float | None = None
+    fault_windows: list[FaultWindow] = Field(default_factory=list)
+    """The injected faults' windows (not a CSV column: the JSONL rows and the report's timelines)."""
     wall_s: float
     error: str | None = None
     """Why the episode could not be run (the other figures are then zero)."""
