@@ -58,3 +58,21 @@ def test_a_missing_extra_is_a_typed_error_naming_it(blocked: str, extra: str, st
     done = _python(code)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"pip install 'mlsandbox[{extra}]'" in done.stdout
+
+
+def test_listing_scenarios_and_tools_loads_no_backend_nor_numpy() -> None:
+    """The CLI's quick commands stay light: ``scenarios list`` and ``tools`` load neither the backends'
+    protocols (every backend's models), nor numpy, nor pandas (the figures: benchmarks/bench_cli_startup.py)."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from mlsandbox.cli.main import app\n"
+        "for args in (['scenarios', 'list', '--json'], ['tools', '--format', 'openai']):\n"
+        "    out = CliRunner().invoke(app, args)\n"
+        "    assert out.exit_code == 0, out.output\n"
+        "heavy = ('numpy', 'pandas', 'pyarrow', 'mlsandbox.backends.protocols', 'mlsandbox.backends.local')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -21,13 +21,15 @@ import logging
 import re
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from mlsandbox import paths
-from mlsandbox.backends.protocols import Backend, BackendConfig, BackendType, SandboxListing
 from mlsandbox.errors import ConfigError
+
+if TYPE_CHECKING:  # the protocols load with the first backend: listing names stays light (CLI start-up)
+    from mlsandbox.backends.protocols import Backend, BackendConfig, BackendType, SandboxListing
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ def _origin(ep: EntryPoint) -> str:
 
 
 def _check(obj: Any, name: str, where: str) -> BackendType:
+    from mlsandbox.backends.protocols import BackendConfig, BackendType
+
     if not isinstance(obj, BackendType):
         raise BackendPluginError(f"{where}: expected a BackendType, got {type(obj).__name__}")
     if obj.name != name:

@@ -12,12 +12,11 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mlsandbox.backends import get_backend
-from mlsandbox.backends.protocols import Backend, Runtime
 from mlsandbox.cli.common import (
     BackendOpt,
     NoStartOpt,
@@ -29,6 +28,9 @@ from mlsandbox.cli.common import (
 from mlsandbox.errors import MLSandboxError, NotRunningError
 from mlsandbox.gateway.tools import TOOL_FORMATS, tools_json
 from mlsandbox.paths import default_sandbox_name
+
+if TYPE_CHECKING:
+    from mlsandbox.backends.protocols import Backend, Runtime
 
 SandboxOpt = Annotated[
     str,

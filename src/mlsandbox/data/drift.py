@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mlsandbox.data.randomness import check_seed
+from mlsandbox.data.seeds import check_seed
 from mlsandbox.data.spec import (
     BooleanColumn,
     CategoricalColumn,
@@ -182,6 +181,8 @@ def _add_period(moment: datetime, period: str, k: int) -> datetime:
 
 
 def batch_seed(seed: int, batch: int) -> int:
+    import numpy as np  # here, not at import: the scenario models import this module's specs
+
     return int(np.random.SeedSequence([seed, batch]).generate_state(1, dtype=np.uint32)[0])
 
 

@@ -11,6 +11,10 @@ from typing import TypeVar
 
 import numpy as np
 
+from mlsandbox.data.seeds import check_seed
+
+__all__ = ["check_seed", "parallel_map", "rng_for", "sorted_sample", "workers"]
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -20,12 +24,6 @@ def rng_for(seed: int, *purpose: str) -> np.random.Generator:
     digest = hashlib.blake2b("/".join(purpose).encode(), digest_size=16).digest()
     entropy = [seed, int.from_bytes(digest, "little")]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
-
-
-def check_seed(seed: object) -> int:
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return seed
 
 
 def workers() -> int:

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from mlsandbox.backends.protocols import Support
 from mlsandbox.gateway.registry import get_catalog
 
 if TYPE_CHECKING:
+    from mlsandbox.backends.protocols import Support
     from mlsandbox.scenario.models import Scenario
 
 ToolFormat = Literal["openai", "responses", "anthropic", "json-schema"]
