@@ -20,11 +20,64 @@ static=0
 export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MLSANDBOX_HOME:-$HOME/.cache/mlsandbox}/mypy-cache}"
 "$VENV/bin/lint-imports" --no-logo >/dev/null || { "$VENV/bin/lint-imports" --no-logo; echo "run-tests: import contracts broken" >&2; static=1; }
 "$VENV/bin/mypy" || { echo "run-tests: the type checker found errors" >&2; static=1; }
-"$VENV/bin/python" -m pytest "$@"
-rc=$?
-if [[ $rc -eq 5 ]]; then
-  echo "run-tests: pytest collected no tests: failing" >&2
-  exit 1
+
+# Two lanes at once (the whole suite, no arguments): most of it waits on services, pods and training jobs
+# rather than computing (a load average near 1 on 2 cores when run as one process), so two pytest processes
+# share the cores. The kube lane holds every test that runs containers or a cluster (conformance, images,
+# kube, node: one control plane, one real node, the docker engine) and the local lane everything else;
+# each lane starts its own session sandbox. Each line is prefixed with its lane; a lane's slowest tests
+# are listed at its end. MLSANDBOX_TEST_LANES=1 runs the suite as one process; with arguments (a path, a
+# marker expression) pytest runs once with them.
+KUBE_LANE=(tests/conformance tests/images tests/kube tests/node)
+
+lane() {  # NAME PYTEST-ARGS...: runs pytest, its output prefixed; writes "RC SECONDS" to $lanes/NAME
+  local name=$1 started=$SECONDS
+  shift
+  trap 'true' INT  # outlive an interrupt (pytest gets it and tears down) to record the lane's status
+  # The prefixing sed ignores Ctrl-C so that pytest, interrupted, still prints its teardown.
+  "$VENV/bin/python" -m pytest -o "cache_dir=.pytest_cache/$name" --durations=15 "$@" 2>&1 \
+    | (trap '' INT; exec sed -u "s/^/[$name] /")
+  echo "${PIPESTATUS[0]} $((SECONDS - started))" >"$lanes/$name"
+}
+
+lane_rc() {  # NAME: the lane's exit status, 5 (no tests) counted as a failure
+  local rc
+  read -r rc _ 2>/dev/null <"$lanes/$1" || rc=1
+  [[ $rc -eq 5 ]] && { echo "run-tests: lane $1 collected no tests: failing" >&2; rc=1; }
+  echo "$rc"
+}
+
+if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
+  lanes="$(mktemp -d "${TMPDIR:-/tmp}/mlsandbox-lanes.XXXXXX")"
+  ignore=()
+  for path in "${KUBE_LANE[@]}"; do ignore+=("--ignore=$path"); done
+  # Each lane in its own process group, so that an interrupt reaches both and each tears down its fixtures.
+  set -m
+  lane kube "${KUBE_LANE[@]}" &
+  kube_pid=$!
+  lane local "${ignore[@]}" &
+  local_pid=$!
+  set +m
+  trap 'kill -INT -- "-$kube_pid" "-$local_pid" 2>/dev/null' INT TERM
+  for pid in "$kube_pid" "$local_pid"; do
+    while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
+  done
+  trap - INT TERM
+  rc=0
+  for name in kube local; do
+    lane_rc_now=$(lane_rc "$name")
+    read -r _ seconds 2>/dev/null <"$lanes/$name" || seconds="?"
+    echo "run-tests: lane $name: exit $lane_rc_now in ${seconds} s"
+    [[ $lane_rc_now -eq 0 ]] || rc=1
+  done
+  rm -rf "$lanes"
+else
+  "$VENV/bin/python" -m pytest "$@"
+  rc=$?
+  if [[ $rc -eq 5 ]]; then
+    echo "run-tests: pytest collected no tests: failing" >&2
+    exit 1
+  fi
 fi
 if [[ $rc -eq 0 && $static -ne 0 ]]; then
   rc=1
