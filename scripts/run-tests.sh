@@ -24,11 +24,12 @@ export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MLSANDBOX_HOME:-$HOME/.cache/mlsandbo
 # Two lanes at once (the whole suite, no arguments): most of it waits on services, pods and training jobs
 # rather than computing (a load average near 1 on 2 cores when run as one process), so two pytest processes
 # share the cores. The kube lane holds every test that runs containers or a cluster (conformance, images,
-# kube, node: one control plane, one real node, the docker engine) and the local lane everything else;
-# each lane starts its own session sandbox. Each line is prefixed with its lane; a lane's slowest tests
+# kube, node: one control plane, one real node, the docker engine) and, to even the lanes out, the long
+# tiers of one sandbox each (soak, load, sandbox faults, transfer); the local lane everything else. Each
+# lane starts its own session sandbox. Each line is prefixed with its lane; a lane's slowest tests
 # are listed at its end. MLSANDBOX_TEST_LANES=1 runs the suite as one process; with arguments (a path, a
 # marker expression) pytest runs once with them.
-KUBE_LANE=(tests/conformance tests/images tests/kube tests/node)
+KUBE_LANE=(tests/conformance tests/images tests/kube tests/node tests/load tests/sandbox_faults tests/soak tests/transfer)
 
 lane() {  # NAME PYTEST-ARGS...: runs pytest, its output prefixed; writes "RC SECONDS" to $lanes/NAME
   local name=$1 started=$SECONDS

@@ -12,9 +12,9 @@ Needs root (without it every test here is skipped, saying so), ``scripts/install
 --with-node`` (``scripts/run-tests.sh`` runs it as root) and a docker engine the first time the images are
 built (``scripts/docker-engine.sh``); without those the fixture fails with that instruction.
 
-Every test here is marked ``node`` (and ``services``: ``make test-fast`` leaves them out). Order: the
-pods' tests (cheapest), the chart's, the kube backend's on real pods, then the lifecycle tests
-(``test_node_lifecycle.py``), after every other test of the session: the first of them stops the shared
+Every test here is marked ``node`` (and ``services``: ``make test-fast`` leaves them out). Order, after
+every other test of the session: the pods' tests (cheapest), the chart's, the kube backend's on real
+pods, then the lifecycle tests (``test_node_lifecycle.py``), last: the first of them stops the shared
 node and checks that nothing is left, against the node's ``baseline``: the machine's state (iptables
 chains, ipsets, links, mounts, kernel settings) that the node took under the machine's node lock before
 it changed anything.
@@ -50,13 +50,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.node)
             item.add_marker(pytest.mark.services)
 
-    # The pods' tests first (cheapest), then the chart's, then the backend's on real pods, then the
-    # lifecycle tests, which stop the shared node: after every other test of the session.
+    # After every other test of the session, so that the node runs for this tier alone: the pods' tests
+    # first (cheapest), then the chart's, then the backend's on real pods, then the lifecycle tests, which
+    # stop the shared node.
     def rank(item: pytest.Item) -> int:
         path = Path(str(item.fspath))
         if path.parent != HERE:
             return 0
-        return {"test_node_pods.py": 0, "test_node_chart.py": 1, LAST: 3}.get(path.name, 2)
+        return {"test_node_pods.py": 1, "test_node_chart.py": 2, LAST: 4}.get(path.name, 3)
 
     items.sort(key=rank)
 
