@@ -23,13 +23,14 @@ export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MLSANDBOX_HOME:-$HOME/.cache/mlsandbo
 
 # Two lanes at once (the whole suite, no arguments): most of it waits on services, pods and training jobs
 # rather than computing (a load average near 1 on 2 cores when run as one process), so two pytest processes
-# share the cores. The kube lane holds every test that runs containers or a cluster (conformance, images,
-# kube, node: one control plane, one real node, the docker engine) and, to even the lanes out, the long
-# tiers of one sandbox each (soak, load, sandbox faults, transfer); the local lane everything else. Each
-# lane starts its own session sandbox. Each line is prefixed with its lane; a lane's slowest tests
-# are listed at its end. MLSANDBOX_TEST_LANES=1 runs the suite as one process; with arguments (a path, a
-# marker expression) pytest runs once with them.
-KUBE_LANE=(tests/conformance tests/images tests/kube tests/node tests/load tests/sandbox_faults tests/soak tests/transfer)
+# share the cores. Lane 1 holds every test that runs containers or a cluster (conformance, images, kube,
+# node: one control plane, one real node, the docker engine) and, to even the lanes out, the long tiers
+# of one sandbox each (soak, load, sandbox faults, transfer), the agent-stack integrations and the
+# data-source episodes; lane 2 everything else. Each lane starts its own session sandbox. Each line is
+# prefixed with its lane ([1], [2]); a lane's slowest tests are listed at its end. MLSANDBOX_TEST_LANES=1
+# runs the suite as one process; with arguments (a path, a marker expression) pytest runs once with them.
+LANE_1=(tests/conformance tests/images tests/kube tests/node tests/load tests/sandbox_faults tests/soak
+  tests/transfer tests/integrations tests/integration/test_sources_episodes.py)
 
 lane() {  # NAME PYTEST-ARGS...: runs pytest, its output prefixed; writes "RC SECONDS" to $lanes/NAME
   local name=$1 started=$SECONDS
@@ -51,21 +52,21 @@ lane_rc() {  # NAME: the lane's exit status, 5 (no tests) counted as a failure
 if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
   lanes="$(mktemp -d "${TMPDIR:-/tmp}/mlsandbox-lanes.XXXXXX")"
   ignore=()
-  for path in "${KUBE_LANE[@]}"; do ignore+=("--ignore=$path"); done
+  for path in "${LANE_1[@]}"; do ignore+=("--ignore=$path"); done
   # Each lane in its own process group, so that an interrupt reaches both and each tears down its fixtures.
   set -m
-  lane kube "${KUBE_LANE[@]}" &
-  kube_pid=$!
-  lane local "${ignore[@]}" &
-  local_pid=$!
+  lane 1 "${LANE_1[@]}" &
+  one=$!
+  lane 2 "${ignore[@]}" &
+  two=$!
   set +m
-  trap 'kill -INT -- "-$kube_pid" "-$local_pid" 2>/dev/null' INT TERM
-  for pid in "$kube_pid" "$local_pid"; do
+  trap 'kill -INT -- "-$one" "-$two" 2>/dev/null' INT TERM
+  for pid in "$one" "$two"; do
     while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
   done
   trap - INT TERM
   rc=0
-  for name in kube local; do
+  for name in 1 2; do
     lane_rc_now=$(lane_rc "$name")
     read -r _ seconds 2>/dev/null <"$lanes/$name" || seconds="?"
     echo "run-tests: lane $name: exit $lane_rc_now in ${seconds} s"
