@@ -26,11 +26,12 @@ export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MLSANDBOX_HOME:-$HOME/.cache/mlsandbo
 # share the cores. Lane 1 holds every test that runs containers or a cluster (conformance, images, kube,
 # node: one control plane, one real node, the docker engine) and, to even the lanes out, the long tiers
 # of one sandbox each (soak, load, sandbox faults, transfer), the agent-stack integrations and the
-# data-source episodes; lane 2 everything else. Each lane starts its own session sandbox. Each line is
-# prefixed with its lane ([1], [2]); a lane's slowest tests are listed at its end. MLSANDBOX_TEST_LANES=1
-# runs the suite as one process; with arguments (a path, a marker expression) pytest runs once with them.
+# reward-hacking episodes (every built-in scenario's reference solution on real services); lane 2
+# everything else. Each lane starts its own session sandbox and prefixes its lines with its number ([1],
+# [2]); a lane's slowest tests are listed at its end. MLSANDBOX_TEST_LANES=1 runs the suite as one
+# process; with arguments (a path, a marker expression) pytest runs once with them.
 LANE_1=(tests/conformance tests/images tests/kube tests/node tests/load tests/sandbox_faults tests/soak
-  tests/transfer tests/integrations tests/integration/test_sources_episodes.py)
+  tests/transfer tests/integrations tests/integration/test_reward_hacking.py)
 
 lane() {  # NAME PYTEST-ARGS...: runs pytest, its output prefixed; writes "RC SECONDS" to $lanes/NAME
   local name=$1 started=$SECONDS
