@@ -52,6 +52,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.services)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The last test (in run order, after every reordering hook) that uses the shared control plane.
+    users = [item for item in session.items if "control_plane" in getattr(item, "fixturenames", ())]
+    _control_plane_session.last_user = users[-1].nodeid if users else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    result = yield
+    # Once the last test using the control plane is done (its own fixtures torn down), stop its operator:
+    # it keeps re-checking every Sandbox the kube tests made (tens of API requests a second, half a core
+    # of API server) for as long as it runs. The control plane itself stays until the session ends, for
+    # the session fixtures built on it (conformance's kube-kwok target needs no operator).
+    if item.nodeid == _control_plane_session.last_user and _control_plane_session.bed is not None:
+        _control_plane_session.bed.stop_operator()
+    return result
+
+
 def session_sandbox_name() -> str:
     return f"t{os.getpid()}"
 
@@ -69,12 +88,27 @@ def sandbox() -> Iterator[LocalBackend]:
         backend.down()
 
 
+@dataclass
+class ControlPlaneSession:
+    """The session's control plane; its operator is stopped after the last test that uses it."""
+
+    bed: Testbed | None = None
+    last_user: str | None = None
+
+
+_control_plane_session = ControlPlaneSession()
+
+
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[Testbed]:
     from mlsandbox.k8s_operator.testbed import testbed
 
     with testbed() as bed:
-        yield bed
+        _control_plane_session.bed = bed
+        try:
+            yield bed
+        finally:
+            _control_plane_session.bed = None
 
 
 # ----------------------------------------------------------------------------------- the real node

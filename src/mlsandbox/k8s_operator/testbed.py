@@ -138,7 +138,8 @@ class Testbed:
                 start_new_session=True,
             )
 
-    def stop(self) -> None:
+    def stop_operator(self) -> None:
+        """Stop the operator and leave the control plane running (idempotent)."""
         if self.operator is not None and self.operator.poll() is None:
             self.operator.terminate()
             try:
@@ -146,6 +147,9 @@ class Testbed:
             except subprocess.TimeoutExpired:
                 self.operator.kill()
                 self.operator.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.stop_operator()
         self.cp.stop()
 
     def log_tail(self, lines: int = 40) -> str:
