@@ -43,13 +43,6 @@ lane() {  # NAME PYTEST-ARGS...: runs pytest, its output prefixed; writes "RC SE
   echo "${PIPESTATUS[0]} $((SECONDS - started))" >"$lanes/$name"
 }
 
-lane_rc() {  # NAME: the lane's exit status, 5 (no tests) counted as a failure
-  local rc
-  read -r rc _ 2>/dev/null <"$lanes/$1" || rc=1
-  [[ $rc -eq 5 ]] && { echo "run-tests: lane $1 collected no tests: failing" >&2; rc=1; }
-  echo "$rc"
-}
-
 if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
   lanes="$(mktemp -d "${TMPDIR:-/tmp}/mlsandbox-lanes.XXXXXX")"
   ignore=()
@@ -68,10 +61,11 @@ if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
   trap - INT TERM
   rc=0
   for name in 1 2; do
-    lane_rc_now=$(lane_rc "$name")
-    read -r _ seconds 2>/dev/null <"$lanes/$name" || seconds="?"
-    echo "run-tests: lane $name: exit $lane_rc_now in ${seconds} s"
-    [[ $lane_rc_now -eq 0 ]] || rc=1
+    # A lane interrupted before it recorded its status failed; 5 (no tests collected) is a failure.
+    read -r code seconds 2>/dev/null <"$lanes/$name" || { code=1; seconds="?"; }
+    [[ $code -ne 5 ]] || { echo "run-tests: lane $name collected no tests: failing" >&2; code=1; }
+    echo "run-tests: lane $name: exit $code in ${seconds} s"
+    [[ $code -eq 0 ]] || rc=1
   done
   rm -rf "$lanes"
 else
