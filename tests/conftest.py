@@ -7,8 +7,9 @@ Every test using either fixture is marked ``services`` automatically. ``MLSANDBO
 the MinIO binary lives there.
 
 ``control_plane`` is the kube tier's cluster (see tests/kube/conftest.py), here so that every tier using it
-(tests/kube, tests/conformance) shares one per session. Its operator is stopped after the last test that names the fixture
-(it keeps re-checking every Sandbox those tests left); the control plane stays until the session ends.
+(tests/kube, tests/conformance) shares one per session. Its operator is stopped after the last test
+that names the fixture (it keeps re-checking every Sandbox those tests left); the control plane stays
+until the session ends.
 
 The real-node tier's cluster is here too, for the same reason (tests/node, tests/conformance): ``node_cluster``
 (a control plane and one real node on this machine: containerd, kubelet, kube-proxy, kube-router, CoreDNS),
