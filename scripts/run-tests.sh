@@ -39,8 +39,13 @@ lane() {  # NAME PYTEST-ARGS...: runs pytest, its output prefixed; writes "RC SE
   trap 'true' INT  # outlive an interrupt (pytest gets it and tears down) to record the lane's status
   # The prefixing sed ignores Ctrl-C so that pytest, interrupted, still prints its teardown.
   "$VENV/bin/python" -m pytest -o "cache_dir=.pytest_cache/$name" --durations=15 "$@" 2>&1 \
-    | (trap '' INT; exec sed -u "s/^/[$name] /")
+    | (trap '' INT; sed -u "s/^/[$name] /" | tee "$lanes/$name.log")
   echo "${PIPESTATUS[0]} $((SECONDS - started))" >"$lanes/$name"
+}
+
+summary() {  # NAME: the lane's "short test summary info" and its last line (what failed, and the count)
+  sed -n "/=\{3,\} short test summary info =\{3,\}/,\$p" "$lanes/$1.log" | grep -E '^\[[0-9]+\] (FAILED|ERROR|=)' \
+    || tail -n 3 "$lanes/$1.log"
 }
 
 if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
@@ -66,6 +71,11 @@ if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
     [[ $code -ne 5 ]] || { echo "run-tests: lane $name collected no tests: failing" >&2; code=1; }
     echo "run-tests: lane $name: exit $code in ${seconds} s"
     [[ $code -eq 0 ]] || rc=1
+  done
+  # The lanes end at different times: what failed in the first to end is repeated here, at the end.
+  for name in 1 2; do
+    read -r code _ 2>/dev/null <"$lanes/$name" || code=1
+    [[ $code -eq 0 ]] || { echo "run-tests: lane $name, what failed:"; summary "$name"; }
   done
   rm -rf "$lanes"
 else
