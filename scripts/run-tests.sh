@@ -25,12 +25,14 @@ export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MLSANDBOX_HOME:-$HOME/.cache/mlsandbo
 # rather than computing (a load average near 1 on 2 cores when run as one process), so two pytest processes
 # share the cores. Lane 1 holds every test that runs containers or a cluster (conformance, images, kube,
 # node: one control plane, one real node, the docker engine) and, to even the lanes out, the long tiers
-# of one sandbox each (soak, load, sandbox faults, transfer), the agent-stack integrations and the
-# reward-hacking episodes (every built-in scenario's reference solution on real services); lane 2
-# everything else. Each lane starts its own session sandbox and prefixes its lines with its number ([1],
-# [2]); a lane's slowest tests are listed at its end. MLSANDBOX_TEST_LANES=1 runs the suite as one
-# process; with arguments (a path, a marker expression) pytest runs once with them.
-LANE_1=(tests/conformance tests/images tests/kube tests/node tests/load tests/sandbox_faults tests/soak
+# of one sandbox each (load, sandbox faults, transfer), the agent-stack integrations and the reward-hacking
+# episodes (every built-in scenario's reference solution on real services); lane 2 everything else. Then
+# lane 3, alone: the tests marked `latency`, graded on an SLO (the serving scenarios' episodes), which two
+# lanes sharing the cores would break. Each lane starts its own session sandbox and prefixes its lines with
+# its number ([1], [2], [3]); a lane's slowest tests are listed at its end, and what failed in each lane
+# again at the end of the run. MLSANDBOX_TEST_LANES=1 runs the suite as one process; with arguments (a path,
+# a marker expression) pytest runs once with them.
+LANE_1=(tests/conformance tests/images tests/kube tests/node tests/load tests/sandbox_faults
   tests/transfer tests/integrations tests/integration/test_reward_hacking.py)
 
 lane() {  # NAME PYTEST-ARGS...: runs pytest, its output prefixed; writes "RC SECONDS" to $lanes/NAME
@@ -52,30 +54,40 @@ if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
   lanes="$(mktemp -d "${TMPDIR:-/tmp}/mlsandbox-lanes.XXXXXX")"
   ignore=()
   for path in "${LANE_1[@]}"; do ignore+=("--ignore=$path"); done
-  # Each lane in its own process group, so that an interrupt reaches both and each tears down its fixtures.
+  # Each lane in its own process group, so that an interrupt reaches every lane running and each tears
+  # down its fixtures; an interrupt also stops the run before lane 3.
+  interrupted=0
   set -m
-  lane 1 "${LANE_1[@]}" &
+  lane 1 -m "not latency" "${LANE_1[@]}" &
   one=$!
-  lane 2 "${ignore[@]}" &
+  lane 2 -m "not latency" "${ignore[@]}" &
   two=$!
   set +m
-  trap 'kill -INT -- "-$one" "-$two" 2>/dev/null' INT TERM
+  trap 'interrupted=1; kill -INT -- "-$one" "-$two" 2>/dev/null' INT TERM
   for pid in "$one" "$two"; do
     while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
   done
+  if [[ $interrupted -eq 0 ]]; then
+    set -m
+    lane 3 -m latency &
+    three=$!
+    set +m
+    trap 'kill -INT -- "-$three" 2>/dev/null' INT TERM
+    while kill -0 "$three" 2>/dev/null; do wait "$three" || true; done
+  fi
   trap - INT TERM
   rc=0
-  for name in 1 2; do
+  for name in 1 2 3; do
     # A lane interrupted before it recorded its status failed; 5 (no tests collected) is a failure.
     read -r code seconds 2>/dev/null <"$lanes/$name" || { code=1; seconds="?"; }
     [[ $code -ne 5 ]] || { echo "run-tests: lane $name collected no tests: failing" >&2; code=1; }
     echo "run-tests: lane $name: exit $code in ${seconds} s"
     [[ $code -eq 0 ]] || rc=1
   done
-  # The lanes end at different times: what failed in the first to end is repeated here, at the end.
-  for name in 1 2; do
+  # The lanes end at different times: what failed in each is repeated here, at the end.
+  for name in 1 2 3; do
     read -r code _ 2>/dev/null <"$lanes/$name" || code=1
-    [[ $code -eq 0 ]] || { echo "run-tests: lane $name, what failed:"; summary "$name"; }
+    [[ $code -eq 0 || ! -s "$lanes/$name.log" ]] || { echo "run-tests: lane $name, what failed:"; summary "$name"; }
   done
   rm -rf "$lanes"
 else

@@ -59,3 +59,20 @@ def run_async(fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(anyio.run, fn, *args).result()
+
+
+_REFERENCE_EPISODES: dict[str, tuple[Any, list[Any]]] = {}
+"""Reference episodes of this test session, by scenario: each is a real episode of minutes, run once."""
+
+
+def reference_episode(env: Any, scenario: str) -> tuple[Any, list[Any]]:
+    """The scenario's reference solution played once per session on ``env`` (an ``MLSandboxEnv``): its
+    :class:`~mlsandbox.agents.validate.Validation` and its steps (``StepRecord``), shared by the modules that
+    check it solves the scenario and the ones that check how."""
+    from mlsandbox.agents.validate import validate_scenario
+
+    if scenario not in _REFERENCE_EPISODES:
+        steps: list[Any] = []
+        validation = validate_scenario(env, scenario, on_step=steps.append)
+        _REFERENCE_EPISODES[scenario] = (validation, steps)
+    return _REFERENCE_EPISODES[scenario]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.helpers import reference_episode
 
 from mlsandbox.agents import make_agent
 from mlsandbox.agents.runner import EpisodeResult, run_episode
-from mlsandbox.agents.validate import validate_scenario
 from mlsandbox.env import MLSandboxEnv
 from mlsandbox.scenario import catalog_ids, load_builtin
 
@@ -32,14 +32,8 @@ def env(sandbox: Any):
     e.close()
 
 
-_VALIDATED: dict[str, Any] = {}
-"""Reference runs of this module, by scenario: each is a real episode of minutes, run once."""
-
-
 def _validated(env: MLSandboxEnv, scenario: str) -> Any:
-    if scenario not in _VALIDATED:
-        _VALIDATED[scenario] = validate_scenario(env, scenario)
-    return _VALIDATED[scenario]
+    return reference_episode(env, scenario)[0]
 
 
 def _run(env: MLSandboxEnv, agent: str, scenario: str, seed: int) -> EpisodeResult:
@@ -64,8 +58,14 @@ def test_degenerate_strategies_score_below_the_rule_baseline(env: MLSandboxEnv) 
     assert spam.components["compute"] < 0, spam.components
 
 
+SERVING = [sid for sid in catalog_ids() if load_builtin(sid).goal.type == "deployment_slo"]
+"""Scenarios graded on an SLO: their episodes run alone (``latency``), a loaded machine would break it."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", catalog_ids())
+@pytest.mark.parametrize(
+    "scenario", [pytest.param(s, marks=pytest.mark.latency) if s in SERVING else s for s in catalog_ids()]
+)
 def test_builtin_scenario_is_solved_by_its_reference_and_beats_cheap_strategies(
     env: MLSandboxEnv, scenario: str
 ) -> None:
@@ -82,10 +82,8 @@ def test_builtin_scenario_is_solved_by_its_reference_and_beats_cheap_strategies(
         assert not res.success
 
 
-SERVING = [sid for sid in catalog_ids() if load_builtin(sid).goal.type == "deployment_slo"]
-
-
 @pytest.mark.slow
+@pytest.mark.latency
 @pytest.mark.parametrize("scenario", SERVING)
 def test_deploying_without_evaluation_scores_below_the_reference(env: MLSandboxEnv, scenario: str) -> None:
     sc = load_builtin(scenario)

@@ -7,40 +7,37 @@ hidden ground truth; the trajectory shows the agent reacted to what the scenario
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.helpers import reference_episode
 
-from mlsandbox.agents import make_agent
-from mlsandbox.gateway.dispatcher import Gateway
+from mlsandbox.env import MLSandboxEnv
 from mlsandbox.scenario import load_builtin
 
-pytestmark = pytest.mark.slow
+# Graded on an SLO: the test runner runs these alone (a loaded machine would break it). The episodes are
+# the ones test_reward_hacking validates (one per scenario and session).
+pytestmark = [pytest.mark.slow, pytest.mark.services, pytest.mark.latency]
 
 Step = tuple[dict[str, Any], dict[str, Any]]
 
 
-def play(runtime: Any, sandbox: Any, scenario_id: str) -> tuple[list[Step], dict[str, Any]]:
-    """One episode of the scenario's reference agent: (action, observation) pairs and the grade."""
-    sc = load_builtin(scenario_id)
-    assert sc.reference_agent.endswith(":ServingReferenceAgent")
-    gw = Gateway(runtime, sc, seed=sc.seed, sandbox=sandbox.name)
-    try:
-        obs = gw.start()
-        agent = make_agent(sc.reference_agent, seed=sc.seed)
-        agent.reset(obs)
-        steps: list[Step] = []
-        while True:
-            action = agent.act(obs)
-            res = gw.step(action)
-            obs = res.observation
-            steps.append((action, obs))
-            if res.terminated or res.truncated:
-                break
-        assert res.terminated and action["type"] == "submit", "the agent ran out of steps"
-        return steps, res.info["grade"]
-    finally:
-        gw.close()
+@pytest.fixture()
+def env(sandbox: Any) -> Iterator[MLSandboxEnv]:
+    e = MLSandboxEnv("serving-deploy-slo", sandbox=sandbox.name, start_sandbox=False)
+    yield e
+    e.close()
+
+
+def play(env: MLSandboxEnv, scenario_id: str) -> tuple[list[Step], dict[str, Any]]:
+    """The scenario's reference agent's episode: (action, observation) pairs and the grade."""
+    assert load_builtin(scenario_id).reference_agent.endswith(":ServingReferenceAgent")
+    _, records = reference_episode(env, scenario_id)
+    steps: list[Step] = [(r.action, r.observation) for r in records]
+    last = records[-1]
+    assert last.terminated and steps[-1][0]["type"] == "submit", "the agent ran out of steps"
+    return steps, last.info["grade"]
 
 
 def results(steps: list[Step], action_type: str) -> list[dict[str, Any]]:
@@ -48,8 +45,8 @@ def results(steps: list[Step], action_type: str) -> list[dict[str, Any]]:
     return [o["result"] for a, o in steps if a["type"] == action_type and o["ok"]]
 
 
-def test_deploy_best_run_and_hold_the_slo(runtime: Any, sandbox: Any) -> None:
-    steps, grade = play(runtime, sandbox, "serving-deploy-slo")
+def test_deploy_best_run_and_hold_the_slo(env: MLSandboxEnv) -> None:
+    steps, grade = play(env, "serving-deploy-slo")
     assert grade["success"], grade["reason"]
     assert "impute_median" in [a["strategy"] for a, _ in steps if a["type"] == "clean_dataset"]
     job = results(steps, "get_job")[-1]
@@ -62,8 +59,8 @@ def test_deploy_best_run_and_hold_the_slo(runtime: Any, sandbox: Any) -> None:
     assert grade["served_version"] == version and grade["risky_deployments"] == 0
 
 
-def test_traffic_spike_scale_out_and_back(runtime: Any, sandbox: Any) -> None:
-    steps, grade = play(runtime, sandbox, "serving-traffic-spike")
+def test_traffic_spike_scale_out_and_back(env: MLSandboxEnv) -> None:
+    steps, grade = play(env, "serving-traffic-spike")
     assert grade["success"], grade["reason"]
     scaled = results(steps, "scale")
     assert [s["replicas_up"] for s in scaled] == [3, 1], scaled
@@ -75,8 +72,8 @@ def test_traffic_spike_scale_out_and_back(runtime: Any, sandbox: Any) -> None:
     assert max(p[1] or 0 for p in m["series"]["client_rps"]) > 10
 
 
-def test_drift_detect_retrain_roll_out(runtime: Any, sandbox: Any) -> None:
-    steps, grade = play(runtime, sandbox, "serving-drift-rollout")
+def test_drift_detect_retrain_roll_out(env: MLSandboxEnv) -> None:
+    steps, grade = play(env, "serving-drift-rollout")
     assert grade["success"], grade["reason"]
     m = results(steps, "get_metrics")[0]
     assert m["feature_drift_psi_by_column"]["monthly_spend"] > 0.25
