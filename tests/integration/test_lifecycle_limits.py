@@ -4,7 +4,6 @@ check, and the rlimit fallback of the compute pool."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,12 +129,6 @@ def test_replicas_run_in_cgroups_with_the_machine_limits_and_an_oom_kill_shows(
         assert int(memsw.read_text()) == TIGHT.memory_mb << 20
     assert int((cg.cpu / "cpu.cfs_quota_us").read_text()) == 50_000
     assert int((cg.cpu / "cpu.cfs_period_us").read_text()) == 100_000
-    # The directories above it weigh like the machine's cores (owner, sandbox, mlsandbox), so that a busy
-    # machine does not starve every job and replica together as one ordinary process; the leaf keeps 1024.
-    assert int((cg.cpu / "cpu.shares").read_text()) == 1024
-    above = [cg.cpu.parent, cg.cpu.parent.parent, cg.cpu.parent.parent.parent]
-    assert above[-1].name == "mlsandbox"
-    assert [int((d / "cpu.shares").read_text()) for d in above] == [1024 * (os.cpu_count() or 1)] * 3
     assert replica.record.pid in cg.pids()  # the server itself (the shim exec'd into it)
     # Where `mlsandbox gc` looks: under the sandbox's job cgroups, owner-marked like jobs.
     assert cg.memory.parent.parent == sandbox_cgroup_dirs(sandbox.name)[0]  # <sandbox>/<owner>/<replica>

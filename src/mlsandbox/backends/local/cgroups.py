@@ -39,27 +39,6 @@ _MAX_DEPTH = 8
 """How deep below a hierarchy's root :func:`find_roots` looks for ``mlsandbox`` directories."""
 
 
-TREE_SHARES = 1024 * (os.cpu_count() or 1)
-"""``cpu.shares`` of the directories above the leaves (``mlsandbox``, a sandbox, an owner). On cgroup v1 a
-directory competes with its siblings, the plain processes of its parent included, as one task of its weight:
-at the default 1024, every job and model server of every sandbox together would weigh as much as one other
-process of the machine, and a loaded machine would starve them. Weighed like the machine's cores (as the
-kubelet weighs ``kubepods``), the tree can take the whole machine against equal competition; its leaves keep
-the default weight among themselves and their own ``cpu.cfs_quota_us``."""
-
-
-def weigh_parents(leaf: Path) -> None:
-    """Give the cpu directories above ``leaf``, up to its ``mlsandbox`` directory, :data:`TREE_SHARES`
-    (best effort: a hierarchy without ``cpu.shares`` keeps its weights)."""
-    parents = list(leaf.parents)
-    tops = [i for i, p in enumerate(parents) if p.name == TOP]
-    for parent in parents[: tops[0] + 1] if tops else []:
-        shares = parent / "cpu.shares"
-        with contextlib.suppress(OSError, ValueError):
-            if int(shares.read_text()) != TREE_SHARES:
-                shares.write_text(str(TREE_SHARES))
-
-
 def own_cgroup(controller: str) -> str:
     """This process's cgroup path in the v1 hierarchy of ``controller`` (``/`` when not found)."""
     with contextlib.suppress(OSError):

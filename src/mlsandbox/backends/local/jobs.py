@@ -249,7 +249,6 @@ def _make_cgroup_dir(path: Path) -> None:
             with _TREE_LOCK:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.mkdir()
-                cgroup_layout.weigh_parents(path)
             return
         except FileNotFoundError:
             if attempt == 2:
