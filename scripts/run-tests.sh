@@ -77,17 +77,18 @@ if [[ $# -eq 0 && "${MLSANDBOX_TEST_LANES:-2}" != "1" ]]; then
   fi
   trap - INT TERM
   rc=0
+  failed=()
   for name in 1 2 3; do
     # A lane interrupted before it recorded its status failed; 5 (no tests collected) is a failure.
     read -r code seconds 2>/dev/null <"$lanes/$name" || { code=1; seconds="?"; }
     [[ $code -ne 5 ]] || { echo "run-tests: lane $name collected no tests: failing" >&2; code=1; }
     echo "run-tests: lane $name: exit $code in ${seconds} s"
-    [[ $code -eq 0 ]] || rc=1
+    [[ $code -eq 0 ]] || { rc=1; [[ ! -s "$lanes/$name.log" ]] || failed+=("$name"); }
   done
   # The lanes end at different times: what failed in each is repeated here, at the end.
-  for name in 1 2 3; do
-    read -r code _ 2>/dev/null <"$lanes/$name" || code=1
-    [[ $code -eq 0 || ! -s "$lanes/$name.log" ]] || { echo "run-tests: lane $name, what failed:"; summary "$name"; }
+  for name in "${failed[@]}"; do
+    echo "run-tests: lane $name, what failed:"
+    summary "$name"
   done
   rm -rf "$lanes"
 else
