@@ -6,12 +6,15 @@
 #   - waits until the daemon answers, then prints its version
 # Nothing happens when a daemon already answers (Docker Desktop, a systemd-managed engine, a remote
 # DOCKER_HOST): a second run takes well under a second.
+# `--stop` stops the dockerd this script started (its pid is kept in $MLSANDBOX_HOME/dockerd.pid) and
+# nothing else: an engine that was already running is left as it was. `.ci/run` calls it on exit.
 set -euo pipefail
 
 MLSANDBOX_HOME="${MLSANDBOX_HOME:-$HOME/.cache/mlsandbox}"
 DOCKER="${DOCKER:-docker}"
 WAIT_S="${DOCKERD_WAIT_S:-60}"
 LOG="$MLSANDBOX_HOME/dockerd.log"
+PIDFILE="$MLSANDBOX_HOME/dockerd.pid"
 
 say() { printf '\033[1m[docker-engine]\033[0m %s\n' "$*"; }
 die() { printf '\033[31m[docker-engine] error:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -24,6 +27,21 @@ apt_install() {
     || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null; } \
     || die "apt-get install $* failed (see above)"
 }
+
+if [[ "${1:-}" == "--stop" ]]; then
+  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  if [[ -n "$pid" && "$(cat "/proc/$pid/comm" 2>/dev/null)" == dockerd ]]; then
+    say "stopping the dockerd started here (pid $pid)"
+    kill -TERM "$pid"  # dockerd stops its containers and its containerd, then exits
+    for ((i = 0; i < WAIT_S * 4; i++)); do
+      [[ -d "/proc/$pid" ]] || break
+      sleep 0.25
+    done
+    [[ ! -d "/proc/$pid" ]] || { kill -KILL "$pid" 2>/dev/null || true; say "dockerd did not stop in ${WAIT_S}s: killed"; }
+  fi
+  rm -f "$PIDFILE"
+  exit 0
+fi
 
 # --- packages -------------------------------------------------------------------------------------
 missing=()
@@ -59,6 +77,7 @@ if ! pgrep -x dockerd >/dev/null 2>&1; then
   say "starting dockerd (log: $LOG)"
   # Detached from this shell (its own session) so that it outlives the caller, as a service would.
   setsid nohup dockerd >>"$LOG" 2>&1 </dev/null &
+  echo $! >"$PIDFILE"  # setsid execs dockerd (a background job leads no process group): this is its pid
 fi
 for ((i = 0; i < WAIT_S * 4; i++)); do
   answers && break
