@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SEED ?= 7
 
-.PHONY: setup setup-demo demo test test-fast node-chaos-test bench bench-reliability lint gc clean help
+.PHONY: setup setup-demo demo test test-fast node-chaos-test bench bench-reliability bench-publish docs docs-serve lint gc clean help
 
 help:
 	@echo "make setup     install everything the tests need: venv with extras, MinIO, Toxiproxy, PostgreSQL, helm (idempotent)"
@@ -13,6 +13,9 @@ help:
 	@echo "make test-fast setup + the tests that need no services (-m 'not services')"
 	@echo "make bench     setup + benchmarks; figures printed and saved under .bench/"
 	@echo "make bench-reliability  setup + soak (100 episodes each way) and load (N = 1, 4, 16 sessions)"
+	@echo "make bench-publish  copy the figures of .bench/*.json to benchmarks/results/ (committed; the site renders them)"
+	@echo "make docs      build the documentation site into site/ (mkdocs --strict: a broken link fails)"
+	@echo "make docs-serve  serve the documentation site at http://127.0.0.1:8000/, rebuilt on every change"
 	@echo "make lint      ruff, the import-layer contracts and the type checker (mypy)"
 	@echo "make gc        remove what crashed runs left behind"
 
@@ -56,6 +59,23 @@ bench-reliability: setup
 	$(PY) benchmarks/bench_soak.py
 	$(PY) benchmarks/bench_load.py --sessions 1 4 16
 
+# The published benchmark results: .bench/ is ignored by git, benchmarks/results/ is committed and the site's
+# "Benchmark results" page is generated from it (docs/hooks/reference.py).
+bench-publish:
+	@ls .bench/*.json >/dev/null 2>&1 || { echo "bench-publish: no .bench/*.json: run make bench first" >&2; exit 1; }
+	@mkdir -p benchmarks/results
+	cp .bench/*.json benchmarks/results/
+	@echo "bench-publish: $$(ls .bench/*.json | wc -l) files in benchmarks/results/; commit them to publish"
+
+# The documentation site (mkdocs.yml, docs/): the reference pages are generated at build time.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
+
+docs: setup
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: setup
+	$(DOCS_ENV) $(VENV)/bin/mkdocs serve --strict
+
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
@@ -66,6 +86,6 @@ gc: setup
 	$(VENV)/bin/mlsandbox gc
 
 clean:
-	rm -rf .pytest_cache .ruff_cache .bench build dist src/*.egg-info
+	rm -rf .pytest_cache .ruff_cache .bench build dist site src/*.egg-info
 
 include kube.mk

@@ -13,13 +13,20 @@ if command -v go >/dev/null 2>&1; then
   [[ "$(id -u)" != "0" ]] || tools+=(--with-node)
   "$ROOT/scripts/install-kube-tools.sh" "${tools[@]}" || { echo "run-tests: building the Kubernetes binaries failed" >&2; exit 1; }
 fi
-# The static checks: the import contracts and the type checker (a failure fails the run once the tests
-# have run, so one run reports everything).
+# The static checks: the import contracts, the type checker and the documentation site's strict build (a
+# failure fails the run once the tests have run, so one run reports everything).
 static=0
 # mypy's cache outside the clone (a fresh clone reuses it: entries are checked against the sources' hashes).
 export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MLSANDBOX_HOME:-$HOME/.cache/mlsandbox}/mypy-cache}"
 "$VENV/bin/lint-imports" --no-logo >/dev/null || { "$VENV/bin/lint-imports" --no-logo; echo "run-tests: import contracts broken" >&2; static=1; }
 "$VENV/bin/mypy" || { echo "run-tests: the type checker found errors" >&2; static=1; }
+# The documentation site, built with --strict (a broken link or anchor, a page missing from the nav, a
+# generated reference page that fails): into a throwaway directory, removed after; its log shown on failure
+# only (--quiet would also silence the warnings that --strict counts).
+docs_site="$(mktemp -d "${TMPDIR:-/tmp}/mlsandbox-site.XXXXXX")"
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --site-dir "$docs_site/site" >"$docs_site/log" 2>&1 \
+  || { cat "$docs_site/log"; echo "run-tests: the documentation site does not build (mkdocs build --strict)" >&2; static=1; }
+rm -rf "$docs_site"
 
 # Two lanes at once (the whole suite, no arguments): most of it waits on services, pods and training jobs
 # rather than computing (a load average near 1 on 2 cores when run as one process), so two pytest processes

@@ -1,8 +1,8 @@
-"""Shared helpers of the integration tests: free ports, a server subprocess, and the README's examples.
+"""Shared helpers of the integration tests: free ports, a server subprocess, and the documented examples.
 
-Every README example of an integration sits in a ```python block right after an HTML comment
-``<!-- example: NAME -->``; :func:`readme_example` returns its code and :func:`run_example` runs it in a
-fresh interpreter (so it is tested exactly as a user would paste it).
+Every documented example of an integration (the page ``docs/integrations.md``) sits in a ```python block
+right after an HTML comment ``<!-- example: NAME -->``; :func:`readme_example` returns its code and
+:func:`run_example` runs it in a fresh interpreter (so it is tested exactly as a user would paste it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+DOCS = (ROOT / "docs" / "integrations.md", ROOT / "README.md")
+"""Where the examples are looked for, in order."""
 FAST_SCENARIO = str(ROOT / "src" / "mlsandbox" / "env" / "scenarios" / "rl-fast.yaml")
 
 
@@ -31,10 +32,16 @@ def free_port() -> int:
 
 
 def readme_example(name: str) -> str:
-    text = README.read_text()
-    m = re.search(rf"<!-- example: {re.escape(name)} -->\s*```python\n(.*?)```", text, re.DOTALL)
-    assert m, f"README has no example {name!r} (a ```python block after <!-- example: {name} -->)"
-    return m.group(1)
+    for doc in DOCS:
+        m = re.search(
+            rf"<!-- example: {re.escape(name)} -->\s*```python\n(.*?)```", doc.read_text(), re.DOTALL
+        )
+        if m:
+            return m.group(1)
+    raise AssertionError(
+        f"no documented example {name!r} (a ```python block after <!-- example: {name} -->) in "
+        + ", ".join(str(d.relative_to(ROOT)) for d in DOCS)
+    )
 
 
 def run_example(name: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -47,7 +54,7 @@ def run_example(name: str, env: dict[str, str], timeout: float = 600) -> subproc
         check=False,
     )
     assert done.returncode == 0, (
-        f"README example {name!r} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+        f"documented example {name!r} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     )
     return done
 
