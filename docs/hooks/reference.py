@@ -260,7 +260,7 @@ def action_reference() -> str:
 # --------------------------------------------------------------------------------------- the benchmarks
 
 
-def format_number(value: float) -> str:
+def format_number(value: float | int) -> str:
     """A figure rounded for reading: integers as they are, floats to about three significant digits."""
     if isinstance(value, bool):
         return str(value).lower()
@@ -273,8 +273,6 @@ def format_number(value: float) -> str:
         return f"{value:,.0f}"
     if magnitude >= 100:
         return f"{value:.1f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
     if magnitude == 0:
         return "0"
     return f"{value:.3g}"
@@ -354,7 +352,7 @@ def benchmark_reference(results: Path = RESULTS) -> str:
         "# Benchmark results",
         "",
         GENERATED_NOTE.format(what="from the published results, `benchmarks/results/*.json`"),
-        "`make bench` (and `make bench-reliability`, the benchmarks run on their own) write their figures "
+        "`make bench`, `make bench-reliability` and the benchmarks run on their own write their figures "
         "to `.bench/*.json`, which git ignores; `make bench-publish` copies them to "
         "`benchmarks/results/`, which is committed, and this page shows them: one table per file, nested "
         "figures as dotted paths, numbers rounded. The figures measured before this page existed are on "
