@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import typer
@@ -64,7 +65,7 @@ def test_every_page_under_docs_is_in_the_site_navigation() -> None:
 
 
 def test_the_cli_reference_names_every_top_level_command(hook: ModuleType) -> None:
-    root = typer.main.get_command(app)
+    root: Any = typer.main.get_command(app)  # a group: list_commands, get_command
     ctx = root.context_class(root, info_name="mlsandbox")
     names = [n for n in root.list_commands(ctx) if not getattr(root.get_command(ctx, n), "hidden", False)]
     assert {"up", "down", "run", "bench", "tools", "scenarios"} <= set(names)
