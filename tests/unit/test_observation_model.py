@@ -17,6 +17,7 @@ from mlsandbox.gateway.observations import (
     Observation,
     error_observation,
     ok_observation,
+    reset_observation,
 )
 
 BUDGET = {"credits": 100.0, "credits_used": 1.25, "steps_left": 27}
@@ -102,7 +103,16 @@ def test_observation_dicts_are_the_model_dumped() -> None:
     )
     assert detailed["error"]["details"] == [{"field": "seconds", "message": "<0"}]
     assert detailed["result"] is None and detailed["ok"] is False
-    for obs in (ok, bare, detailed):
+    first = reset_observation({"task": "t"}, BUDGET)
+    assert first == {
+        "step": 0,
+        "ok": True,
+        "action": None,
+        "result": {"task": "t"},
+        "error": None,
+        "budget": BUDGET,
+    }
+    for obs in (ok, bare, detailed, first):
         assert Observation.model_validate(obs).as_dict() == obs
     with pytest.raises(ValueError):
         ok_observation(1, "list_runs", {}, {**BUDGET, "surprise": 1})  # the budget's shape is fixed

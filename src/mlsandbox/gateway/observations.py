@@ -83,6 +83,14 @@ def observation_error(err: ActionError) -> ObservationError:
     return ObservationError(code=err.code, message=err.message, details=err.details)
 
 
+def reset_observation(result: dict[str, Any], budget: dict[str, Any]) -> dict[str, Any]:
+    """The first observation of an episode: step 0, no action, ``result`` (the task and what it offers)."""
+    obs = Observation(
+        step=0, ok=True, action=None, result=result, error=None, budget=Budget.model_validate(budget)
+    )
+    return obs.as_dict()
+
+
 def ok_observation(step: int, action: str, result: dict[str, Any], budget: dict[str, Any]) -> dict[str, Any]:
     obs = Observation(
         step=step, ok=True, action=action, result=result, error=None, budget=Budget.model_validate(budget)
@@ -113,4 +121,5 @@ __all__ = [
     "error_observation",
     "observation_error",
     "ok_observation",
+    "reset_observation",
 ]
