@@ -33,7 +33,7 @@ import numpy as np
 from mlsandbox.agents.base import Agent
 from mlsandbox.agents.runner import run_episode
 from mlsandbox.env.gym_env import MLSandboxEnv
-from mlsandbox.env.wrappers import DiscreteActions, FlatObservation, SuiteEpisodes
+from mlsandbox.env.wrappers import DiscreteActions, FlatObservation, SuiteEpisodes, in_process_env
 from mlsandbox.scenario import Scenario
 from mlsandbox.scenario.suites import suite
 
@@ -117,7 +117,7 @@ def expert_policy(env: DiscreteActions) -> Policy:
 
     def act(_obs: np.ndarray, _mask: np.ndarray) -> int:
         slots = env.slots()
-        st = env.unwrapped.gateway.state  # type: ignore[attr-defined]
+        st = in_process_env(env).episode
         mem = flat.memory
 
         def find(**want: Any) -> int | None:

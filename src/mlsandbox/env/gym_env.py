@@ -9,17 +9,23 @@ The environment attaches to a running sandbox, or starts one itself (``start_san
 on ``close()``. ``reset`` starts an isolated episode on the running services without restarting them.
 The env is registered as nondeterministic: steps run real processes whose timings and CPU-seconds vary
 from run to run. The first observation after ``reset(seed=s)`` is identical for the same seed and scenario.
+
+What wrappers and tools read of the running episode is public: :attr:`MLSandboxEnv.episode` (its state),
+:attr:`~MLSandboxEnv.last_observation`, :meth:`~MLSandboxEnv.budget`, :meth:`~MLSandboxEnv.supports`,
+:meth:`~MLSandboxEnv.job_status`, and :meth:`~MLSandboxEnv.refusing` to refuse action types for a while.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
 
 from mlsandbox.backends import get_backend
-from mlsandbox.backends.protocols import Backend, Runtime
+from mlsandbox.backends.protocols import Backend, JobStatus, Runtime
 from mlsandbox.env.dashboard import from_gateway, render_dashboard
 from mlsandbox.env.spaces import (
     RENDER_MODES,
@@ -36,6 +42,7 @@ from mlsandbox.errors import NotRunningError
 from mlsandbox.gateway import Gateway
 from mlsandbox.paths import default_sandbox_name
 from mlsandbox.scenario import Scenario, load_scenario
+from mlsandbox.world.episode import EpisodeState
 
 
 class MLSandboxEnv(gym.Env[dict[str, Any], str]):
@@ -63,6 +70,8 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         self._owns_sandbox = False
         self._runtime: Runtime | None = None
         self.gateway: Gateway | None = None
+        """The running episode's gateway (None between episodes), for tools that inspect an episode in
+        depth; wrappers and integrations read the accessors below instead."""
         self._last: dict[str, Any] | None = None
         self._last_info: dict[str, Any] = {}
         self.action_space = action_space()
@@ -122,11 +131,64 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
         self._runtime = None
         super().close()
 
+    # ---------------------------------------------------------------------- the episode (read-only)
+
+    @property
+    def episode_running(self) -> bool:
+        """Whether an episode runs: ``reset`` was called and ``close`` was not since."""
+        return self.gateway is not None
+
+    @property
+    def episode(self) -> EpisodeState:
+        """The running episode's state (step, datasets, jobs, credits, registrations, ...), to read only;
+        :class:`gymnasium.error.ResetNeeded` when no episode runs."""
+        return self._running().state
+
+    @property
+    def last_observation(self) -> dict[str, Any] | None:
+        """The last structured observation (of ``reset`` or of the last step; what
+        :func:`decode_observation` gives from the env's observation), to read only; None before the first
+        ``reset``."""
+        return self._last
+
+    def budget(self) -> dict[str, Any]:
+        """The running episode's budget now (``credits``, ``credits_used``, ``steps_left``), as an
+        observation carries it."""
+        return self._running().budget()
+
+    def supports(self, capability: str) -> bool:
+        """Whether the running episode's backend supports ``capability`` (a key of its support declaration,
+        such as ``faults.services``)."""
+        return self._running().runtime.support().reason(capability) is None
+
+    def job_status(self, job_id: str) -> JobStatus:
+        """The backend's status of the running episode's job ``job_id`` (state, times, CPU-seconds), read
+        through the episode's compute pool; ``KeyError`` for a job the episode does not have."""
+        gw = self._running()
+        return gw.pool.get(gw.state.jobs[job_id].backend_id)
+
+    @contextmanager
+    def refusing(self, actions: Mapping[str, str]) -> Iterator[None]:
+        """Within the block, steps refuse the action types of ``actions`` (type -> reason) as the gateway
+        refuses a denied action: a ``forbidden`` error observation, its penalty, nothing done."""
+        gw = self._running()
+        policy = dict(gw.denied_actions)
+        gw.denied_actions = {**policy, **actions}
+        try:
+            yield
+        finally:
+            gw.denied_actions = policy
+
     # -------------------------------------------------------------------------------------- helpers
 
     @property
     def backend(self) -> Backend:
         return self._backend
+
+    def _running(self) -> Gateway:
+        if self.gateway is None:
+            raise gym.error.ResetNeeded("no episode is running: call reset() first")
+        return self.gateway
 
     def _ensure_runtime(self) -> Runtime:
         if self._runtime is not None:

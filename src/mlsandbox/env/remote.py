@@ -67,6 +67,12 @@ class RemoteMLSandboxEnv(gym.Env[dict[str, Any], str]):
         self.action_space = action_space()
         self.observation_space = observation_space()
 
+    @property
+    def last_observation(self) -> dict[str, Any] | None:
+        """The last structured observation (of ``reset`` or of the last step), to read only; None before the
+        first ``reset`` (as the in-process env's)."""
+        return self._last
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -51,7 +51,8 @@ per service the last health probe (healthy, unhealthy) and a restart; the last e
 hidden (ground truth, the defect manifest, fault records) goes in: every feature comes from the episode
 state the gateway keeps or from an observation the agent received, so it is the same on every backend.
 Both wrappers need the in-process env (:class:`~mlsandbox.env.gym_env.MLSandboxEnv`): the state they
-read is not sent over HTTP.
+read is not sent over HTTP. They read it through the env's public accessors (``episode``,
+``last_observation``, ``supports``), found with :func:`in_process_env`.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from mlsandbox.env.gym_env import MLSandboxEnv
 from mlsandbox.errors import ActionError
-from mlsandbox.gateway.dispatcher import Gateway, parse_action
+from mlsandbox.gateway.dispatcher import parse_action
 from mlsandbox.gateway.packs.core.actions import CleanDataset, ServiceName, TrainModel
 from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.world.episode import EpisodeState
@@ -83,9 +85,9 @@ ALGORITHMS: tuple[str, ...] = get_args(TrainModel.model_fields["algorithm"].anno
 
 @dataclass(frozen=True)
 class SlotContext:
-    """What a template reads to build its slots: the episode and the wrapper's options."""
+    """What a template reads to build its slots: the episode's state and the wrapper's options."""
 
-    gateway: Gateway
+    state: EpisodeState
     max_datasets: int
     max_jobs: int
     wait_seconds: tuple[float, ...]
@@ -95,10 +97,8 @@ class SlotContext:
     """Machine types of the ``train_model`` slots (None: no machine, the action's default resources)."""
     services: tuple[str, ...] = SERVICES
     """Services of the health, restart and service-log slots."""
-
-    @property
-    def state(self) -> EpisodeState:
-        return self.gateway.state
+    has_services: bool = False
+    """The episode's backend exposes its services (health, logs, restarts: ``faults.services``)."""
 
     def dataset(self, i: int) -> str | None:
         keys = list(self.state.datasets)
@@ -106,10 +106,6 @@ class SlotContext:
 
     def job_id(self, j: int) -> str:
         return f"job-{j + 1}"
-
-    @property
-    def has_services(self) -> bool:
-        return self.gateway.runtime.support().reason("faults.services") is None
 
 
 Slot = tuple[dict[str, Any], bool]
@@ -226,17 +222,16 @@ def _masked_fallback(action_type: str) -> Template:
     return _one({"type": action_type}, lambda _: False)
 
 
-def _gateway_of(env: gym.Env[Any, Any]) -> Gateway:
+def in_process_env(env: gym.Env[Any, Any]) -> MLSandboxEnv:
+    """The in-process :class:`~mlsandbox.env.gym_env.MLSandboxEnv` under ``env``'s wrappers (the env whose
+    episode state the RL wrappers read); ``TypeError`` for any other env."""
     inner = env.unwrapped
-    if not hasattr(inner, "gateway"):
+    if not isinstance(inner, MLSandboxEnv):
         raise TypeError(
             f"{type(inner).__name__} does not expose its episode state: the RL wrappers need the in-process "
             "MLSandboxEnv (mlsandbox/MLSandbox-v0)"
         )
-    gw = inner.gateway
-    if gw is None:
-        raise gym.error.ResetNeeded("call reset() first")
-    return gw
+    return inner
 
 
 class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
@@ -309,10 +304,10 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         Computed once per state: the list is kept until the episode's step, datasets, jobs or credits
         change (the mask is asked for several times between two steps), and an action's validation
         against the action models and the scenario's hard constraints is remembered by its content."""
-        gw = _gateway_of(self.env)
-        st = gw.state
+        inner = in_process_env(self.env)
+        st = inner.episode
         key = (
-            id(gw),
+            id(st),
             st.step,
             st.done,
             st.credits_left,
@@ -321,7 +316,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         )
         if self._slots_cache is not None and self._slots_cache[0] == key:
             return list(self._slots_cache[1])
-        ctx = dataclasses.replace(self._probe, gateway=gw)
+        ctx = dataclasses.replace(self._probe, state=st, has_services=inner.supports("faults.services"))
         out: list[Slot] = []
         for tpl, i in self._index:
             action, ok = tpl.build(ctx, i)
@@ -486,10 +481,10 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         return super().step(action)
 
     def observation(self, observation: Any) -> np.ndarray:
-        gw = _gateway_of(self.env)
-        st = gw.state
+        inner = in_process_env(self.env)
+        st = inner.episode
         sc = st.scenario
-        obs = self.env.unwrapped._last or {}  # type: ignore[attr-defined]
+        obs = inner.last_observation or {}
         mem = self.memory
         if self._action is not None:
             mem.update(self._action, obs, sc.goal.model_name)
@@ -607,8 +602,6 @@ def make_rl_env(
     **env_kwargs: Any,
 ) -> gym.Env[np.ndarray, np.int64]:
     """``MLSandboxEnv`` with :class:`FlatObservation` and :class:`DiscreteActions` (masks via ``action_masks``)."""
-    from mlsandbox.env.gym_env import MLSandboxEnv
-
     env: gym.Env[Any, Any] = MLSandboxEnv(scenario, **env_kwargs)
     env = FlatObservation(env, max_datasets=max_datasets, max_jobs=max_jobs)
     return DiscreteActions(
@@ -634,5 +627,6 @@ __all__ = [
     "SlotContext",
     "SuiteEpisodes",
     "Template",
+    "in_process_env",
     "make_rl_env",
 ]

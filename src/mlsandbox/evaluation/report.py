@@ -19,7 +19,7 @@ from typing import Any
 
 from mlsandbox.evaluation.results import EpisodeRow, FaultWindow, GroupSummary, leaderboard, summarize
 
-_CSS = """
+REPORT_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:70em;
 color:#222;padding:0 1em}
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd}
@@ -33,7 +33,8 @@ dl.run dd{margin:0}
 """
 
 
-def _svg(fig: Any) -> str:
+def figure_svg(fig: Any) -> str:
+    """A matplotlib figure as inline SVG markup (the figure is closed)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -43,7 +44,8 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
+    """matplotlib's ``pyplot`` set up for the reports' SVG plots (no display, text kept as text)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,7 +57,7 @@ def _plt() -> Any:
 
 def plot_family_success(families: list[GroupSummary]) -> str:
     """Grouped bars: success rate per family and agent, with the 95% interval as error bars."""
-    plt = _plt()
+    plt = pyplot()
     fams = sorted({g.family or "" for g in families})
     agents = list(dict.fromkeys(g.agent for g in families))
     width = 0.8 / max(1, len(agents))
@@ -81,12 +83,12 @@ def plot_family_success(families: list[GroupSummary]) -> str:
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("success rate (95% CI)")
     ax.legend(fontsize=8)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def plot_pass_k(agents: list[GroupSummary]) -> str:
     """Per agent: pass@k (solid) and pass^k (dashed) against k, the unbiased estimators over tasks."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     for i, g in enumerate(agents):
         if not g.pass_at_k:
@@ -101,7 +103,7 @@ def plot_pass_k(agents: list[GroupSummary]) -> str:
     ax.set_ylabel("probability")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def _pass_k_rows(groups: list[GroupSummary], ks: list[str], *, family: bool) -> list[list[str]]:
@@ -123,7 +125,7 @@ def _k_columns(groups: list[GroupSummary]) -> list[str]:
 
 def plot_reward_distribution(rows: list[EpisodeRow]) -> str:
     """Per agent: the episode rewards as a box plot with every episode as a dot."""
-    plt = _plt()
+    plt = pyplot()
     by_agent: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         if r.error is None:
@@ -139,12 +141,12 @@ def plot_reward_distribution(rows: list[EpisodeRow]) -> str:
         ax.set_xticks(range(1, len(agents) + 1))
         ax.set_xticklabels(agents)
     ax.set_ylabel("episode reward")
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def plot_cost_vs_success(rows: list[EpisodeRow]) -> str:
     """Credits used against the task score, one dot per episode, a marker per agent (filled: success)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     markers = "osD^v<>p*h"
     for i, agent in enumerate(dict.fromkeys(r.agent for r in rows)):
@@ -165,7 +167,7 @@ def plot_cost_vs_success(rows: list[EpisodeRow]) -> str:
     ax.set_ylabel("task score")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def _trajectory_cell(row: EpisodeRow, base: Path | None) -> str:
@@ -377,7 +379,7 @@ def _timelines(rows: list[EpisodeRow], steps: dict[int, list[dict[str, Any]]], b
 
 def plot_action_histogram(rows: list[EpisodeRow], steps: dict[int, list[dict[str, Any]]]) -> str:
     """Per agent: how often it chose each action type (share of its steps), over the drawn episodes."""
-    plt = _plt()
+    plt = pyplot()
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for i, recs in steps.items():
         for st in recs:
@@ -396,7 +398,7 @@ def plot_action_histogram(rows: list[EpisodeRow], steps: dict[int, list[dict[str
     ax.set_xlabel("share of the agent's steps")
     if agents:
         ax.legend(fontsize=7)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def _usage(row: EpisodeRow) -> dict[str, Any] | None:
@@ -416,7 +418,7 @@ def _cost(row: EpisodeRow) -> float:
 def plot_tokens_vs_success(rows: list[EpisodeRow]) -> str:
     """Tokens an LLM agent used against the task score, one dot per episode (filled: success); the
     USD cost, when the agent priced its tokens, in the legend per agent."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for i, agent in enumerate(dict.fromkeys(r.agent for r in rows if _usage(r))):
         mine = [r for r in rows if r.agent == agent and r.error is None and _usage(r)]
@@ -436,7 +438,7 @@ def plot_tokens_vs_success(rows: list[EpisodeRow]) -> str:
     ax.set_ylim(-0.05, 1.05)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def _cell(value: Any, left: bool = False) -> str:
@@ -542,7 +544,7 @@ def render_html(
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{html.escape(title)}</title><style>{REPORT_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1><p class='meta'>{meta_html} · {len(rows)} episodes</p>",
         _run_block(provenance),
         "<h2>Leaderboard</h2>",

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlsandbox.evaluation.report import _CSS, _plt, _svg
+from mlsandbox.evaluation.report import REPORT_CSS, figure_svg, pyplot
 from mlsandbox.fidelity.compare import TripleComparison, ks_statistic
 
 SUCCESS_AGREEMENT_TARGET = 0.95
@@ -107,7 +107,7 @@ def figures(triples: list[TripleComparison]) -> Figures:
 
 def plot_job_durations(triples: list[TripleComparison]) -> str:
     """Job wall durations and CPU-seconds on each backend, as empirical CDFs side by side."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.0))
     for ax, what, label in (
         (axes[0], "duration_s", "job wall time (s)"),
@@ -144,12 +144,12 @@ def plot_job_durations(triples: list[TripleComparison]) -> str:
         ax.set_ylabel("share of jobs")
         ax.set_ylim(0, 1.05)
         ax.legend(fontsize=7)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def plot_auc(triples: list[TripleComparison]) -> str:
     """Holdout AUC on local against sim, one dot per triple where both registered a model."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(3.6, 3.4))
     pts = [(t.local.holdout_auc, t.sim.holdout_auc, t.agent) for t in triples if t.auc_diff is not None]
     agents = list(dict.fromkeys(a for _, _, a in pts))
@@ -163,12 +163,12 @@ def plot_auc(triples: list[TripleComparison]) -> str:
     ax.set_ylabel("holdout AUC, sim")
     if agents:
         ax.legend(fontsize=7)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def plot_components(triples: list[TripleComparison]) -> str:
     """Mean reward per component on each backend."""
-    plt = _plt()
+    plt = pyplot()
     comps = sorted({k for t in triples if t.comparable for k in (*t.local.components, *t.sim.components)})
     fig, ax = plt.subplots(figsize=(max(4.5, 0.7 * len(comps) + 2), 3.0))
     width = 0.38
@@ -183,7 +183,7 @@ def plot_components(triples: list[TripleComparison]) -> str:
     ax.axhline(0, color="#999", lw=0.6)
     ax.set_ylabel("mean reward per episode")
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 # ------------------------------------------------------------------------------------------------- html
@@ -215,7 +215,7 @@ def _page(title: str, meta: str, body: list[str]) -> str:
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{html.escape(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>",
+            f"<title>{html.escape(title)}</title><style>{REPORT_CSS}{_EXTRA_CSS}</style></head><body>",
             f"<h1>{html.escape(title)}</h1><p class='meta'>{html.escape(meta)}</p>",
             *body,
             "</body></html>",

@@ -55,14 +55,13 @@ class _JobWatch:
     jobs: dict[str, JobTrace]
 
     def __call__(self, _: StepRecord) -> None:
-        gw = self.env.gateway
-        if gw is None:
+        if not self.env.episode_running:
             return
-        for job in gw.state.jobs.values():
+        for job in self.env.episode.jobs.values():
             if job.job_id in self.jobs and self.jobs[job.job_id].state in _TERMINAL:
                 continue
             try:
-                status = gw.pool.get(job.backend_id)
+                status = self.env.job_status(job.job_id)
             except Exception:
                 continue
             duration = None

@@ -3,7 +3,9 @@
 - Tools: one per action, generated from the action models (:mod:`mlsandbox.gateway.tools`): name = the
   action type, description = its docstring, input schema = its parameters' JSON Schema. A call becomes one
   gateway step; the result's text is the rendered observation (:mod:`mlsandbox.gateway.render`) and its
-  structured content ``{observation, reward, terminated, truncated}``. An action the gateway rejects comes
+  structured content ``{observation, reward, terminated, truncated}`` (:class:`StepOutput`, every tool's
+  declared output schema; its observation is the gateway's one
+  :class:`~mlsandbox.gateway.observations.Observation`). An action the gateway rejects comes
   back as a tool error (``isError``) carrying the gateway's code and message, and costs its penalty as it
   does everywhere else. A tool name that is no action is a protocol error (no step is taken).
 - Resources: ``mlsandbox://episode/task`` (the scenario's task, Markdown), ``mlsandbox://episode/observation``
@@ -25,12 +27,13 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 
 from mlsandbox import __version__
 from mlsandbox.backends.protocols import Runtime
 from mlsandbox.gateway.dispatcher import Gateway
-from mlsandbox.gateway.observations import StepResult
+from mlsandbox.gateway.observations import Observation, StepResult
 from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.gateway.render import DEFAULT_MAX_CHARS, render_observation
 from mlsandbox.gateway.tools import action_description, action_type, parameters_schema, tool_call_to_action
@@ -40,6 +43,21 @@ TASK_URI = "mlsandbox://episode/task"
 OBSERVATION_URI = "mlsandbox://episode/observation"
 OBSERVATION_JSON_URI = "mlsandbox://episode/observation.json"
 RESOURCE_NOT_FOUND = -32002
+
+
+class StepOutput(BaseModel):
+    """A tool call's structured content (every tool's ``outputSchema``): the step the call made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    observation: Observation
+    reward: float = Field(description="The step's reward (the sum of its components).")
+    terminated: bool = Field(description="The episode ended (submitted, or a hard constraint was broken).")
+    truncated: bool = Field(description="The episode reached its step limit.")
+
+
+STEP_OUTPUT_SCHEMA: dict[str, Any] = StepOutput.model_json_schema(mode="serialization")
+"""The JSON Schema of :class:`StepOutput`, declared as each tool's output schema."""
 
 
 class EpisodeHost:
@@ -96,6 +114,7 @@ def mcp_tools() -> list[types.Tool]:
                 name=name,
                 description=action_description(model),
                 input_schema=parameters_schema(model),
+                output_schema=STEP_OUTPUT_SCHEMA,
                 annotations=types.ToolAnnotations(
                     read_only_hint=name in catalog.read_only,
                     destructive_hint=name in catalog.destructive,
@@ -239,8 +258,10 @@ def streamable_http_app(
 __all__ = [
     "OBSERVATION_JSON_URI",
     "OBSERVATION_URI",
+    "STEP_OUTPUT_SCHEMA",
     "TASK_URI",
     "EpisodeHost",
+    "StepOutput",
     "build_server",
     "mcp_tools",
     "serve_stdio",

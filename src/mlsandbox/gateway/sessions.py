@@ -8,7 +8,8 @@ Thread safety: a manager-wide lock guards the session table only; each session h
 steps on one session run one after the other while steps on different sessions run in parallel.
 
 The wire models of the HTTP gateway live here too (pydantic, ``extra="forbid"``), so the server
-(:mod:`mlsandbox.gateway.http`) and the client (:mod:`mlsandbox.gateway.client`) share them.
+(:mod:`mlsandbox.gateway.http`) and the client (:mod:`mlsandbox.gateway.client`) share them; the
+observation they carry is the gateway's one :class:`~mlsandbox.gateway.observations.Observation`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from mlsandbox.backends.registry import backend_type, get_backend
 from mlsandbox.errors import MLSandboxError
 from mlsandbox.gateway.actions import ACTION_TYPES, action_catalog
 from mlsandbox.gateway.dispatcher import Gateway
+from mlsandbox.gateway.observations import Observation
 from mlsandbox.scenario import Scenario, catalog_ids, load_builtin
 
 DEFAULT_MAX_SESSIONS = 16
@@ -149,29 +151,6 @@ class ResetRequest(_Wire):
     @classmethod
     def _known_scenario(cls, v: str | None) -> str | None:
         return None if v is None else _check_scenario(v)
-
-
-class ObservationError(_Wire):
-    code: str = Field(description="Stable machine-readable code, e.g. invalid_parameters, not_found.")
-    message: str
-    details: Any = Field(default=None, description="For invalid_parameters: [{field, message}].")
-
-
-class Budget(_Wire):
-    credits: float
-    credits_used: float
-    steps_left: int
-
-
-class Observation(_Wire):
-    """What the agent sees after a step (or a reset, with ``step`` 0 and ``action`` null)."""
-
-    step: int
-    ok: bool
-    action: str | None
-    result: dict[str, Any] | None
-    error: ObservationError | None
-    budget: Budget
 
 
 class SessionCreated(_Wire):

@@ -45,7 +45,7 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlsandbox.env.wrappers import make_rl_env
+from mlsandbox.env.wrappers import in_process_env, make_rl_env
 from mlsandbox.integrations import require
 
 if TYPE_CHECKING:
@@ -213,15 +213,15 @@ def describe_runner(runner: Any) -> dict[str, Any]:
 
     envs = []
     for env in getattr(runner.env.unwrapped, "envs", []):
-        inner = env.unwrapped
-        gw = inner.gateway
+        inner = in_process_env(env)
+        episode = inner.episode if inner.episode_running else None
         envs.append(
             {
                 "sandbox": inner.sandbox_name,
                 "backend": inner.backend.kind,
-                "episode": gw.state.episode_id if gw else None,
-                "step": gw.state.step if gw else None,
-                "invalid_actions": gw.state.invalid_actions if gw else None,
+                "episode": episode.episode_id if episode else None,
+                "step": episode.step if episode else None,
+                "invalid_actions": episode.invalid_actions if episode else None,
             }
         )
     return {"pid": os.getpid(), "worker_index": runner.worker_index, "envs": envs}

@@ -202,12 +202,11 @@ class TeamEpisode:
 
     def round(self, actions: Mapping[str, Any]) -> RoundResult:
         """Carry out one round of actions (see the module docstring); every agent gets a result."""
-        if self.env.gateway is None:
+        if not self.env.episode_running:
             raise RuntimeError("call reset() before a round")
         unknown = sorted(set(actions) - set(self.agents))
         if unknown:
             raise ValueError(f"unknown agents {unknown}; the team is {self.agents}")
-        gw = self.env.gateway
         steps: list[_Step] = []
         for agent in self.agents:
             action = actions.get(agent)
@@ -216,12 +215,8 @@ class TeamEpisode:
             if self.done:
                 steps.append(_Step(agent, {}, {}, {}, executed=False))
                 continue
-            policy = dict(gw.denied_actions)
-            gw.denied_actions = {**policy, **self._denied[agent]}  # the gateway refuses what the role lacks
-            try:
+            with self.env.refusing(self._denied[agent]):  # the gateway refuses what the role lacks
                 obs, _, terminated, truncated, info = self.env.step(action)
-            finally:
-                gw.denied_actions = policy
             steps.append(_Step(agent, decode_observation(obs), dict(info.get("reward_components", {})), info))
             if terminated or truncated:
                 self.done = True
@@ -248,8 +243,7 @@ class TeamEpisode:
                 if COMPONENT_OBJECTIVE.get(name, "process") not in OWN_OBJECTIVES:
                     team_comps[name] = team_comps.get(name, 0.0) + value
         final = next((s.info for s in reversed(steps) if s.executed and s.info.get("grade")), None)
-        gw = self.env.gateway
-        assert gw is not None
+        episode = self.env.episode
         observations, rewards, infos = {}, {}, {}
         for agent in self.agents:
             mine = next((s for s in steps if s.agent == agent), None)
@@ -264,16 +258,16 @@ class TeamEpisode:
                 }
             else:
                 obs = {
-                    "step": gw.state.step,
+                    "step": episode.step,
                     "ok": mine is None,
                     "action": None,
                     "result": None,
                     "error": None
                     if mine is None
                     else {"code": "not_carried_out", "message": "the episode ended before this action"},
-                    "budget": gw.budget(),
+                    "budget": self.env.budget(),
                 }
-                info = {"idle": mine is None, "step": gw.state.step}
+                info = {"idle": mine is None, "step": episode.step}
             others = [
                 {
                     "agent": s.agent,

@@ -82,7 +82,7 @@ class ToolEnvBase:
     def get_reward(self) -> float:
         """The episode's reward for GRPO: its grade's score in [0, 1] (``reward_kind = "return"``: the sum of
         its step rewards). A rollout that ended without ``submit`` is submitted now and graded."""
-        if self._env is None or self._env.gateway is None:
+        if self._env is None or not self._env.episode_running:
             return 0.0
         if not self._done:
             self._act({"type": "submit"})
@@ -116,7 +116,7 @@ class ToolEnvBase:
 
     def _act(self, action: dict[str, Any]) -> str:
         env = self._env
-        if env is None or env.gateway is None:
+        if env is None or not env.episode_running:
             return "error: no episode is running (reset first)"
         obs, reward, terminated, truncated, info = env.step(action)
         self._total_reward += float(reward)

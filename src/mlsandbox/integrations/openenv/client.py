@@ -33,10 +33,12 @@ class MLSandboxClient(_core.EnvClient):  # type: ignore[name-defined]
         return dict(action)
 
     def _parse_result(self, payload: dict[str, Any]) -> Any:
-        obs = MLSandboxObservation(
-            **payload.get("observation", {}),
-            reward=payload.get("reward"),
-            done=bool(payload.get("done", False)),
+        obs = MLSandboxObservation.model_validate(
+            {
+                **payload.get("observation", {}),
+                "reward": payload.get("reward"),
+                "done": bool(payload.get("done", False)),
+            }
         )
         return StepResult(
             observation=obs, reward=payload.get("reward"), done=bool(payload.get("done", False))

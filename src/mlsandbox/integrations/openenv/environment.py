@@ -31,7 +31,9 @@ from typing import Any
 
 from mlsandbox import __version__
 from mlsandbox.backends.protocols import Backend, Runtime
+from mlsandbox.errors import ActionError
 from mlsandbox.gateway import Gateway
+from mlsandbox.gateway.observations import error_observation
 from mlsandbox.gateway.render import render_observation
 from mlsandbox.integrations import require
 from mlsandbox.integrations.host import SandboxHost
@@ -52,6 +54,8 @@ NO_EPISODE = (
 )
 RESET_PARAMETERS = ("seed", "episode_id", "scenario", "max_steps")
 MAX_SEED = 2**31 - 1
+NO_BUDGET = {"credits": 0.0, "credits_used": 0.0, "steps_left": 0}
+"""The budget of a step with no episode running: nothing to spend, no step left."""
 TEXT_MAX_CHARS = 6000
 
 
@@ -261,14 +265,7 @@ class MLSandboxEnvironment(_interfaces.Environment):  # type: ignore[name-define
     def _step(self, raw: Any) -> MLSandboxObservation:
         gw = self.gateway
         if gw is None:
-            obs = {
-                "step": 0,
-                "ok": False,
-                "action": None,
-                "result": None,
-                "error": {"code": "no_episode", "message": NO_EPISODE},
-                "budget": {},
-            }
+            obs = error_observation(0, None, ActionError("no_episode", NO_EPISODE), NO_BUDGET)
             return self._observation(obs, reward=0.0, done=True, info={"error": "no_episode"})
         res = gw.step(raw)
         self._total_reward += res.reward
@@ -281,17 +278,15 @@ class MLSandboxEnvironment(_interfaces.Environment):  # type: ignore[name-define
     def _observation(
         self, obs: dict[str, Any], *, reward: float | None, done: bool, info: dict[str, Any]
     ) -> MLSandboxObservation:
-        return MLSandboxObservation(
-            step=obs["step"],
-            ok=obs["ok"],
-            action=obs.get("action"),
-            result=obs.get("result"),
-            error=obs.get("error"),
-            budget=obs.get("budget") or {},
-            text=render_observation(obs, max_chars=self.text_max_chars),
-            info=info,
-            reward=reward,
-            done=done,
+        # The gateway's observation (the fields of its one Observation model), OpenEnv's and our own.
+        return MLSandboxObservation.model_validate(
+            {
+                **obs,
+                "text": render_observation(obs, max_chars=self.text_max_chars),
+                "info": info,
+                "reward": reward,
+                "done": done,
+            }
         )
 
     def _end_episode(self) -> None:

@@ -5,9 +5,11 @@
   /schema``) lists every action of the catalog, plug-in packs included, with its parameters. The transport
   only requires a string ``type``; the parameters are checked by the gateway against the catalog, so an
   unknown action or a wrong parameter is an error observation with a penalty, as in the in-process env.
-- :class:`MLSandboxObservation` carries the gateway's observation (``step``, ``ok``, ``action``, ``result``,
-  ``error``, ``budget``), its rendering as text for a language model, the per-step ``info`` (reward
-  components and vector; the grade and metrics at the last step), and OpenEnv's ``reward`` and ``done``.
+- :class:`MLSandboxObservation` is the gateway's :class:`~mlsandbox.gateway.observations.Observation` (its
+  fields ``step``, ``ok``, ``action``, ``result``, ``error``, ``budget`` come from that one model: it is a
+  subclass of both it and OpenEnv's ``Observation``), its rendering as text for a language model, the
+  per-step ``info`` (reward components and vector; the grade and metrics at the last step), and OpenEnv's
+  ``reward`` and ``done``.
 - :class:`MLSandboxState` is the episode's state as ``GET /state`` and the WebSocket ``state`` message give it.
 """
 
@@ -17,11 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlsandbox.gateway.observations import Observation, ObservationError
 from mlsandbox.integrations import require
 
 _types = require("openenv.core.env_server.types", "openenv")
 Action = _types.Action
-Observation = _types.Observation
+OpenEnvObservation = _types.Observation
 State = _types.State
 
 
@@ -67,23 +70,11 @@ class MLSandboxAction(Action):  # type: ignore[misc,valid-type]
         return cls(**action.model_dump(mode="json", exclude_none=True))
 
 
-class ObservationError(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MLSandboxObservation(OpenEnvObservation, Observation):  # type: ignore[misc,valid-type]
+    """What the agent sees after a reset or a step: the gateway's :class:`~mlsandbox.gateway.observations.
+    Observation` (its fields, flat), OpenEnv's ``done``, ``reward`` and ``metadata``, the observation as
+    text and the step's ``info``."""
 
-    code: str = Field(description="Stable machine-readable code, e.g. invalid_parameters, not_found.")
-    message: str
-    details: Any = Field(default=None, description="For invalid_parameters: [{field, message}].")
-
-
-class MLSandboxObservation(Observation):  # type: ignore[misc,valid-type]
-    """What the agent sees after a reset or a step."""
-
-    step: int = Field(default=0, description="Steps taken in the episode (0 after reset).")
-    ok: bool = Field(default=True, description="False when the action was rejected (see `error`).")
-    action: str | None = Field(default=None, description="The action's type (None after reset).")
-    result: dict[str, Any] | None = Field(default=None, description="What the action returned.")
-    error: ObservationError | None = Field(default=None, description="Why the action was rejected.")
-    budget: dict[str, Any] = Field(default_factory=dict, description="Credits, credits used, steps left.")
     text: str = Field(
         default="", description="The observation rendered as concise text for a language model."
     )
