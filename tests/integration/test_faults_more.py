@@ -68,7 +68,7 @@ def episode(sandbox: Any, runtime: Any) -> Iterator[Any]:
 def _wait_job(gw: Gateway, job_id: str, timeout: float = 600.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        gw.refresh_jobs()
+        gw.episode.refresh_jobs()
         state = gw.state.jobs[job_id].state
         if state in ("succeeded", "failed", "cancelled"):
             return state

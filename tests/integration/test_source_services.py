@@ -54,7 +54,7 @@ def test_source_services_are_not_services_of_an_episode_without_sources(runtime:
 def test_database_down_is_diagnosed_and_repaired_with_service_actions(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-monthly-drift-retrain")
     try:
-        rt = sources_impl.source_of(gw, "history_db")
+        rt = sources_impl.source_of(gw.episode, "history_db")
         healthy = _ok(gw, {"type": "get_service_health", "service": "postgres"})
         assert healthy["healthy"] and healthy["latency_ms"] > 0 and healthy["error"] is None
         port_before = sandbox.state().services["postgres"].port

@@ -101,7 +101,7 @@ def test_stale_external_postgres_data_is_garbage_collected(sandbox: Any) -> None
 def test_api_source_pagination_rate_limit_auth_and_fault_hook(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-csv-batch-missing-outliers")
     try:
-        rt = sources_impl.source_of(gw, "orders_api")
+        rt = sources_impl.source_of(gw.episode, "orders_api")
         services = SourceServices(sandbox)
         assert services.healthy("api-source")
         dataset_dir = services.api_root() / "datasets" / str(rt.api_id)
@@ -133,14 +133,14 @@ def test_api_source_pagination_rate_limit_auth_and_fault_hook(runtime: Any, sand
         # The agent's view: list, preview, raw/ hidden (the data is only in the source).
         listed = _ok(gw, {"type": "list_sources"})["sources"]
         assert [s["name"] for s in listed] == ["orders_api"] and listed[0]["kind"] == "api"
-        assert not any(d["name"].startswith("raw/orders") for d in gw.dataset_list())
+        assert not any(d["name"].startswith("raw/orders") for d in gw.episode.dataset_list())
         preview = _ok(gw, {"type": "preview_source", "source": "orders_api", "rows": 3})
         assert preview["total_rows"] == 3000 and len(preview["rows"]) == 3
         assert _err(gw, {"type": "preview_source", "source": "nope"})["code"] == "not_found"
         # A full ingest follows every page and waits out the rate limit.
         out = _ok(gw, {"type": "ingest_source", "source": "orders_api", "output": "sources/orders.csv"})
         assert out["rows"] == 3000 and out["pages"] == 6 and out["rate_limited"] >= 1
-        assert "sources/orders.csv" in {d["name"] for d in gw.dataset_list()}
+        assert "sources/orders.csv" in {d["name"] for d in gw.episode.dataset_list()}
         quality = _ok(gw, {"type": "check_data_quality", "dataset": "sources/orders.csv"})["profile"]
         injected = gw.state.ground_truth.manifests["orders"]["defects"]
         assert quality["rows"] == 3000
@@ -207,7 +207,7 @@ def test_schema_change_scenario_batches_arrive_and_rename_repairs(runtime: Any, 
     try:
         lake = _ok(gw, {"type": "list_sources"})["sources"][0]
         assert [a["batch"] for a in lake["arrived"]] == [0, 1, 2]  # batch 3 is due at step 2
-        assert not any(d["name"].startswith("raw/") for d in gw.dataset_list())
+        assert not any(d["name"].startswith("raw/") for d in gw.episode.dataset_list())
         lake = _ok(gw, {"type": "list_sources"})["sources"][0]
         assert [a["batch"] for a in lake["arrived"]] == [0, 1, 2, 3]
         diff = _ok(
@@ -284,7 +284,7 @@ def test_injected_schema_change_retypes_an_arriving_batch(runtime: Any, sandbox:
 def test_drift_scenario_database_faults_and_retraining(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-monthly-drift-retrain")
     try:
-        rt = sources_impl.source_of(gw, "history_db")
+        rt = sources_impl.source_of(gw.episode, "history_db")
         preview = _ok(gw, {"type": "preview_source", "source": "history_db", "rows": 4})
         assert preview["total_rows"] == 3000 and len(preview["rows"]) == 4
         # Database down: a real outage of the server, seen as a structured error.
@@ -301,7 +301,7 @@ def test_drift_scenario_database_faults_and_retraining(runtime: Any, sandbox: An
         _ok(gw, {"type": "preview_source", "source": "history_db", "refresh_credentials": True})
         assert rot.detected_step is not None and rot.mitigated_step is not None
         # Wait for the last monthly batch, then compare.
-        while len(sources_impl.source_of(gw, "monthly_lake").arrived) < 6:
+        while len(sources_impl.source_of(gw.episode, "monthly_lake").arrived) < 6:
             _ok(gw, {"type": "wait", "seconds": 0})
         drift = _ok(
             gw,

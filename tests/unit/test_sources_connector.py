@@ -88,7 +88,7 @@ def test_a_server_that_cannot_be_reached_is_source_unavailable() -> None:
 
 def test_postgres_outage_rotation_and_repair_through_service_actions() -> None:
     gw, rt = _episode(POSTGRES)
-    history = sources_impl.source_of(gw, "history_db")
+    history = sources_impl.source_of(gw.episode, "history_db")
     assert history.database in rt.hosting.servers.databases
     preview = ok(gw, {"type": "preview_source", "source": "history_db", "rows": 4})
     assert preview["total_rows"] == 3000 and len(preview["rows"]) == 4
@@ -97,7 +97,7 @@ def test_postgres_outage_rotation_and_repair_through_service_actions() -> None:
     e = err(gw, {"type": "ingest_source", "source": "history_db"})
     assert e["code"] == "source_unavailable" and "at memory://postgres: cannot connect" in e["message"]
     assert down.detected_step == 2
-    logs = sources_impl.episode_services(gw)["postgres"].logs(5)
+    logs = sources_impl.episode_services(gw.episode)["postgres"].logs(5)
     assert "postgres shut down" in logs
     assert ok(gw, {"type": "restart_service", "service": "postgres"})["healthy"]
     assert down.recovered_by == "agent"
@@ -116,7 +116,7 @@ def test_postgres_outage_rotation_and_repair_through_service_actions() -> None:
 
 def test_the_source_probes_are_the_episode_s_client() -> None:
     gw, rt = _episode(POSTGRES)
-    service = sources_impl.episode_services(gw)["postgres"]
+    service = sources_impl.episode_services(gw.episode)["postgres"]
     rt.hosting.servers.stop("postgres")
     rec = sources_faults.database_down(gw, "history_db")
     assert not service.health().healthy and rec.detected_step == 0
