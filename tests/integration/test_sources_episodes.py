@@ -147,17 +147,17 @@ def test_api_source_pagination_rate_limit_auth_and_fault_hook(runtime: Any, sand
         assert quality["missing_cells"] == sum(d["count"] for d in injected if d["kind"] == "missing") > 0
 
         # API 503 through the fault hook: the agent gets a structured error; ground truth records it.
-        rec = sources_faults.api_unavailable(gw, "orders_api")
+        rec = sources_faults.api_unavailable(gw.episode, "orders_api")
         err = _err(gw, {"type": "preview_source", "source": "orders_api"})
         assert err["code"] == "source_unavailable" and "503" in err["message"]
         assert rec.detected_step == gw.state.step and _faults(gw, "api_unavailable") == [rec]
-        sources_faults.recover(gw, rec)
+        sources_faults.recover(gw.episode, rec)
         time.sleep(0.2)  # the hook re-reads its control file at most every 100 ms
         _ok(gw, {"type": "ingest_source", "source": "orders_api", "output": "sources/orders2.parquet"})
         assert rec.recovered_at is not None and rec.mitigated_step is not None
 
         # Credentials rotated: the connector's cached token is refused until it re-reads the secret store.
-        rot = sources_faults.credentials_rotated(gw, "orders_api")
+        rot = sources_faults.credentials_rotated(gw.episode, "orders_api")
         assert _err(gw, {"type": "preview_source", "source": "orders_api"})["code"] == "auth_failed"
         assert rot.detected_step is not None
         ok = _ok(gw, {"type": "preview_source", "source": "orders_api", "refresh_credentials": True})
@@ -234,10 +234,10 @@ def test_schema_change_scenario_batches_arrive_and_rename_repairs(runtime: Any, 
 def test_lake_faults_late_missing_and_injected_schema_change(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-monthly-drift-retrain")
     try:
-        late = sources_faults.late_batch(gw, "monthly_lake", 4, steps=3)  # due at 1, arrives at 4
-        gone = sources_faults.missing_batch(gw, "monthly_lake", 5)
+        late = sources_faults.late_batch(gw.episode, "monthly_lake", 4, steps=3)  # due at 1, arrives at 4
+        gone = sources_faults.missing_batch(gw.episode, "monthly_lake", 5)
         with pytest.raises(ValueError, match="already arrived"):
-            sources_faults.missing_batch(gw, "monthly_lake", 0)
+            sources_faults.missing_batch(gw.episode, "monthly_lake", 0)
         lake = next(s for s in _ok(gw, {"type": "list_sources"})["sources"] if s["name"] == "monthly_lake")
         assert lake["overdue"] == [4] and late.detected_step == 1
         lake = next(s for s in _ok(gw, {"type": "list_sources"})["sources"] if s["name"] == "monthly_lake")
@@ -256,7 +256,9 @@ def test_lake_faults_late_missing_and_injected_schema_change(runtime: Any, sandb
 def test_injected_schema_change_retypes_an_arriving_batch(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-parquet-schema-change")
     try:
-        rec = sources_faults.schema_change(gw, "sales_lake", 3, "retype", "frequency", new_type="string")
+        rec = sources_faults.schema_change(
+            gw.episode, "sales_lake", 3, "retype", "frequency", new_type="string"
+        )
         _ok(gw, {"type": "list_sources"})
         _ok(gw, {"type": "list_sources"})  # step 2: batch 3 arrives (with both changes: the fault wins)
         diff = _ok(
@@ -288,15 +290,15 @@ def test_drift_scenario_database_faults_and_retraining(runtime: Any, sandbox: An
         preview = _ok(gw, {"type": "preview_source", "source": "history_db", "rows": 4})
         assert preview["total_rows"] == 3000 and len(preview["rows"]) == 4
         # Database down: a real outage of the server, seen as a structured error.
-        down = sources_faults.database_down(gw, "history_db")
+        down = sources_faults.database_down(gw.episode, "history_db")
         err = _err(gw, {"type": "ingest_source", "source": "history_db"})
         assert err["code"] == "source_unavailable" and "cannot connect" in err["message"]
         assert down.detected_step is not None
-        sources_faults.recover(gw, down)
+        sources_faults.recover(gw.episode, down)
         hist = _ok(gw, {"type": "ingest_source", "source": "history_db", "output": "sources/history.parquet"})
         assert hist["rows"] == 3000 and down.mitigated_step is not None
         # Credentials rotated on the server: login refused until the connector re-reads the secret.
-        rot = sources_faults.credentials_rotated(gw, "history_db")
+        rot = sources_faults.credentials_rotated(gw.episode, "history_db")
         assert _err(gw, {"type": "preview_source", "source": "history_db"})["code"] == "auth_failed"
         _ok(gw, {"type": "preview_source", "source": "history_db", "refresh_credentials": True})
         assert rot.detected_step is not None and rot.mitigated_step is not None

@@ -167,7 +167,7 @@ def test_config_scope_lives_with_the_episode_and_references_resolve_through_the_
     rt = MemoryRuntime()
     gw = Gateway(rt, load_builtin("tabular-quality-basic"), seed=3)  # type: ignore[arg-type]
     gw.start()
-    prefix = episode_prefix(gw)
+    prefix = episode_prefix(gw.episode)
     assert prefix is not None and rt.config.scopes == {prefix}
     assert {n.removeprefix(prefix) for n in rt.config.names(prefix)} == set(JOB_CONFIG_KEYS)
     shown = ok(gw, {"type": "get_config"})
@@ -205,7 +205,7 @@ def test_without_a_config_store_the_config_actions_are_unsupported() -> None:
     rt = _NoConfig()
     gw = Gateway(rt, load_builtin("tabular-quality-basic"), seed=3)  # type: ignore[arg-type]
     gw.start()
-    assert episode_prefix(gw) is None  # jobs take their endpoints from their environment
+    assert episode_prefix(gw.episode) is None  # jobs take their endpoints from their environment
     e = err(gw, {"type": "get_config"})
     assert e["code"] == "unsupported" and e["details"]["capability"] == "config"
     gw.close()

@@ -430,10 +430,6 @@ def _declared_type(raw: Any) -> str | None:
     return kind if isinstance(kind, str) and kind in get_catalog().types else None
 
 
-def _round_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: round(float(v), 6) for k, v in sorted(metrics.items())}
-
-
 def _jsonable(raw: Any) -> Any:
     if isinstance(raw, BaseModel):
         return raw.model_dump()

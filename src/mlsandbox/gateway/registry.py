@@ -200,7 +200,8 @@ def _check_pack(pack: Any, where: str) -> ActionPack:
         m = a.model
         f = m.model_fields.get("type") if isinstance(m, type) and issubclass(m, BaseModel) else None
         if f is None or not isinstance(f.default, str):
-            raise PackError(f"action pack {pack.name!r}: model {m!r} has no literal 'type' field")
+            name = getattr(m, "__name__", repr(m))
+            raise PackError(f"action pack {pack.name!r}: model {name} has no literal 'type' field")
     return pack
 
 
