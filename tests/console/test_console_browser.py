@@ -356,8 +356,8 @@ def test_deployment_charts_draw_the_serving_telemetry(page: Any, console: Any, r
     sim = get_backend("sim", "charts", audit_dir=str(Path(console.bench_root) / "sim-audit")).runtime()
     gw = Gateway(sim, scenario, seed=9, labels={"interface": "env", "agent": "fixture"})
     serving = sim.serving.open(gw.state.episode_id, dict([gw.state.job_label]))
-    monitor = Monitor(scenario.serving, serving, {}, sim.clock, production="churn")
-    gw.pack_state(ServingState).world = World(scenario.serving, serving, monitor)
+    monitor = Monitor(scenario.serving, serving, gw.state.serving, sim.clock, production="churn")
+    gw.episode.pack_state(ServingState).world = World(scenario.serving, serving, monitor)
     state = gw.state
     monitor.t0 = time.time() - 60
     series: deque[Snapshot] = deque()

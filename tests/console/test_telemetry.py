@@ -110,8 +110,8 @@ def test_serving_telemetry_writes_new_scrapes_and_alerts_on_the_runtime_clock(tm
     try:
         spec = Serving(dataset="d", traffic=None, alerts=[AlertRule(name="Slow", metric="rps", threshold=1)])
         serving = rt.serving.open(gw.state.episode_id, dict([gw.state.job_label]))
-        monitor = Monitor(spec, serving, {}, rt.clock, production="churn")
-        gw.pack_state(ServingState).world = World(spec, serving, monitor)
+        monitor = Monitor(spec, serving, gw.state.serving, rt.clock, production="churn")
+        gw.episode.pack_state(ServingState).world = World(spec, serving, monitor)
         monitor.series["churn"] = deque([_snap(1, 0, 0, 0), _snap(2, 50, 0, 0)])
         monitor.alerts.append(Alert("alert-1", "Slow", "churn", "rps", ">", 1, "page", 1.5, 25.0))
         first = gw.telemetry.step(gw)["serving"]

@@ -100,7 +100,7 @@ def test_idle_reservations_cost_credits_and_an_exhausted_budget_stops_new_work(
         listed = ok(gw, {"type": "list_machines"})
         (held,) = listed["reservations"]
         assert held["idle_credits"] >= 2 * SMALL.credits_per_second * 0.9
-        assert gw.state.counters["idle_reserved_credits"] == pytest.approx(gw.state.extra_credits)
+        assert gw.state.charges.idle_reserved_credits == pytest.approx(gw.state.extra_credits)
         assert listed["pool"]["free_cpus"] == 1
         ok(gw, {"type": "wait", "seconds": 3})  # 2.5+ credits by now: the budget is gone
         obs = gw.step({"type": "request_resources", "machine": "cpu-small"}).observation

@@ -68,7 +68,7 @@ def episode(sandbox: Any, runtime: Any) -> Iterator[Any]:
 def _wait_job(gw: Gateway, job_id: str, timeout: float = 600.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        gw.refresh_jobs()
+        gw.episode.refresh_jobs()
         state = gw.state.jobs[job_id].state
         if state in ("succeeded", "failed", "cancelled"):
             return state
@@ -90,7 +90,7 @@ def test_rotated_credentials_fail_jobs_until_the_agent_fixes_the_config(episode:
             }
         ]
     )
-    store, prefix = runtime.config, episode_prefix(gw)
+    store, prefix = runtime.config, episode_prefix(gw.episode)
     secret = runtime.endpoints.s3_secret_key
     assert gw.step(TRAIN).observation["ok"]
     assert store.get(prefix + "s3_secret_access_key") not in (None, secret)  # the store holds a stale key
@@ -123,7 +123,7 @@ def test_wrong_endpoint_fails_jobs_with_the_connection_error_until_recovered(
     episode: Any, runtime: Any
 ) -> None:
     gw = episode([{"name": "moved", "when": {"at_step": 1}, "fault": {"type": "wrong_endpoint"}}])
-    store, prefix = runtime.config, episode_prefix(gw)
+    store, prefix = runtime.config, episode_prefix(gw.episode)
     gw.step(TRAIN)
     wrong = store.get(prefix + "s3_endpoint_url")
     assert wrong != runtime.endpoints.s3_url and wrong.startswith("http://127.0.0.1:")
@@ -379,7 +379,7 @@ _CRASHER = textwrap.dedent(
     gw.state.step = 1  # the first step boundary (not a whole step: MinIO is frozen from here on)
     gw.faults.tick()
     errors = [r.error for r in gw.state.ground_truth.faults if r.error]
-    info = {"bucket": gw.state.bucket, "prefix": episode_prefix(gw), "errors": errors}
+    info = {"bucket": gw.state.bucket, "prefix": episode_prefix(gw.episode), "errors": errors}
     print("READY " + json.dumps(info), flush=True)
     time.sleep(600)
     """

@@ -50,7 +50,7 @@ TERMINAL = ("Completed", "Failed", "Crashed", "Cancelled")
 def wait_job(gw: Gateway, job_id: str, timeout: float = 900) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        gw.refresh_jobs()
+        gw.episode.refresh_jobs()
         if gw.state.jobs[job_id].state in ("succeeded", "failed", "cancelled"):
             return ok(gw, {"type": "get_job", "job_id": job_id})
         time.sleep(0.5)
@@ -73,7 +73,7 @@ def train_and_register(gw: Gateway, name: str, environment: str | None = None) -
 def replicas(gw: Gateway, deployment: str) -> list[Any]:
     from mlsandbox.gateway.packs.serving.handlers import ServingState
 
-    world = gw.pack_state(ServingState).world
+    world = gw.episode.pack_state(ServingState).world
     assert world is not None
     return list(world.serving.deployments.get(deployment).replicas)  # type: ignore[attr-defined]
 
@@ -250,8 +250,10 @@ def charged(gw: Gateway, fr: str, timeout: float = 60) -> dict[str, Any]:
     from mlsandbox.gateway.packs.flows import handlers as flows_impl
 
     deadline = time.monotonic() + timeout
-    while gw.pack_state(flows_impl.FlowsState).runs[fr].usage_lines == 0 and time.monotonic() < deadline:
-        flows_impl.on_step(gw)
+    while (
+        gw.episode.pack_state(flows_impl.FlowsState).runs[fr].usage_lines == 0 and time.monotonic() < deadline
+    ):
+        flows_impl.on_step(gw.episode)
         time.sleep(1)
     return ok(gw, {"type": "get_flow_run", "flow_run_id": fr, "log_lines": 5})
 
@@ -305,7 +307,7 @@ def test_flows_in_an_environment_and_flow_runs_are_charged(runtime: Any, sandbox
             assert r["cpu_seconds"] > 0, r
             assert abs(r["credits"] - round(r["cpu_seconds"] * price, 4)) < 1e-3, r
         total = sum(r["credits"] for r in runs)
-        assert abs(g.state.counters["flow_credits"] - total) < 0.01
+        assert abs(g.state.charges.flow_credits - total) < 0.01
         # ... and the budget the agent sees includes them.
         assert g.budget()["credits_used"] - used0 >= total - 0.01
         obs = g.step({"type": "list_flows"}).observation

@@ -34,7 +34,7 @@ def _check_read_only_slots(env: DiscreteActions) -> int:
         if ok and action["type"] in read_only:
             model = parse_action(action)
             try:
-                gw._packs.handlers[action["type"]](gw, model)
+                gw._packs.handlers[action["type"]](gw.episode, model)
             except ActionError as e:  # pragma: no cover - the assertion below reports it
                 raise AssertionError(f"unmasked {action} rejected: {e.code}: {e.message}") from None
             checked += 1

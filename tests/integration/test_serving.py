@@ -42,7 +42,7 @@ def serving_procs(episode: str, what: str | None = None) -> list[psutil.Process]
 def wait_job(gw: Gateway, job_id: str) -> dict[str, Any]:
     deadline = time.monotonic() + SCRIPT_TIMEOUT
     while time.monotonic() < deadline:
-        gw.refresh_jobs()
+        gw.episode.refresh_jobs()
         if gw.state.jobs[job_id].state in ("succeeded", "failed", "cancelled"):
             return step_ok(gw, {"type": "get_job", "job_id": job_id})
         time.sleep(0.5)
@@ -160,7 +160,7 @@ def test_deployment_predicts_like_the_mlflow_model(
     assert m["summary"]["rps"] and m["summary"]["rps"] > 0
     assert m["summary"]["client_rps"] and m["summary"]["client_rps"] > 0
     assert gw.state.extra_credits > 0
-    assert gw.state.counters["serving_version"] == float(v1)
+    assert gw.state.serving.served_version == v1
 
 
 def test_bad_deployments_are_refused_cleanly(gw: Gateway, versions: tuple[str, str]) -> None:
@@ -217,7 +217,7 @@ def test_latency_alert_fires_and_resolves(gw: Gateway, versions: tuple[str, str]
         lambda alerts: [a for a in alerts if a["alert_id"] == alert["alert_id"] and a["state"] == "resolved"],
     )
     assert resolved[0]["resolved_s"] > resolved[0]["started_s"]
-    assert gw.state.counters.get("slo_violation_s", 0.0) > 0  # 1 s > the 250 ms SLO
+    assert gw.state.serving.slo_violation_s > 0  # 1 s > the 250 ms SLO
 
 
 def test_feature_service_fault_shows_downstream(gw: Gateway, versions: tuple[str, str]) -> None:
@@ -245,7 +245,7 @@ def test_undeploy_and_close_leave_no_process(gw: Gateway, versions: tuple[str, s
     assert hook_file("side", scope=ep) is None  # its fault hook goes with it
     assert step_err(gw, {"type": "get_deployment", "deployment": "side"})["code"] == "not_found"
     assert len(serving_procs(ep)) == 2  # churn's replica and the feature service live on
-    world = gw.pack_state(ServingState).world
+    world = gw.episode.pack_state(ServingState).world
     assert world is not None and world.traffic is not None and world.traffic.running
     gw.close()  # the episode ends: every serving process of it stops
     assert serving_procs(ep) == []

@@ -54,7 +54,7 @@ def test_source_services_are_not_services_of_an_episode_without_sources(runtime:
 def test_database_down_is_diagnosed_and_repaired_with_service_actions(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-monthly-drift-retrain")
     try:
-        rt = sources_impl.source_of(gw, "history_db")
+        rt = sources_impl.source_of(gw.episode, "history_db")
         healthy = _ok(gw, {"type": "get_service_health", "service": "postgres"})
         assert healthy["healthy"] and healthy["latency_ms"] > 0 and healthy["error"] is None
         port_before = sandbox.state().services["postgres"].port
@@ -73,7 +73,7 @@ def test_database_down_is_diagnosed_and_repaired_with_service_actions(runtime: A
                 admin.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(rt.role)))
 
         # The outage: the server process is stopped.
-        down = sources_faults.database_down(gw, "history_db")
+        down = sources_faults.database_down(gw.episode, "history_db")
         step = gw.state.step
         sick = _ok(gw, {"type": "get_service_health", "service": "postgres"})
         assert not sick["healthy"] and "Connection refused" in sick["error"], sick
@@ -105,7 +105,7 @@ def test_api_outage_is_diagnosed_and_repaired_with_service_actions(runtime: Any,
         pid_before = _pid(sandbox, "api-source")
         port_before = sandbox.state().services["api-source"].port
 
-        outage = sources_faults.api_unavailable(gw, "orders_api")
+        outage = sources_faults.api_unavailable(gw.episode, "orders_api")
         sick = _ok(gw, {"type": "get_service_health", "service": "api-source"})
         assert not sick["healthy"] and sick["error"].startswith("HTTP 503"), sick
         assert outage.detected_step == gw.state.step

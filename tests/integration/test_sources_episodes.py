@@ -101,7 +101,7 @@ def test_stale_external_postgres_data_is_garbage_collected(sandbox: Any) -> None
 def test_api_source_pagination_rate_limit_auth_and_fault_hook(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-csv-batch-missing-outliers")
     try:
-        rt = sources_impl.source_of(gw, "orders_api")
+        rt = sources_impl.source_of(gw.episode, "orders_api")
         services = SourceServices(sandbox)
         assert services.healthy("api-source")
         dataset_dir = services.api_root() / "datasets" / str(rt.api_id)
@@ -133,31 +133,31 @@ def test_api_source_pagination_rate_limit_auth_and_fault_hook(runtime: Any, sand
         # The agent's view: list, preview, raw/ hidden (the data is only in the source).
         listed = _ok(gw, {"type": "list_sources"})["sources"]
         assert [s["name"] for s in listed] == ["orders_api"] and listed[0]["kind"] == "api"
-        assert not any(d["name"].startswith("raw/orders") for d in gw.dataset_list())
+        assert not any(d["name"].startswith("raw/orders") for d in gw.episode.dataset_list())
         preview = _ok(gw, {"type": "preview_source", "source": "orders_api", "rows": 3})
         assert preview["total_rows"] == 3000 and len(preview["rows"]) == 3
         assert _err(gw, {"type": "preview_source", "source": "nope"})["code"] == "not_found"
         # A full ingest follows every page and waits out the rate limit.
         out = _ok(gw, {"type": "ingest_source", "source": "orders_api", "output": "sources/orders.csv"})
         assert out["rows"] == 3000 and out["pages"] == 6 and out["rate_limited"] >= 1
-        assert "sources/orders.csv" in {d["name"] for d in gw.dataset_list()}
+        assert "sources/orders.csv" in {d["name"] for d in gw.episode.dataset_list()}
         quality = _ok(gw, {"type": "check_data_quality", "dataset": "sources/orders.csv"})["profile"]
         injected = gw.state.ground_truth.manifests["orders"]["defects"]
         assert quality["rows"] == 3000
         assert quality["missing_cells"] == sum(d["count"] for d in injected if d["kind"] == "missing") > 0
 
         # API 503 through the fault hook: the agent gets a structured error; ground truth records it.
-        rec = sources_faults.api_unavailable(gw, "orders_api")
+        rec = sources_faults.api_unavailable(gw.episode, "orders_api")
         err = _err(gw, {"type": "preview_source", "source": "orders_api"})
         assert err["code"] == "source_unavailable" and "503" in err["message"]
         assert rec.detected_step == gw.state.step and _faults(gw, "api_unavailable") == [rec]
-        sources_faults.recover(gw, rec)
+        sources_faults.recover(gw.episode, rec)
         time.sleep(0.2)  # the hook re-reads its control file at most every 100 ms
         _ok(gw, {"type": "ingest_source", "source": "orders_api", "output": "sources/orders2.parquet"})
         assert rec.recovered_at is not None and rec.mitigated_step is not None
 
         # Credentials rotated: the connector's cached token is refused until it re-reads the secret store.
-        rot = sources_faults.credentials_rotated(gw, "orders_api")
+        rot = sources_faults.credentials_rotated(gw.episode, "orders_api")
         assert _err(gw, {"type": "preview_source", "source": "orders_api"})["code"] == "auth_failed"
         assert rot.detected_step is not None
         ok = _ok(gw, {"type": "preview_source", "source": "orders_api", "refresh_credentials": True})
@@ -207,7 +207,7 @@ def test_schema_change_scenario_batches_arrive_and_rename_repairs(runtime: Any, 
     try:
         lake = _ok(gw, {"type": "list_sources"})["sources"][0]
         assert [a["batch"] for a in lake["arrived"]] == [0, 1, 2]  # batch 3 is due at step 2
-        assert not any(d["name"].startswith("raw/") for d in gw.dataset_list())
+        assert not any(d["name"].startswith("raw/") for d in gw.episode.dataset_list())
         lake = _ok(gw, {"type": "list_sources"})["sources"][0]
         assert [a["batch"] for a in lake["arrived"]] == [0, 1, 2, 3]
         diff = _ok(
@@ -234,10 +234,10 @@ def test_schema_change_scenario_batches_arrive_and_rename_repairs(runtime: Any, 
 def test_lake_faults_late_missing_and_injected_schema_change(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-monthly-drift-retrain")
     try:
-        late = sources_faults.late_batch(gw, "monthly_lake", 4, steps=3)  # due at 1, arrives at 4
-        gone = sources_faults.missing_batch(gw, "monthly_lake", 5)
+        late = sources_faults.late_batch(gw.episode, "monthly_lake", 4, steps=3)  # due at 1, arrives at 4
+        gone = sources_faults.missing_batch(gw.episode, "monthly_lake", 5)
         with pytest.raises(ValueError, match="already arrived"):
-            sources_faults.missing_batch(gw, "monthly_lake", 0)
+            sources_faults.missing_batch(gw.episode, "monthly_lake", 0)
         lake = next(s for s in _ok(gw, {"type": "list_sources"})["sources"] if s["name"] == "monthly_lake")
         assert lake["overdue"] == [4] and late.detected_step == 1
         lake = next(s for s in _ok(gw, {"type": "list_sources"})["sources"] if s["name"] == "monthly_lake")
@@ -256,7 +256,9 @@ def test_lake_faults_late_missing_and_injected_schema_change(runtime: Any, sandb
 def test_injected_schema_change_retypes_an_arriving_batch(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-parquet-schema-change")
     try:
-        rec = sources_faults.schema_change(gw, "sales_lake", 3, "retype", "frequency", new_type="string")
+        rec = sources_faults.schema_change(
+            gw.episode, "sales_lake", 3, "retype", "frequency", new_type="string"
+        )
         _ok(gw, {"type": "list_sources"})
         _ok(gw, {"type": "list_sources"})  # step 2: batch 3 arrives (with both changes: the fault wins)
         diff = _ok(
@@ -284,24 +286,24 @@ def test_injected_schema_change_retypes_an_arriving_batch(runtime: Any, sandbox:
 def test_drift_scenario_database_faults_and_retraining(runtime: Any, sandbox: Any) -> None:
     gw = _start(runtime, sandbox, "data-monthly-drift-retrain")
     try:
-        rt = sources_impl.source_of(gw, "history_db")
+        rt = sources_impl.source_of(gw.episode, "history_db")
         preview = _ok(gw, {"type": "preview_source", "source": "history_db", "rows": 4})
         assert preview["total_rows"] == 3000 and len(preview["rows"]) == 4
         # Database down: a real outage of the server, seen as a structured error.
-        down = sources_faults.database_down(gw, "history_db")
+        down = sources_faults.database_down(gw.episode, "history_db")
         err = _err(gw, {"type": "ingest_source", "source": "history_db"})
         assert err["code"] == "source_unavailable" and "cannot connect" in err["message"]
         assert down.detected_step is not None
-        sources_faults.recover(gw, down)
+        sources_faults.recover(gw.episode, down)
         hist = _ok(gw, {"type": "ingest_source", "source": "history_db", "output": "sources/history.parquet"})
         assert hist["rows"] == 3000 and down.mitigated_step is not None
         # Credentials rotated on the server: login refused until the connector re-reads the secret.
-        rot = sources_faults.credentials_rotated(gw, "history_db")
+        rot = sources_faults.credentials_rotated(gw.episode, "history_db")
         assert _err(gw, {"type": "preview_source", "source": "history_db"})["code"] == "auth_failed"
         _ok(gw, {"type": "preview_source", "source": "history_db", "refresh_credentials": True})
         assert rot.detected_step is not None and rot.mitigated_step is not None
         # Wait for the last monthly batch, then compare.
-        while len(sources_impl.source_of(gw, "monthly_lake").arrived) < 6:
+        while len(sources_impl.source_of(gw.episode, "monthly_lake").arrived) < 6:
             _ok(gw, {"type": "wait", "seconds": 0})
         drift = _ok(
             gw,

@@ -293,7 +293,7 @@ def test_serving_actions_through_the_gateway_on_the_cluster(backend: KubeBackend
         assert result["created"] is True and result["replicas_up"] == 1 and result["version"] == "1"
         assert result["limits"] == {"cpus": 1.0, "memory_mb": 2048}  # cpu-small of the scenario
         assert result["evaluated"] is False  # no run behind the version: a risky deployment
-        assert gw.state.counters["serving_version"] == 1.0
+        assert gw.state.serving.served_version == "1"
         (dep,) = deployments()
         assert dep["metadata"]["labels"][EPISODE[0]] == gw.state.episode_id
 

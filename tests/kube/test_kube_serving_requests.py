@@ -151,7 +151,7 @@ def test_predictions_traffic_metrics_and_alerts_go_through_the_api_server(
                 log,
             )
         )
-        population = gw.pack_state(ServingState).population
+        population = gw.episode.pack_state(ServingState).population
         assert population is not None
         ids = list(population.features["entity_id"][:3])
         out = _ok(gw, {"type": "predict", "deployment": model, "entity_ids": ids})

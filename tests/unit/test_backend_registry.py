@@ -172,12 +172,14 @@ def test_cli_tools_backend_marks_actions(monkeypatch: pytest.MonkeyPatch) -> Non
     assert bad.exit_code == 2 and "needs --backend" in bad.output
 
 
-def test_capabilities_must_name_the_packs_own_actions() -> None:
+def test_each_action_declares_its_capability_with_its_model() -> None:
     from mlsandbox.gateway.packs.core.actions import ListDatasets
-    from mlsandbox.gateway.registry import _check_pack
+    from mlsandbox.gateway.registry import PackAction, _check_pack
 
-    pack = ActionPack("x", (ListDatasets,), __name__, capabilities={"deploy_model": "serving"})
-    with pytest.raises(PackError, match="capabilities name actions it lacks: deploy_model"):
-        _check_pack(pack, "test")
+    bare = ActionPack("x", (ListDatasets,), __name__)  # type: ignore[arg-type]
+    with pytest.raises(PackError, match="expected PackAction declarations"):
+        _check_pack(bare, "test")
+    pack = _check_pack(ActionPack("x", (PackAction(ListDatasets, capability="object_store"),), __name__), "t")
+    assert pack.capabilities == {"list_datasets": "object_store"}
     assert get_catalog().capability("create_environment") == "environments.build"
     assert get_catalog().capability("submit") is None

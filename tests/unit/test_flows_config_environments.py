@@ -74,9 +74,9 @@ def test_a_completed_run_is_accounted_and_its_usage_charged_once_per_execution()
     assert view["state"] == "Completed" and view["cpu_seconds"] == 2.5
     assert view["credits"] == pytest.approx(2.5 * price)
     assert gw.state.datasets[key].size == 5 and gw.state.datasets[key].origin == "flow:ingestion"
-    assert gw.state.counters["flow_cpu_seconds"] == 2.5
+    assert gw.state.charges.flow_cpu_seconds == 2.5
     ok(gw, {"type": "list_flows"})  # refreshed again: nothing charged twice
-    assert gw.state.counters["flow_cpu_seconds"] == 2.5
+    assert gw.state.charges.flow_cpu_seconds == 2.5
     assert err(gw, {"type": "retry_flow_run", "flow_run_id": "fr-1"})["code"] == "conflict"
     gw.close()
 
@@ -93,7 +93,7 @@ def test_a_retried_run_is_charged_again_for_its_new_execution() -> None:
     rt.flows.finish("run-1", "COMPLETED", logs=[f"{USAGE_PREFIX}3.0"], run_count=2)
     rt.object_store.put_object(gw.state.bucket, "lake/customers/x.parquet", b"1")
     view = ok(gw, {"type": "get_flow_run", "flow_run_id": "fr-1"})
-    assert view["cpu_seconds"] == 4.0 and gw.pack_state(FlowsState).runs["fr-1"].usage_lines == 2
+    assert view["cpu_seconds"] == 4.0 and gw.episode.pack_state(FlowsState).runs["fr-1"].usage_lines == 2
     gw.close()
 
 
@@ -106,7 +106,7 @@ def test_a_run_without_its_usage_line_is_not_charged_after_the_wait() -> None:
     ok(gw, {"type": "get_flow_run", "flow_run_id": "fr-1"})
     rt.clock.sleep(31.0)  # longer than a usage line may take to arrive
     ok(gw, {"type": "get_flow_run", "flow_run_id": "fr-1"})
-    assert "flow_cpu_seconds" not in gw.state.counters
+    assert gw.state.charges.flow_cpu_seconds == 0.0
     gw.close()
 
 
@@ -167,7 +167,7 @@ def test_config_scope_lives_with_the_episode_and_references_resolve_through_the_
     rt = MemoryRuntime()
     gw = Gateway(rt, load_builtin("tabular-quality-basic"), seed=3)  # type: ignore[arg-type]
     gw.start()
-    prefix = episode_prefix(gw)
+    prefix = episode_prefix(gw.episode)
     assert prefix is not None and rt.config.scopes == {prefix}
     assert {n.removeprefix(prefix) for n in rt.config.names(prefix)} == set(JOB_CONFIG_KEYS)
     shown = ok(gw, {"type": "get_config"})
@@ -188,7 +188,7 @@ def test_config_scope_lives_with_the_episode_and_references_resolve_through_the_
     )
     gw.close()
     assert rt.config.values == {} and rt.config.scopes == set()
-    assert gw.pack_state(ConfigState).prefix is None
+    assert gw.episode.pack_state(ConfigState).prefix is None
 
 
 class _NoConfig(MemoryRuntime):
@@ -205,7 +205,7 @@ def test_without_a_config_store_the_config_actions_are_unsupported() -> None:
     rt = _NoConfig()
     gw = Gateway(rt, load_builtin("tabular-quality-basic"), seed=3)  # type: ignore[arg-type]
     gw.start()
-    assert episode_prefix(gw) is None  # jobs take their endpoints from their environment
+    assert episode_prefix(gw.episode) is None  # jobs take their endpoints from their environment
     e = err(gw, {"type": "get_config"})
     assert e["code"] == "unsupported" and e["details"]["capability"] == "config"
     gw.close()

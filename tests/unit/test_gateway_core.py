@@ -67,7 +67,7 @@ def test_backend_call_maps_unsupported_to_an_unsupported_error() -> None:
         raise Unsupported("serving.scale", "fake", "replicas are fixed here")
 
     with pytest.raises(ActionError) as info:
-        gw.backend_call(refuse)
+        gw.episode.backend_call(refuse)
     assert info.value.code == "unsupported"
     assert "serving.scale" in info.value.message
     assert info.value.details == {

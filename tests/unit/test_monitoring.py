@@ -13,6 +13,7 @@ from serving_fakes import InMemoryServing, ManualClock  # tests/unit is on sys.p
 from mlsandbox.backends.protocols.serving import FEATURE_SERVICE, DeploymentSpec, Machine
 from mlsandbox.scenario.serving import AlertRule, Serving
 from mlsandbox.workloads.http_metrics import LATENCY_BUCKETS, HttpMetrics
+from mlsandbox.world.episode import ServingRecord
 from mlsandbox.world.serving.monitoring import (
     Monitor,
     Scrape,
@@ -58,7 +59,9 @@ def _monitor(
     rule: AlertRule, serving: InMemoryServing | None = None, clock: ManualClock | None = None
 ) -> Monitor:
     spec = Serving(dataset="d", traffic=None, alerts=[rule])
-    return Monitor(spec, serving or InMemoryServing(), {}, clock or ManualClock(), production="churn")
+    return Monitor(
+        spec, serving or InMemoryServing(), ServingRecord(), clock or ManualClock(), production="churn"
+    )
 
 
 def _snap(t: float, total: float, slow: float) -> Snapshot:

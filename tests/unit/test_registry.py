@@ -9,7 +9,14 @@ import pytest
 from mlsandbox.gateway.actions import ActionModel
 from mlsandbox.gateway.packs.core.actions import PACK as CORE_PACK
 from mlsandbox.gateway.packs.core.actions import ListDatasets
-from mlsandbox.gateway.registry import ActionPack, PackError, PackRuntime, build_catalog, get_catalog
+from mlsandbox.gateway.registry import (
+    ActionPack,
+    PackAction,
+    PackError,
+    PackRuntime,
+    build_catalog,
+    get_catalog,
+)
 
 
 class Ping(ActionModel):
@@ -19,10 +26,15 @@ class Ping(ActionModel):
 
 
 def _pack(name: str = "extra", models: tuple = (Ping,), impl: str = __name__) -> ActionPack:
-    return ActionPack(name=name, models=models, implementation=impl)
+    return ActionPack(name=name, actions=tuple(PackAction(m) for m in models), implementation=impl)
 
 
-HANDLERS = {"ping": lambda gw, a: {"pong": True}}
+def handle_ping(ctx: object, a: Ping) -> dict[str, bool]:
+    return {"pong": True}
+
+
+def pong_again(ctx: object, a: Ping) -> dict[str, bool]:
+    return {"pong": False}
 
 
 def test_builtin_catalog_starts_with_the_core_pack() -> None:
@@ -38,7 +50,7 @@ def test_a_new_pack_extends_the_union() -> None:
     assert cat.types[-1] == "ping"
     assert isinstance(cat.adapter.validate_python({"type": "ping"}), Ping)
     rt = PackRuntime.load(cat)
-    assert rt.handlers["ping"](None, Ping()) == {"pong": True}
+    assert rt.handlers["ping"](None, Ping()) == {"pong": True}  # type: ignore[arg-type]
 
 
 def test_duplicate_action_type_is_refused_with_both_pack_names() -> None:
@@ -55,7 +67,7 @@ def test_duplicate_pack_name_is_refused() -> None:
 
 
 def test_missing_handler_and_missing_module_are_named() -> None:
-    with pytest.raises(PackError, match="no HANDLERS dict"):
+    with pytest.raises(PackError, match=r"mlsandbox\.gateway\.safety has no handler handle_ping"):
         PackRuntime.load(build_catalog((_pack(impl="mlsandbox.gateway.safety"),)))
     with pytest.raises(PackError, match=r"cannot import 'mlsandbox\.nope'"):
         PackRuntime.load(build_catalog((_pack(impl="mlsandbox.nope"),)))
@@ -90,5 +102,28 @@ class _Dup(ListDatasets):
     pass
 
 
-CLASHING = ActionPack(name="clash", models=(_Dup,), implementation=__name__)
-GOOD = ActionPack(name="good", models=(Ping,), implementation=__name__)
+CLASHING = ActionPack(name="clash", actions=(PackAction(_Dup),), implementation=__name__)
+GOOD = ActionPack(name="good", actions=(PackAction(Ping),), implementation=__name__)
+
+
+def test_one_declaration_carries_the_model_its_hints_capability_and_handler() -> None:
+    pack = ActionPack(
+        name="extra",
+        actions=(PackAction(Ping, capability="serving", read_only=True, handler="pong_again"),),
+        implementation=__name__,
+    )
+    cat = build_catalog((pack,))
+    assert cat.capability("ping") == "serving" and cat.read_only == {"ping"} and not cat.destructive
+    assert PackRuntime.load(cat).handlers["ping"](None, Ping()) == {"pong": False}  # type: ignore[arg-type]
+
+
+def test_every_builtin_handler_names_the_episode_context() -> None:
+    """Handlers, hooks and suppliers take the episode's context (never the gateway)."""
+    import inspect
+
+    rt = PackRuntime.load(get_catalog())
+    fns = [*rt.handlers.values(), *(f for hs in rt.hooks.values() for _, f in hs)]
+    fns += [f for ss in rt.suppliers.values() for _, f in ss]
+    for fn in fns:
+        first = next(iter(inspect.signature(fn).parameters.values()))
+        assert first.annotation == "EpisodeContext", (fn.__module__, fn.__name__, first)

@@ -63,7 +63,8 @@ def test_defaults_keep_the_v1_reward_of_existing_scenarios() -> None:
 def test_every_component_is_named_and_the_vector_sums_to_the_reward() -> None:
     sc = _scenario(reward={"cpu_second": 0.1, "fault_detected": 1.0, "fault_mitigated": 2.0})
     st = _state(sc)
-    st.counters.update(slo_violation_s=30.0, risky_deployments=1.0, idle_reserved_credits=4.0)
+    st.serving.slo_violation_s, st.serving.risky_deployments = 30.0, 1
+    st.charges.idle_reserved_credits = 4.0
     st.extra_credits = 2.0
     comps = RewardTracker().step(st, invalid=False, grade=_grade(1.0, True), done=True)
     assert list(comps) == list(COMPONENTS)
@@ -81,10 +82,10 @@ def test_every_component_is_named_and_the_vector_sums_to_the_reward() -> None:
 def test_counters_are_paid_once_as_deltas() -> None:
     st = _state()
     tr = RewardTracker()
-    st.counters["risky_deployments"] = 1
+    st.serving.risky_deployments = 1
     assert tr.step(st, invalid=False, grade=None)["risky_deployments"] < 0
     assert tr.step(st, invalid=False, grade=None)["risky_deployments"] == 0
-    st.counters["risky_deployments"] = 2
+    st.serving.risky_deployments = 2
     assert tr.step(st, invalid=False, grade=None)["risky_deployments"] < 0
 
 

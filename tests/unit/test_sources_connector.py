@@ -51,7 +51,7 @@ def test_ingest_pages_through_the_api_and_waits_out_429s_on_the_runtime_clock() 
 
 def test_an_api_outage_is_retried_then_an_error_and_the_fault_is_marked() -> None:
     gw, rt = _episode(API)
-    rec = sources_faults.api_unavailable(gw, "orders_api")
+    rec = sources_faults.api_unavailable(gw.episode, "orders_api")
     before = rt.clock.monotonic()
     e = err(gw, {"type": "preview_source", "source": "orders_api"})
     assert e["code"] == "source_unavailable" and "HTTP 503" in e["message"] and "4 times" in e["message"]
@@ -68,7 +68,7 @@ def test_an_api_outage_is_retried_then_an_error_and_the_fault_is_marked() -> Non
 
 def test_rotated_credentials_are_an_auth_error_until_refreshed() -> None:
     gw, _ = _episode(API)
-    rot = sources_faults.credentials_rotated(gw, "orders_api")
+    rot = sources_faults.credentials_rotated(gw.episode, "orders_api")
     e = err(gw, {"type": "ingest_source", "source": "orders_api"})
     assert e["code"] == "auth_failed" and "HTTP 401" in e["message"]
     assert rot.detected_step == 1 and "sources/orders_api.parquet" not in gw.state.datasets
@@ -88,21 +88,21 @@ def test_a_server_that_cannot_be_reached_is_source_unavailable() -> None:
 
 def test_postgres_outage_rotation_and_repair_through_service_actions() -> None:
     gw, rt = _episode(POSTGRES)
-    history = sources_impl.source_of(gw, "history_db")
+    history = sources_impl.source_of(gw.episode, "history_db")
     assert history.database in rt.hosting.servers.databases
     preview = ok(gw, {"type": "preview_source", "source": "history_db", "rows": 4})
     assert preview["total_rows"] == 3000 and len(preview["rows"]) == 4
 
-    down = sources_faults.database_down(gw, "history_db")
+    down = sources_faults.database_down(gw.episode, "history_db")
     e = err(gw, {"type": "ingest_source", "source": "history_db"})
     assert e["code"] == "source_unavailable" and "at memory://postgres: cannot connect" in e["message"]
     assert down.detected_step == 2
-    logs = sources_impl.episode_services(gw)["postgres"].logs(5)
+    logs = sources_impl.episode_services(gw.episode)["postgres"].logs(5)
     assert "postgres shut down" in logs
     assert ok(gw, {"type": "restart_service", "service": "postgres"})["healthy"]
     assert down.recovered_by == "agent"
 
-    rot = sources_faults.credentials_rotated(gw, "history_db")
+    rot = sources_faults.credentials_rotated(gw.episode, "history_db")
     e = err(gw, {"type": "preview_source", "source": "history_db"})
     assert e["code"] == "auth_failed" and "login refused" in e["message"]
     ok(gw, {"type": "preview_source", "source": "history_db", "refresh_credentials": True})
@@ -116,9 +116,9 @@ def test_postgres_outage_rotation_and_repair_through_service_actions() -> None:
 
 def test_the_source_probes_are_the_episode_s_client() -> None:
     gw, rt = _episode(POSTGRES)
-    service = sources_impl.episode_services(gw)["postgres"]
+    service = sources_impl.episode_services(gw.episode)["postgres"]
     rt.hosting.servers.stop("postgres")
-    rec = sources_faults.database_down(gw, "history_db")
+    rec = sources_faults.database_down(gw.episode, "history_db")
     assert not service.health().healthy and rec.detected_step == 0
     gw.close()
 

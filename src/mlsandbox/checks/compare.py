@@ -10,7 +10,7 @@ from mlsandbox.checks.shapes import differences, shape_of
 
 INFO_MAPS = frozenset({"metrics.counters"})
 """Dicts of a step's info whose keys are data: the episode's named tallies, where a missing name counts as
-0 (:attr:`~mlsandbox.world.episode.EpisodeState.counters`), so a tally that stayed 0 may be absent."""
+0 (:meth:`~mlsandbox.world.episode.EpisodeState.tallies`), so a tally that stayed 0 may be absent."""
 OBSERVATION_MAPS = frozenset({"result.environments[].packages"})
 """Dicts of an observation whose keys are data the protocol leaves to the backend: the packages of an
 environment are those the backend knows the versions of

@@ -60,6 +60,6 @@ def episode_metrics(state: EpisodeState) -> dict[str, Any]:
         "cpu_seconds": round(state.cpu_seconds, 3),
         "invalid_actions": state.invalid_actions,
         "jobs": len(state.jobs),
-        "counters": {k: round(v, 4) for k, v in sorted(state.counters.items())},
+        "counters": {k: round(v, 4) for k, v in sorted(state.tallies().items())},
         **fault_metrics(state),
     }

@@ -178,8 +178,8 @@ class RewardTracker:
     milestones: set[str] = field(default_factory=set)
     potential: float = 0.0
 
-    def _counter_delta(self, state: EpisodeState, name: str) -> float:
-        now = float(state.counters.get(name, 0.0))
+    def _counter_delta(self, name: str, now: float) -> float:
+        """How much the episode's tally ``name`` (now ``now``) grew since the last step."""
         delta = now - self.counters.get(name, 0.0)
         self.counters[name] = now
         return max(0.0, delta)
@@ -204,9 +204,12 @@ class RewardTracker:
         comps["step_cost"] = -w.step_cost
         comps["compute"] = -w.compute * credits_delta
         comps["cpu_seconds"] = -w.cpu_second * cpu_delta
-        comps["idle_capacity"] = -w.idle_capacity * self._counter_delta(state, "idle_reserved_credits")
-        comps["slo_violations"] = -w.slo_violation * self._counter_delta(state, "slo_violation_s")
-        comps["risky_deployments"] = -w.risky_deployment * self._counter_delta(state, "risky_deployments")
+        idle = self._counter_delta("idle_reserved_credits", state.charges.idle_reserved_credits)
+        comps["idle_capacity"] = -w.idle_capacity * idle
+        slo = self._counter_delta("slo_violation_s", state.serving.slo_violation_s)
+        comps["slo_violations"] = -w.slo_violation * slo
+        risky = self._counter_delta("risky_deployments", float(state.serving.risky_deployments))
+        comps["risky_deployments"] = -w.risky_deployment * risky
         comps["invalid_action"] = -w.invalid_action if invalid else 0.0
         for i, rec in enumerate(state.ground_truth.faults):
             if rec.error is not None:

@@ -1,10 +1,12 @@
 """Grade of the ``deployment_slo`` goal: the model being served, and the SLO held while it was.
 
-The ``serving`` action pack keeps, in ``state.counters``: ``serving_version`` (the version of the goal's
-model that its deployment serves with at least one replica up; 0 when none), ``slo_violation_s`` and
-``serving_observed_s`` (seconds of production traffic with the SLO violated, and in all). The served
+The ``serving`` action pack and its monitor keep the episode's
+:class:`~mlsandbox.world.episode.ServingRecord` (``state.serving``): ``served_version`` (the version of the
+goal's model that its deployment serves with at least one replica up; None when none), ``slo_violation_s``
+and ``observed_s`` (seconds of production traffic with the SLO violated, and in all). The served
 version is scored on the hidden holdout (the dataset's, or the latest production drift phase's when the
-goal says ``holdout: production``); the task score is the AUC score times the share of time the SLO held.
+goal says ``holdout: production``: ``ground_truth.production_holdouts``); the task score is the AUC score
+times the share of time the SLO held.
 The SLO is judged only over enough traffic (:meth:`~mlsandbox.scenario.serving.Serving.required_observation_s`:
 one SLO window, and through the scenario's last spike): an episode that ends sooner does not succeed, and its
 score is scaled by the share of that time it watched.
@@ -24,34 +26,32 @@ from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
 
-PRODUCTION_SUFFIX = "@production"
-"""Key suffix of the production holdout in ``ground_truth.holdouts`` (written by the serving pack)."""
-
 
 def grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
     goal = state.scenario.goal
     if not isinstance(goal, DeploymentSLOGoal):
         raise TypeError(f"a {goal.type} goal is not graded as deployment_slo")
-    c = state.counters
-    version_n = int(c.get("serving_version", 0))
-    observed = c.get("serving_observed_s", 0.0)
-    violated = c.get("slo_violation_s", 0.0)
+    record = state.serving
+    version = record.served_version
+    observed = record.observed_s
+    violated = record.slo_violation_s
     fraction = violated / observed if observed > 0 else 0.0
     details = {
-        "served_version": str(version_n) if version_n else None,
+        "served_version": version,
         "slo_violation_s": round(violated, 3),
         "serving_observed_s": round(observed, 3),
         "slo_violation_fraction": round(fraction, 6),
-        "risky_deployments": int(c.get("risky_deployments", 0)),
+        "risky_deployments": record.risky_deployments,
     }
-    if not version_n:
+    if not version:
         return Grade(
             goal.model_name, None, None, 0.0, False, f"no deployment serves {goal.model_name!r}", details
         )
-    version = str(version_n)
-    key = goal.dataset + PRODUCTION_SUFFIX if goal.holdout == "production" else goal.dataset
-    holdout = state.ground_truth.holdouts.get(key)
+    truth = state.ground_truth
+    production = goal.holdout == "production"
+    holdout = (truth.production_holdouts if production else truth.holdouts).get(goal.dataset)
     if holdout is None:
+        key = f"{goal.dataset}@production" if production else goal.dataset
         return Grade(goal.model_name, version, None, 0.0, False, f"no holdout {key!r} to grade on", details)
     target = state.scenario.dataset(goal.dataset).target
     x, y = holdout.drop(columns=[target]), holdout[target].to_numpy()

@@ -287,6 +287,17 @@ class PerturbationEngine:
         with self._lock:
             return self._adjust_job(spec, job_id)
 
+    def job_resources_set(self, backend_id: str, *, cpus: float | None, memory_mb: int | None) -> None:
+        """The agent set a running job's limits (None: unchanged): what a fault's recovery restores them
+        to. A job the engine never saw start (none of its faults cut it) is not recorded."""
+        with self._lock:
+            known = self.ctx.job_resources.get(backend_id)
+            if known is not None:
+                self.ctx.job_resources[backend_id] = (
+                    known[0] if cpus is None else cpus,
+                    known[1] if memory_mb is None else memory_mb,
+                )
+
     def _adjust_job(self, spec: JobSpec, job_id: str) -> JobSpec:
         self.ctx.job_resources[spec.job_id] = (spec.cpus, spec.memory_mb)
         for slot in self.slots:

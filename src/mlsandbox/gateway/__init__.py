@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlsandbox.gateway.actions import ACTION_MODELS, ACTION_TYPES, ActionModel, action_catalog
+    from mlsandbox.gateway.context import EpisodeContext
     from mlsandbox.gateway.dispatcher import Gateway, parse_action
     from mlsandbox.gateway.observations import StepResult
 
@@ -19,6 +20,7 @@ _EXPORTS = {
     "ACTION_TYPES": "actions",
     "ActionModel": "actions",
     "action_catalog": "actions",
+    "EpisodeContext": "context",
     "Gateway": "dispatcher",
     "parse_action": "dispatcher",
     "StepResult": "observations",
@@ -28,6 +30,7 @@ __all__ = [
     "ACTION_MODELS",
     "ACTION_TYPES",
     "ActionModel",
+    "EpisodeContext",
     "Gateway",
     "StepResult",
     "action_catalog",

@@ -13,40 +13,39 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mlsandbox.backends.protocols import EnvironmentInfo, FaultControl, Jobs, JobSpec, Runtime
-from mlsandbox.data.formats import SUFFIX, Format, from_bytes, to_bytes
+from mlsandbox.backends.protocols import Runtime
+from mlsandbox.data.formats import SUFFIX, Format, to_bytes
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.evaluation.constraints import Violation, check_action, check_budget
 from mlsandbox.evaluation.metrics import episode_metrics
 from mlsandbox.evaluation.reward import Grade, RewardTracker, grade_episode, objective_vector
 from mlsandbox.faults.engine import PerturbationEngine
+from mlsandbox.gateway.episode import Episode, unsupported_error
 from mlsandbox.gateway.observations import StepResult, error_observation, ok_observation
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.gateway.telemetry import Telemetry
-from mlsandbox.scenario.compute import Machine
 from mlsandbox.scenario.models import Scenario
 from mlsandbox.world import compute as P
-from mlsandbox.world.episode import DatasetRecord, EpisodeState, JobRecord
+from mlsandbox.world.episode import DatasetRecord, EpisodeState
 
 log = logging.getLogger(__name__)
-_S = TypeVar("_S")
-
-_TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
-_LOG_TAIL_LINES = 15
 
 
 class Gateway:
-    """One episode of one scenario on a running sandbox (a :class:`Runtime`).
+    """One episode of one scenario on a running sandbox (a :class:`Runtime`): the step loop.
 
+    The episode itself (state, compute pool, the packs' states and the services a handler asks for) is
+    :attr:`episode`, an :class:`~mlsandbox.gateway.episode.Episode`: the
+    :class:`~mlsandbox.gateway.context.EpisodeContext` every pack handler, hook and supplier receives.
     The episode's audit log (every step, as JSON) goes to ``runtime.audit``; the time it reads and the
-    waits it makes go through ``runtime.clock``. Every job of the episode goes through its compute pool
+    waits it make go through ``runtime.clock``. Every job of the episode goes through its compute pool
     (:attr:`pool`, a :class:`~mlsandbox.world.compute.Pool` over ``runtime.jobs``: capacity, queue,
-    reservations); handlers reach jobs as :attr:`jobs`.
+    reservations).
     """
 
     def __init__(
@@ -59,33 +58,20 @@ class Gateway:
         denied_actions: dict[str, str] | None = None,
         labels: dict[str, str] | None = None,
     ) -> None:
-        self.runtime = runtime
-        self.scenario = scenario
-        self.seed = scenario.seed if seed is None else seed
-        self.state = EpisodeState(
-            episode_id=runtime.new_episode_id(self.seed),
-            scenario=scenario,
-            seed=self.seed,
+        self.catalog = get_catalog()
+        self._packs = PackRuntime.load(self.catalog)
+        self.episode = Episode(
+            runtime,
+            scenario,
+            seed=scenario.seed if seed is None else seed,
             sandbox=runtime.sandbox if sandbox is None else sandbox,
-            started_at=runtime.clock.time(),
+            packs=self._packs,
         )
-        self.pool = P.Pool(
-            scenario.compute,
-            runtime.jobs,
-            clock=runtime.clock,
-            charge=self._charge_idle,
-            blocked=self._blocked,
-        )
-        """The episode's compute pool: every job goes through it."""
+        """The episode's context: what the packs' handlers, hooks and suppliers receive."""
         self.telemetry = Telemetry(labels, enabled=runtime.audit.location(self.state.episode_id) is not None)
         """What the audit log records besides observations (``labels``: interface, agent), for people
         watching from another process: computed only when the runtime's audit log is kept where they
         can read it (not in its memory)."""
-        self.catalog = get_catalog()
-        self._packs = PackRuntime.load(self.catalog)
-        self._pack_states: dict[type[Any], Any] = {}
-        self.faults: PerturbationEngine | None = None
-        """The perturbation engine (None when the scenario has no plan)."""
         self._reward = RewardTracker()
         self.violation: Violation | None = None
         """The hard constraint the episode broke (it ended the episode), if any."""
@@ -94,15 +80,35 @@ class Gateway:
         self.denied_actions = dict(denied_actions or {})
         """Action types refused by policy (type -> reason): a ``forbidden`` error observation, nothing done."""
 
-    # ------------------------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------------ the episode, read-only
 
-    def pack_state(self, kind: type[_S]) -> _S:
-        """The episode's state of type ``kind`` (a pack's dataclass or model, made with ``kind()`` on
-        first use): what a pack's handlers and hooks remember between steps, typed."""
-        found = self._pack_states.get(kind)
-        if found is None:
-            found = self._pack_states[kind] = kind()
-        return found
+    @property
+    def runtime(self) -> Runtime:
+        return self.episode.runtime
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.episode.scenario
+
+    @property
+    def seed(self) -> int:
+        return self.episode.seed
+
+    @property
+    def state(self) -> EpisodeState:
+        return self.episode.state
+
+    @property
+    def pool(self) -> P.Pool:
+        """The episode's compute pool: every job goes through it."""
+        return self.episode.pool
+
+    @property
+    def faults(self) -> PerturbationEngine | None:
+        """The perturbation engine (None when the scenario has no plan)."""
+        return self.episode.faults
+
+    # ------------------------------------------------------------------------------------ lifecycle
 
     def start(self) -> dict[str, Any]:
         """Create the episode's isolated resources and data; return the first observation."""
@@ -122,16 +128,17 @@ class Gateway:
                 rt.object_store.put_object(st.bucket, key, payload)
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
         P.register(st.episode_id, self.pool)  # the compute faults find the episode's pool by its id
+        ctx = self.episode
         if self.scenario.perturbations:
-            self.faults = PerturbationEngine(
+            ctx.faults = PerturbationEngine(
                 list(self.scenario.perturbations),
                 st,
                 rt,
                 seed=self.seed,
-                supplied=self._packs.supplied("fault_behaviours", self),
+                supplied=self._packs.supplied("fault_behaviours", ctx),
             )
         for _, hook in self._packs.hooks["on_start"]:
-            hook(self)
+            hook(ctx)
         self._audit(
             {"event": "start", "scenario": self.scenario.id, "seed": self.seed, **self.telemetry.start(self)}
         )
@@ -148,7 +155,7 @@ class Gateway:
                 "title": sc.title,
                 "task": sc.task.strip(),
                 "deliverable": {"register_model_as": sc.goal.model_name},
-                "datasets": self.dataset_list(),
+                "datasets": self.episode.dataset_list(),
                 "actions": list(self.catalog.types),
                 "max_steps": sc.max_steps,
             },
@@ -165,7 +172,7 @@ class Gateway:
         steps: list[tuple[str, Callable[[], None]]] = [
             ("faults", self._recover_faults),
             *[
-                (f"pack {name}", lambda hook=hook: hook(self))
+                (f"pack {name}", lambda hook=hook: hook(self.episode))
                 for name, hook in reversed(self._packs.hooks["on_close"])
             ],
             ("jobs", lambda: self.pool.cleanup(st.job_label)),
@@ -220,7 +227,7 @@ class Gateway:
             log.warning("episode %s: compute pool pump failed: %s", st.episode_id, e)
         for name, hook in self._packs.hooks["on_step"]:
             try:
-                hook(self)
+                hook(self.episode)
             except Exception as e:  # a pack's hook never breaks a step
                 log.warning("episode %s: pack %s step hook failed: %s", st.episode_id, name, e)
         violation: Violation | None = None
@@ -235,7 +242,7 @@ class Gateway:
             if self.faults is not None:
                 self.faults.observe_action(action.model_dump())
             try:
-                result = self._packs.handlers[action_type](self, action)
+                result = self._packs.handlers[action_type](self.episode, action)
             except ActionError:
                 raise
             except Unsupported as e:  # a capability this backend refuses: nothing was changed
@@ -245,14 +252,14 @@ class Gateway:
                 # plug-in's bug): a backend_error observation, never an exception out of step().
                 log.exception("episode %s: %s failed", st.episode_id, action_type)
                 raise ActionError("backend_error", f"{action_type} failed: {type(e).__name__}: {e}") from None
-            self.refresh_jobs()
+            self.episode.refresh_jobs()
             obs = ok_observation(st.step, action_type, result, self.budget())
             invalid = False
             err_code = None
         except ActionError as e:
             invalid = violation is None
             st.invalid_actions += int(invalid)
-            self.refresh_jobs()
+            self.episode.refresh_jobs()
             # A parameter error names the refused action (the observation's ``action``), as a success would.
             refused = action_type or (_declared_type(raw) if e.code == "invalid_parameters" else None)
             obs = error_observation(st.step, refused, e, self.budget())
@@ -264,7 +271,7 @@ class Gateway:
         if terminated or truncated:
             st.done = True
             self._recover_faults()  # graded on a healthy sandbox
-            self._stop_running_jobs()
+            self.episode.stop_running_jobs()
             grade = grade_episode(st, self.runtime.tracking)
             self.grade = grade
         credits = st.credits_used
@@ -306,164 +313,22 @@ class Gateway:
         self._audit(record)
         return StepResult(obs, reward, terminated, truncated, info)
 
-    # ------------------------------------------------------------------------ operations actions
+    # ------------------------------------------------------------------------------------- records
 
-    def control(self) -> FaultControl:
-        """The runtime's fault control (service health, logs, restarts): raises
-        :class:`~mlsandbox.errors.Unsupported` where the backend has none."""
-        return self.runtime.faults
-
-    def episode_services(self) -> dict[str, Any]:
-        """Services the packs run for this episode besides the core ones (a pack implementation's
-        optional ``episode_services(gw)``: name -> an object with ``health()`` and ``restart()`` returning
-        a :class:`~mlsandbox.backends.protocols.ServiceHealth`), e.g. the data-source servers in use."""
-        return self._packs.supplied("episode_services", self)
+    def budget(self) -> dict[str, Any]:
+        """The budget every observation carries (the episode's)."""
+        return self.episode.budget()
 
     def pack_telemetry(self) -> dict[str, Any]:
-        """What the packs add to a step's telemetry (each pack's optional ``telemetry(gw)``), merged in
+        """What the packs add to a step's telemetry (each pack's optional ``telemetry(ctx)``), merged in
         catalog order; a pack whose supplier fails is left out of this step's record."""
         out: dict[str, Any] = {}
         for name, supply in self._packs.suppliers.get("telemetry", []):
             try:
-                out.update(supply(self))
+                out.update(supply(self.episode))
             except Exception as e:  # telemetry never breaks a step
                 log.debug("episode %s: pack %s telemetry failed: %s", self.state.episode_id, name, e)
         return out
-
-    # -------------------------------------------------------------------------------------- helpers
-
-    def dataset(self, name: str) -> DatasetRecord:
-        """The episode's dataset by name; ``not_found`` error for anything else."""
-        rec = self.state.datasets.get(name)
-        if rec is None:
-            known = ", ".join(sorted(self.state.datasets)) or "none"
-            raise ActionError("not_found", f"dataset {name!r} does not exist (datasets: {known})")
-        return rec
-
-    def job(self, job_id: str) -> JobRecord:
-        job = self.state.jobs.get(job_id)
-        if job is None:
-            raise ActionError("not_found", f"job {job_id!r} does not exist")
-        return job
-
-    def read(self, rec: DatasetRecord) -> Any:
-        data = self.backend_call(lambda: self.runtime.object_store.get_object(self.state.bucket, rec.key))
-        try:
-            return from_bytes(data, rec.fmt)
-        except Exception as e:
-            raise ActionError(
-                "unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}"
-            ) from None
-
-    def dataset_list(self) -> list[dict[str, Any]]:
-        return [
-            {"name": r.key, "format": r.fmt, "size_bytes": r.size}
-            for r in sorted(self.state.datasets.values(), key=lambda r: r.key)
-        ]
-
-    def budget(self) -> dict[str, Any]:
-        st = self.state
-        return {
-            "credits": st.scenario.budget.credits,
-            "credits_used": round(st.credits_used, 4),
-            "steps_left": max(0, st.scenario.max_steps - st.step),
-        }
-
-    def update_job(self, job: JobRecord, status: Any) -> None:
-        job.state = status.state
-        job.cpu_seconds = float(status.cpu_seconds)
-        if status.state == "succeeded":
-            job.run_id = status.result.get("run_id")
-
-    @property
-    def jobs(self) -> Jobs:
-        """The episode's jobs, through its compute pool (what handlers submit to, read and cancel)."""
-        return self.pool
-
-    def machine(self, name: str) -> Machine:
-        """The scenario's machine type ``name``; ``not_found`` (naming the machines) otherwise."""
-        try:
-            return self.scenario.compute.machine(name)
-        except KeyError:
-            known = ", ".join(m.name for m in self.scenario.compute.machines)
-            raise ActionError("not_found", f"machine {name!r} does not exist (machines: {known})") from None
-
-    def environment(self, name: str | None) -> EnvironmentInfo | None:
-        """The episode's named environment ``name`` (None for ``default`` or None: the sandbox's own);
-        ``not_found`` for a name the episode has not created (used by training, flows and deployments)."""
-        if name is None or name == "default":
-            return None
-        info = self.state.environments.get(name)
-        if info is None:
-            known = ", ".join(["default", *sorted(self.state.environments)])
-            raise ActionError(
-                "not_found",
-                f"environment {name!r} does not exist (environments: {known}); create it with "
-                "create_environment",
-            )
-        return info
-
-    def place_job(self, spec: JobSpec, *, machine: str | None, environment: str | None) -> JobSpec:
-        """``spec`` on ``machine`` (its limits; an idle reservation of that type when the episode holds
-        one) and in ``environment``; ``not_found`` for an unknown machine or environment."""
-        update: dict[str, Any] = {}
-        labels = dict(spec.labels)
-        if machine is not None:
-            m = self.machine(machine)
-            update.update(cpus=m.cpus, memory_mb=m.memory_mb)
-            labels[P.MACHINE_LABEL] = m.name
-            res = self.pool.idle_reservation(m.name)
-            if res is not None:
-                labels[P.RESERVATION_LABEL] = res.reservation_id
-        info = self.environment(environment)
-        if info is not None:
-            update["environment"] = info.key
-        update["labels"] = labels
-        return spec.model_copy(update=update)
-
-    def _charge_idle(self, credits: float) -> None:
-        """What idle reserved machines cost (the pool's charge)."""
-        self.state.extra_credits += credits
-        c = self.state.counters
-        c["idle_reserved_credits"] = c.get("idle_reserved_credits", 0.0) + credits
-
-    def _blocked(self) -> str | None:
-        """Why no new work may start (the pool's guard): the compute budget is spent."""
-        if self.state.credits_left <= 0:
-            return "compute budget exhausted: no new work can start"
-        return None
-
-    def refresh_jobs(self) -> None:
-        for job in self.state.jobs.values():
-            if job.state in _TERMINAL_JOB_STATES:
-                continue
-            try:
-                self.update_job(job, self.pool.get(job.backend_id))
-            except Exception as e:  # the next refresh tries again
-                log.debug("refresh of %s failed: %s", job.job_id, e)
-
-    def _stop_running_jobs(self) -> None:
-        for job in self.state.jobs.values():
-            if job.state not in _TERMINAL_JOB_STATES:
-                try:
-                    self.update_job(job, self.pool.cancel(job.backend_id))
-                except Exception as e:
-                    log.warning("cancel of %s failed: %s", job.job_id, e)
-
-    def backend_call(self, fn: Callable[[], Any]) -> Any:
-        """``fn()``, its failures as the agent's errors: :class:`Unsupported` -> ``unsupported`` (naming
-        the capability, with the backend and reason in ``details``), :class:`KeyError` -> ``not_found``,
-        anything else -> ``backend_error``."""
-        try:
-            return fn()
-        except ActionError:
-            raise
-        except Unsupported as e:
-            raise unsupported_error(e) from None
-        except KeyError as e:
-            raise ActionError("not_found", f"not found: {e}") from None
-        except Exception as e:
-            raise ActionError("backend_error", f"{type(e).__name__}: {e}") from None
 
     @property
     def audit_location(self) -> str | None:
@@ -505,15 +370,6 @@ def generated_dataset(spec: Any, seed: int) -> tuple[dict[str, Any], Any, dict[F
         while len(_GENERATED) > _GENERATED_KEPT:
             _GENERATED.popitem(last=False)
     return data.manifest, data.holdout, payloads
-
-
-def unsupported_error(e: Unsupported) -> ActionError:
-    """The agent's ``unsupported`` error for a capability the backend refuses (nothing was changed)."""
-    return ActionError(
-        "unsupported",
-        str(e),
-        details={"capability": e.capability, "backend": e.backend, "reason": e.reason},
-    )
 
 
 def type_of(action: BaseModel) -> str:
@@ -572,10 +428,6 @@ def _declared_type(raw: Any) -> str | None:
             return None
     kind = raw.get("type") if isinstance(raw, dict) else None
     return kind if isinstance(kind, str) and kind in get_catalog().types else None
-
-
-def _round_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: round(float(v), 6) for k, v in sorted(metrics.items())}
 
 
 def _jsonable(raw: Any) -> Any:

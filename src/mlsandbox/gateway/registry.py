@@ -1,24 +1,27 @@
 """The action catalog, assembled from action packs.
 
-An action pack is a named group of actions: pydantic models (light, imported to build tool schemas) and an
-implementation module (imported only when a gateway runs an episode) that holds the handlers and optional
-episode hooks. The built-in packs are listed in :mod:`mlsandbox.gateway.packs`; third-party packs are
-found through the ``mlsandbox.action_packs`` entry-point group, each entry pointing at an
-:class:`ActionPack` object. Every pack is loaded by name (:data:`BUILTIN_PACKS`, entry points): nothing in
-the gateway core imports a pack.
+An action pack is a named group of actions, each declared once as a :class:`PackAction`: its pydantic
+model (light, imported to build tool schemas), the Runtime capability it needs, its MCP hints and the name
+of its handler in the pack's implementation module (imported only when a gateway runs an episode), which
+also holds the pack's optional episode hooks and suppliers. The built-in packs are listed in
+:mod:`mlsandbox.gateway.packs`; third-party packs are found through the ``mlsandbox.action_packs``
+entry-point group, each entry pointing at an :class:`ActionPack` object. Every pack is loaded by name
+(:data:`BUILTIN_PACKS`, entry points): nothing in the gateway core imports a pack.
 
-The implementation module defines:
+The implementation module defines, each taking the episode's
+:class:`~mlsandbox.gateway.context.EpisodeContext` (``ctx``):
 
-- ``HANDLERS: dict[str, Callable[[Gateway, Action], dict]]`` -- one per action type of the pack;
-- optionally ``on_start(gw)`` (after the episode's bucket, experiment and datasets exist),
-  ``on_step(gw)`` (at every step boundary, after due faults and before the action runs) and
-  ``on_close(gw)`` (when the episode's resources are removed; must be idempotent);
-- optionally the suppliers ``fault_behaviours(gw)`` (faults on targets whose mechanism lives in the pack,
-  e.g. ``source:NAME``: ``(fault type, target kind) -> behaviour``), ``episode_services(gw)`` (services
-  the pack runs for the episode besides the sandbox's: name -> an object with ``health()``,
-  ``restart()`` and ``logs(tail)``) and ``telemetry(gw)`` (what the pack adds to each step's record in the
-  audit log for people watching, never to an observation: key -> JSON-able value, see
-  :mod:`mlsandbox.gateway.telemetry`).
+- one handler per action, ``handle_<type>(ctx, action) -> dict`` (or the name a :class:`PackAction`
+  gives as ``handler``);
+- optionally ``on_start(ctx)`` (after the episode's bucket, experiment and datasets exist),
+  ``on_step(ctx)`` (at every step boundary, after due faults and before the action runs) and
+  ``on_close(ctx)`` (when the episode's resources are removed; must be idempotent);
+- optionally the suppliers ``fault_behaviours(ctx)`` (faults on targets whose mechanism lives in the
+  pack, e.g. ``source:NAME``: ``(fault type, target kind) -> behaviour``), ``episode_services(ctx)``
+  (services the pack runs for the episode besides the sandbox's: name -> an
+  :class:`~mlsandbox.gateway.context.EpisodeService`) and ``telemetry(ctx)`` (what the pack adds to each
+  step's record in the audit log for people watching, never to an observation: key -> JSON-able value,
+  see :mod:`mlsandbox.gateway.telemetry`).
 
 A handler returns the observation's ``result`` (JSON-able) or raises
 :class:`mlsandbox.errors.ActionError`, which becomes an error observation.
@@ -29,8 +32,8 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Union
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 from pydantic import BaseModel, Field, TypeAdapter
 
 if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
+    from mlsandbox.gateway.context import EpisodeContext, Handler, Hook, Supplier
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,6 @@ BUILTIN_PACKS: tuple[str, ...] = (
 """The built-in packs, in catalog order (``module:attribute`` of each :class:`ActionPack`), loaded by name:
 the gateway core imports no pack."""
 
-Handler = Callable[["Gateway", Any], dict[str, Any]]
 HOOKS = ("on_start", "on_step", "on_close")
 SUPPLIERS = ("fault_behaviours", "episode_services", "telemetry")
 
@@ -64,30 +66,81 @@ class PackError(Exception):
     """A pack that cannot be loaded or clashes with another (a precise message, naming the pack)."""
 
 
+def action_type(model: type[BaseModel]) -> str:
+    """An action model's ``type`` (the literal default of its ``type`` field)."""
+    return str(model.model_fields["type"].default)
+
+
+@dataclass(frozen=True)
+class PackAction:
+    """One action of a pack, declared once: everything the catalog, the tool schemas and the gateway
+    know of it besides its model's fields and docstring."""
+
+    model: type[BaseModel]
+    """The action's pydantic model (a subclass of :class:`~mlsandbox.gateway.actions.ActionModel` with a
+    literal ``type`` field); its docstring is what the agent reads about the action."""
+    capability: str | None = None
+    """The Runtime capability the action needs, as a key of
+    :class:`~mlsandbox.backends.protocols.Support` (``serving``, ``serving.scale``,
+    ``environments.build``): a backend that refuses it answers the action with an ``unsupported`` error,
+    and ``mlsandbox tools --backend NAME`` marks it. None: it needs only what every backend has (the
+    world's own services)."""
+    read_only: bool = False
+    """The action changes nothing (MCP read-only hint)."""
+    destructive: bool = False
+    """The action may destroy or interrupt something (MCP destructive hint)."""
+    handler: str | None = None
+    """The name of its handler in the pack's implementation module (default ``handle_<type>``)."""
+
+    @property
+    def type(self) -> str:
+        return action_type(self.model)
+
+    @property
+    def handler_name(self) -> str:
+        return self.handler or f"handle_{self.type}"
+
+
 @dataclass(frozen=True)
 class ActionPack:
     """A named group of actions; see the module docstring."""
 
     name: str
-    models: tuple[type[BaseModel], ...]
+    actions: tuple[PackAction, ...]
+    """The pack's actions, in catalog order (one declaration each)."""
     implementation: str
-    """Dotted module path of the handlers and hooks."""
+    """Dotted module path of the handlers, hooks and suppliers."""
     description: str = ""
-    read_only: frozenset[str] = field(default_factory=frozenset)
-    """Action types that change nothing (MCP read-only hint)."""
-    destructive: frozenset[str] = field(default_factory=frozenset)
-    """Action types that may destroy or interrupt something (MCP destructive hint)."""
-    capabilities: Mapping[str, str] = field(default_factory=dict)
-    """Action type -> the Runtime capability it needs, as a key of
-    :class:`~mlsandbox.backends.protocols.Support` (``serving``, ``serving.scale``,
-    ``environments.build``): a backend that refuses it answers the action with an ``unsupported`` error,
-    and ``mlsandbox tools --backend NAME`` marks it. An action absent here needs only what every backend
-    has (the world's own services)."""
     origin: str = "builtin"
 
     @property
+    def models(self) -> tuple[type[BaseModel], ...]:
+        return tuple(a.model for a in self.actions)
+
+    @property
     def types(self) -> tuple[str, ...]:
-        return tuple(str(m.model_fields["type"].default) for m in self.models)
+        return tuple(a.type for a in self.actions)
+
+    @property
+    def read_only(self) -> frozenset[str]:
+        """Action types that change nothing (MCP read-only hint)."""
+        return frozenset(a.type for a in self.actions if a.read_only)
+
+    @property
+    def destructive(self) -> frozenset[str]:
+        """Action types that may destroy or interrupt something (MCP destructive hint)."""
+        return frozenset(a.type for a in self.actions if a.destructive)
+
+    @property
+    def capabilities(self) -> Mapping[str, str]:
+        """Action type -> the Runtime capability it needs (actions that need none are absent)."""
+        return {a.type: a.capability for a in self.actions if a.capability is not None}
+
+    def action(self, action_type: str) -> PackAction:
+        for a in self.actions:
+            if a.type == action_type:
+                return a
+        raise KeyError(action_type)
 
     def module(self) -> ModuleType:
         try:
@@ -119,13 +172,13 @@ class Catalog:
 
     def capability(self, action_type: str) -> str | None:
         """The Runtime capability ``action_type`` needs (None: none a backend may refuse)."""
-        return self.pack_of(action_type).capabilities.get(action_type)
+        return self.pack_of(action_type).action(action_type).capability
 
     def describe(self) -> list[dict[str, Any]]:
         """Every action with its description and the JSON Schema of its parameters."""
         return [
             {
-                "type": str(m.model_fields["type"].default),
+                "type": action_type(m),
                 "description": " ".join((m.__doc__ or "").split()),
                 "parameters": m.model_json_schema(),
             }
@@ -141,15 +194,14 @@ def _load_ref(ref: str) -> Any:
 def _check_pack(pack: Any, where: str) -> ActionPack:
     if not isinstance(pack, ActionPack):
         raise PackError(f"{where}: expected an ActionPack, got {type(pack).__name__}")
-    for m in pack.models:
-        f = m.model_fields.get("type")
+    for a in pack.actions:
+        if not isinstance(a, PackAction):
+            raise PackError(f"action pack {pack.name!r}: expected PackAction declarations, got {a!r}")
+        m = a.model
+        f = m.model_fields.get("type") if isinstance(m, type) and issubclass(m, BaseModel) else None
         if f is None or not isinstance(f.default, str):
-            raise PackError(f"action pack {pack.name!r}: model {m.__name__} has no literal 'type' field")
-    unknown = sorted(set(pack.capabilities) - set(pack.types))
-    if unknown:
-        raise PackError(
-            f"action pack {pack.name!r}: capabilities name actions it lacks: {', '.join(unknown)}"
-        )
+            name = getattr(m, "__name__", repr(m))
+            raise PackError(f"action pack {pack.name!r}: model {name} has no literal 'type' field")
     return pack
 
 
@@ -176,7 +228,7 @@ def discover_packs(*, plugins: bool = True) -> tuple[ActionPack, ...]:
                     raise PackError(f"plug-in {ep.name!r} ({ep.value}) cannot be loaded: {e}") from e
                 dist = getattr(ep, "dist", None)
                 origin = f"plugin:{dist.name}" if dist is not None else f"plugin:{ep.name}"
-                candidate = ActionPack(**{**pack.__dict__, "origin": origin})
+                candidate = replace(pack, origin=origin)
                 build_catalog((*packs, candidate))  # clashes with what is already there
             except PackError as e:
                 msg = f"action pack plug-in {ep.name!r} left out: {e}"
@@ -218,34 +270,31 @@ class PackRuntime:
     """The loaded implementation of every pack, for one gateway."""
 
     handlers: dict[str, Handler]
-    hooks: dict[str, list[tuple[str, Callable[[Gateway], None]]]]
-    suppliers: dict[str, list[tuple[str, Callable[[Gateway], dict[Any, Any]]]]] = field(default_factory=dict)
+    hooks: dict[str, list[tuple[str, Hook]]]
+    suppliers: dict[str, list[tuple[str, Supplier]]] = field(default_factory=dict)
     """Each of :data:`SUPPLIERS` -> the packs that define it, in catalog order."""
 
-    def supplied(self, what: str, gw: Gateway) -> dict[Any, Any]:
-        """What every pack supplies of ``what`` (one of :data:`SUPPLIERS`) for ``gw``, merged."""
+    def supplied(self, what: str, ctx: EpisodeContext) -> dict[Any, Any]:
+        """What every pack supplies of ``what`` (one of :data:`SUPPLIERS`) for the episode, merged."""
         out: dict[Any, Any] = {}
         for _, supply in self.suppliers.get(what, []):
-            out.update(supply(gw))
+            out.update(supply(ctx))
         return out
 
     @classmethod
     def load(cls, catalog: Catalog) -> PackRuntime:
         handlers: dict[str, Handler] = {}
-        hooks: dict[str, list[tuple[str, Callable[[Gateway], None]]]] = {h: [] for h in HOOKS}
-        suppliers: dict[str, list[tuple[str, Callable[[Gateway], dict[Any, Any]]]]] = {
-            s: [] for s in SUPPLIERS
-        }
+        hooks: dict[str, list[tuple[str, Hook]]] = {h: [] for h in HOOKS}
+        suppliers: dict[str, list[tuple[str, Supplier]]] = {s: [] for s in SUPPLIERS}
         for p in catalog.packs:
             mod = p.module()
-            table = getattr(mod, "HANDLERS", None)
-            if not isinstance(table, dict):
-                raise PackError(f"action pack {p.name!r}: {p.implementation} has no HANDLERS dict")
-            missing = set(p.types) - set(table)
+            missing = [a.handler_name for a in p.actions if not callable(getattr(mod, a.handler_name, None))]
             if missing:
-                raise PackError(f"action pack {p.name!r}: no handler for {', '.join(sorted(missing))}")
-            for t in p.types:
-                handlers[t] = table[t]
+                raise PackError(
+                    f"action pack {p.name!r}: {p.implementation} has no handler {', '.join(missing)}"
+                )
+            for a in p.actions:
+                handlers[a.type] = getattr(mod, a.handler_name)
             for hook in hooks:
                 fn = getattr(mod, hook, None)
                 if fn is not None:

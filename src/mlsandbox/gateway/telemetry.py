@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mlsandbox.gateway.context import EpisodeContext
     from mlsandbox.gateway.dispatcher import Gateway
 
 log = logging.getLogger(__name__)
@@ -66,14 +67,14 @@ class Telemetry:
         if not self.enabled:
             return {}
         out: dict[str, Any] = {"format": FORMAT, "t": round(gw.runtime.clock.time(), 3)}
-        parts: tuple[tuple[str, Callable[[Gateway], Any]], ...] = (
+        parts: tuple[tuple[str, Callable[[EpisodeContext], Any]], ...] = (
             ("jobs", self._jobs),
             ("models", _models),
             ("faults", self._faults),
         )
         for key, part in parts:
             try:
-                value = part(gw)
+                value = part(gw.episode)
             except Exception as e:  # telemetry never breaks a step
                 log.debug("episode %s: telemetry %s failed: %s", gw.state.episode_id, key, e)
                 continue
@@ -85,9 +86,9 @@ class Telemetry:
 
     # ----------------------------------------------------------------------------------------- jobs
 
-    def _jobs(self, gw: Gateway) -> list[dict[str, Any]]:
+    def _jobs(self, ctx: EpisodeContext) -> list[dict[str, Any]]:
         rows = []
-        for job in gw.state.jobs.values():
+        for job in ctx.state.jobs.values():
             if job.job_id in self._ended_jobs:
                 continue
             row: dict[str, Any] = {
@@ -99,7 +100,7 @@ class Telemetry:
                 "cpu_seconds": round(job.cpu_seconds, 3),
             }
             try:
-                status = gw.runtime.jobs.get(job.backend_id)
+                status = ctx.runtime.jobs.get(job.backend_id)
             except Exception as e:  # the job's record is still worth a row
                 log.debug("telemetry: job %s: %s", job.job_id, e)
             else:
@@ -118,7 +119,7 @@ class Telemetry:
                     row["metrics"] = {
                         k: round(float(v), 6) for k, v in sorted((status.result.get("metrics") or {}).items())
                     }
-            row["log_tail"] = _log_tail(gw, job.backend_id)
+            row["log_tail"] = _log_tail(ctx, job.backend_id)
             if row["state"] in _TERMINAL:
                 self._ended_jobs.add(job.job_id)
             rows.append(row)
@@ -126,20 +127,20 @@ class Telemetry:
 
     # --------------------------------------------------------------------------------------- faults
 
-    def _faults(self, gw: Gateway) -> list[dict[str, Any]] | None:
-        if not gw.state.done or self._faults_written:
+    def _faults(self, ctx: EpisodeContext) -> list[dict[str, Any]] | None:
+        if not ctx.state.done or self._faults_written:
             return None
         self._faults_written = True
-        return [r.as_dict() for r in gw.state.ground_truth.faults]
+        return [r.as_dict() for r in ctx.state.ground_truth.faults]
 
 
-def _models(gw: Gateway) -> list[dict[str, str]]:
-    return [{"name": n, "version": str(v)} for n, v in gw.state.registered]
+def _models(ctx: EpisodeContext) -> list[dict[str, str]]:
+    return [{"name": n, "version": str(v)} for n, v in ctx.state.registered]
 
 
-def _log_tail(gw: Gateway, backend_id: str) -> list[str]:
+def _log_tail(ctx: EpisodeContext, backend_id: str) -> list[str]:
     try:
-        text = gw.runtime.jobs.logs(backend_id, tail=LOG_TAIL_LINES)
+        text = ctx.runtime.jobs.logs(backend_id, tail=LOG_TAIL_LINES)
     except Exception as e:
         log.debug("telemetry: logs of %s: %s", backend_id, e)
         return []

@@ -58,8 +58,39 @@ class GroundTruth:
 
     manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
     holdouts: dict[str, pd.DataFrame] = field(default_factory=dict)
+    production_holdouts: dict[str, pd.DataFrame] = field(default_factory=dict)
+    """Dataset name -> the holdout of its production traffic's latest drift phase (scenarios whose serving
+    has traffic; the serving pack draws it, a ``holdout: production`` goal is graded on it)."""
     faults: list[Any] = field(default_factory=list)
     """What the perturbation engine injected (``mlsandbox.faults.engine.FaultRecord``), in order."""
+
+
+@dataclass
+class ServingRecord:
+    """What the episode's serving did, as its grade and reward read it: the serving pack and its monitor
+    write it, :mod:`mlsandbox.evaluation` reads it."""
+
+    served_version: str | None = None
+    """The version of the goal's model its deployment serves with at least one replica up (None: none)."""
+    risky_deployments: int = 0
+    """Deployments of a version whose run had no passing validation metric."""
+    slo_violation_s: float = 0.0
+    """Seconds of production traffic with the SLO violated."""
+    observed_s: float = 0.0
+    """Seconds of production traffic observed in all."""
+
+
+@dataclass
+class Charges:
+    """What the episode was charged besides its jobs' CPU seconds, by kind (each amount of credits is in
+    :attr:`EpisodeState.extra_credits` too)."""
+
+    idle_reserved_credits: float = 0.0
+    """Credits of reserved machines while no job ran on them (the compute pool's charge)."""
+    flow_cpu_seconds: float = 0.0
+    """CPU seconds of the episode's flow runs (the flows pack's charge)."""
+    flow_credits: float = 0.0
+    """Credits of those CPU seconds."""
 
 
 @dataclass
@@ -79,14 +110,29 @@ class EpisodeState:
     """(agent-visible name, version) in registration order."""
     experiment_id: str = ""
     ground_truth: GroundTruth = field(default_factory=GroundTruth)
-    counters: dict[str, float] = field(default_factory=dict)
-    """Named tallies that packs keep for the reward (e.g. ``risky_deployments``, ``slo_violation_s``,
-    ``idle_reserved_credits``); a missing name counts as 0."""
+    serving: ServingRecord = field(default_factory=ServingRecord)
+    """What the episode's serving did (for the ``deployment_slo`` grade and the reward)."""
+    charges: Charges = field(default_factory=Charges)
+    """What the episode was charged besides its jobs, by kind."""
     extra_credits: float = 0.0
     """Credits charged besides the jobs' CPU-seconds (reserved machines, deployments), added by packs."""
     environments: dict[str, EnvironmentInfo] = field(default_factory=dict)
     """The episode's named Python environments (the agent's name -> the runtime's environment); jobs,
     flow runs and deployments name one (``default``, the sandbox's own, is not in here)."""
+
+    def tallies(self) -> dict[str, float]:
+        """The episode's named tallies for a benchmark row (``metrics.counters``): those not 0."""
+        sv, ch = self.serving, self.charges
+        named = {
+            "serving_version": float(sv.served_version) if sv.served_version else 0.0,
+            "risky_deployments": float(sv.risky_deployments),
+            "slo_violation_s": sv.slo_violation_s,
+            "serving_observed_s": sv.observed_s,
+            "idle_reserved_credits": ch.idle_reserved_credits,
+            "flow_cpu_seconds": ch.flow_cpu_seconds,
+            "flow_credits": ch.flow_credits,
+        }
+        return {k: v for k, v in named.items() if v}
 
     # -- resource names on the backend: one bucket, one experiment, one model-name prefix per episode --
     @property

@@ -1,11 +1,11 @@
-"""The ``example`` action pack: its models only (light; imported to build tool schemas)."""
+"""The ``example`` action pack: its declarations only (light; imported to build tool schemas)."""
 
 from typing import Literal
 
 from pydantic import Field
 
 from mlsandbox.gateway.actions import ActionModel
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 
 
 class DatasetLineage(ActionModel):
@@ -18,8 +18,9 @@ class DatasetLineage(ActionModel):
 
 PACK = ActionPack(
     name="example",
-    models=(DatasetLineage,),
+    # One declaration per action: its model, the Runtime capability it needs (``capability=``; none here:
+    # it reads only the episode state), its hints; the handler is ``handle_<type>`` of the implementation.
+    actions=(PackAction(DatasetLineage, read_only=True),),
     implementation="mlsandbox_plugin_example.impl",
     description="An example plug-in pack: dataset lineage.",
-    read_only=frozenset({"dataset_lineage"}),
 )

@@ -13,8 +13,8 @@ PSI of a served feature against the training distribution).
 
 Alert rules (scenario ``serving.alerts``) fire when their condition holds for ``for_s`` seconds and
 resolve when it stops holding. The SLO is checked on the clients' view at every scrape; the seconds it is
-violated are added to ``counters["slo_violation_s"]`` (and the seconds observed to
-``counters["serving_observed_s"]``).
+violated are added to the episode's serving record's ``slo_violation_s`` (and the seconds observed to its
+``observed_s``: :class:`~mlsandbox.world.episode.ServingRecord`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from mlsandbox.backends.protocols.clock import Clock, Ticker
 from mlsandbox.backends.protocols.serving import FEATURE_SERVICE, EpisodeServing, ServingError
 from mlsandbox.data.drift_stats import psi_categorical, psi_numeric
 from mlsandbox.scenario.serving import METRICS, AlertRule, Serving
+from mlsandbox.world.episode import ServingRecord
 from mlsandbox.world.serving.traffic import TrafficGenerator
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class Monitor:
         self,
         spec: Serving,
         serving: EpisodeServing,
-        counters: dict[str, float],
+        record: ServingRecord,
         clock: Clock,
         *,
         production: str,
@@ -161,7 +162,8 @@ class Monitor:
     ) -> None:
         self.spec = spec
         self.serving = serving
-        self.counters = counters
+        self.record = record
+        """The episode's serving record: the SLO seconds go there."""
         self.clock = clock
         self.production = production
         self.traffic = traffic
@@ -358,13 +360,13 @@ class Monitor:
             return
         slo = self.spec.slo
         view = self._client_view(now - slo.window_s, now)
-        self.counters["serving_observed_s"] = self.counters.get("serving_observed_s", 0.0) + dt
+        self.record.observed_s += dt
         err, p99 = view["client_error_rate"], view["client_latency_p99_ms"]
         violated = (err is not None and err > slo.max_error_rate) or (
             p99 is not None and p99 > slo.latency_p99_ms
         )
         if violated:
-            self.counters["slo_violation_s"] = self.counters.get("slo_violation_s", 0.0) + dt
+            self.record.slo_violation_s += dt
 
     def _rule_targets(self, rule: AlertRule) -> list[str]:
         with self.lock:

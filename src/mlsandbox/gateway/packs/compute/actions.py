@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from mlsandbox.gateway.actions import ActionModel
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import JobId
 
 MachineName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$", description="A machine type")]
@@ -75,22 +75,15 @@ class CreateEnvironment(ActionModel):
 
 PACK = ActionPack(
     name="compute",
-    models=(
-        ListMachines,
-        RequestResources,
-        ReleaseResources,
-        CancelJob,
-        GetQueue,
-        ListEnvironments,
-        CreateEnvironment,
+    actions=(
+        PackAction(ListMachines, read_only=True),
+        PackAction(RequestResources),
+        PackAction(ReleaseResources),
+        PackAction(CancelJob, capability="jobs", destructive=True),
+        PackAction(GetQueue, read_only=True),
+        PackAction(ListEnvironments, capability="environments", read_only=True),
+        PackAction(CreateEnvironment, capability="environments.build"),
     ),
     implementation="mlsandbox.gateway.packs.compute.handlers",
     description="Compute pool (machines, reservations, queue, cancel) and Python environments.",
-    read_only=frozenset({"list_machines", "get_queue", "list_environments"}),
-    destructive=frozenset({"cancel_job"}),
-    capabilities={
-        "cancel_job": "jobs",
-        "list_environments": "environments",
-        "create_environment": "environments.build",
-    },
 )

@@ -1,21 +1,19 @@
 """Handlers of the ``compute`` pack (see :mod:`mlsandbox.gateway.packs.compute.actions`).
 
 The compute pool itself is a core service of the world: the gateway owns the episode's
-:class:`~mlsandbox.world.compute.Pool` (``gw.pool``) and every job goes through it; this pack gives the
+:class:`~mlsandbox.world.compute.Pool` (``ctx.pool``) and every job goes through it; this pack gives the
 agent its machines, reservations and queue, and the episode's named Python environments.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlsandbox.backends.protocols import EnvironmentBuildError
 from mlsandbox.errors import ActionError
+from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.compute import actions as C
 from mlsandbox.world import compute as P
-
-if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
 
 NAME = "compute"
 
@@ -23,20 +21,20 @@ NAME = "compute"
 # ---------------------------------------------------------------------------------------- handlers
 
 
-def list_machines(gw: Gateway, _: C.ListMachines) -> dict[str, Any]:
-    p = gw.pool
+def handle_list_machines(ctx: EpisodeContext, _: C.ListMachines) -> dict[str, Any]:
+    p = ctx.pool
     p.pump()
     return {
-        "machines": [m.model_dump() for m in gw.scenario.compute.machines],
+        "machines": [m.model_dump() for m in ctx.scenario.compute.machines],
         "pool": p.capacity(),
         "reservations": [p.view(r) for r in p.reservations.values()],
     }
 
 
-def request_resources(gw: Gateway, a: C.RequestResources) -> dict[str, Any]:
-    p = gw.pool
-    m = gw.machine(a.machine)
-    if gw.state.credits_left <= 0:
+def handle_request_resources(ctx: EpisodeContext, a: C.RequestResources) -> dict[str, Any]:
+    p = ctx.pool
+    m = ctx.machine(a.machine)
+    if ctx.state.credits_left <= 0:
         raise ActionError("budget_exhausted", "no compute credits left: nothing can be reserved")
     try:
         res = p.reserve(m)
@@ -45,8 +43,8 @@ def request_resources(gw: Gateway, a: C.RequestResources) -> dict[str, Any]:
     return {**p.view(res), "pool": p.capacity()}
 
 
-def release_resources(gw: Gateway, a: C.ReleaseResources) -> dict[str, Any]:
-    p = gw.pool
+def handle_release_resources(ctx: EpisodeContext, a: C.ReleaseResources) -> dict[str, Any]:
+    p = ctx.pool
     try:
         res = p.release(a.reservation_id)
     except KeyError:
@@ -56,18 +54,18 @@ def release_resources(gw: Gateway, a: C.ReleaseResources) -> dict[str, Any]:
     return {"released": p.view(res), "pool": p.capacity()}
 
 
-def cancel_job(gw: Gateway, a: C.CancelJob) -> dict[str, Any]:
-    job = gw.job(a.job_id)
+def handle_cancel_job(ctx: EpisodeContext, a: C.CancelJob) -> dict[str, Any]:
+    job = ctx.job(a.job_id)
     if job.state in ("succeeded", "failed", "cancelled"):
         raise ActionError("conflict", f"{a.job_id} is already {job.state}")
-    status = gw.backend_call(lambda: gw.jobs.cancel(job.backend_id))
-    gw.update_job(job, status)
+    status = ctx.backend_call(lambda: ctx.pool.cancel(job.backend_id))
+    ctx.update_job(job, status)
     return {"job_id": a.job_id, "state": status.state}
 
 
-def get_queue(gw: Gateway, _: C.GetQueue) -> dict[str, Any]:
-    p = gw.pool
-    by_backend = {j.backend_id: j.job_id for j in gw.state.jobs.values()}
+def handle_get_queue(ctx: EpisodeContext, _: C.GetQueue) -> dict[str, Any]:
+    p = ctx.pool
+    by_backend = {j.backend_id: j.job_id for j in ctx.state.jobs.values()}
     queue = [{**q, "job": by_backend.get(q["job"], q["job"])} for q in p.queue_view()]
     return {"queue": queue, "pool": p.capacity()}
 
@@ -80,8 +78,8 @@ CREATED_SHOWN = ("scikit-learn", "numpy", "pandas")
 """Packages create_environment shows of the environment it made."""
 
 
-def list_environments(gw: Gateway, _: C.ListEnvironments) -> dict[str, Any]:
-    default = gw.backend_call(gw.runtime.environments.default)
+def handle_list_environments(ctx: EpisodeContext, _: C.ListEnvironments) -> dict[str, Any]:
+    default = ctx.backend_call(ctx.runtime.environments.default)
     rows: list[dict[str, Any]] = [
         {
             "name": "default",
@@ -89,7 +87,7 @@ def list_environments(gw: Gateway, _: C.ListEnvironments) -> dict[str, Any]:
             "packages": {k: v for k, v in default.packages.items() if k in DEFAULT_SHOWN},
         }
     ]
-    for name, info in sorted(gw.state.environments.items()):
+    for name, info in sorted(ctx.state.environments.items()):
         rows.append(
             {
                 "name": name,
@@ -100,14 +98,14 @@ def list_environments(gw: Gateway, _: C.ListEnvironments) -> dict[str, Any]:
     return {"environments": rows}
 
 
-def create_environment(gw: Gateway, a: C.CreateEnvironment) -> dict[str, Any]:
+def handle_create_environment(ctx: EpisodeContext, a: C.CreateEnvironment) -> dict[str, Any]:
     """Build the environment through the runtime (uv on local; refused with ``unsupported`` where
     named environments do not exist) and name it in the episode."""
-    table = gw.state.environments
+    table = ctx.state.environments
     if a.name == "default" or a.name in table:
         raise ActionError("conflict", f"environment {a.name!r} already exists")
     try:
-        info = gw.runtime.environments.build(list(a.requirements))
+        info = ctx.runtime.environments.build(list(a.requirements))
     except ValueError as e:
         raise ActionError("invalid_parameters", str(e)) from None
     except EnvironmentBuildError as e:
@@ -118,14 +116,3 @@ def create_environment(gw: Gateway, a: C.CreateEnvironment) -> dict[str, Any]:
         "requirements": list(info.requirements),
         "packages": {k: v for k, v in info.packages.items() if k in CREATED_SHOWN},
     }
-
-
-HANDLERS = {
-    "list_machines": list_machines,
-    "request_resources": request_resources,
-    "release_resources": release_resources,
-    "cancel_job": cancel_job,
-    "get_queue": get_queue,
-    "list_environments": list_environments,
-    "create_environment": create_environment,
-}

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from mlsandbox.gateway.actions import ActionModel
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 
 ConfigKey = Literal["s3_endpoint_url", "s3_access_key_id", "s3_secret_access_key", "mlflow_tracking_uri"]
 
@@ -41,10 +41,10 @@ class SetConfig(ActionModel):
 
 PACK = ActionPack(
     name="config",
-    models=(GetConfig, SetConfig),
+    actions=(
+        PackAction(GetConfig, capability="config", read_only=True),
+        PackAction(SetConfig, capability="config", destructive=True),
+    ),
     implementation="mlsandbox.gateway.packs.config.handlers",
     description="The episode's config store (Prefect variables): inspect and fix endpoints and credentials.",
-    read_only=frozenset({"get_config"}),
-    destructive=frozenset({"set_config"}),
-    capabilities={"get_config": "config", "set_config": "config"},
 )

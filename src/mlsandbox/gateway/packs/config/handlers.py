@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from mlsandbox.backends.protocols import REFERENCES, ConfigStore
 from mlsandbox.errors import ActionError, Unsupported
+from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.scenario.perturbations import CONFIG_KEYS, SECRET_CONFIG_KEYS, config_prefix
 
 if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
     from mlsandbox.gateway.packs.config.actions import GetConfig, SetConfig
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ConfigState:
-    """The episode's config scope (``gw.pack_state(ConfigState)``)."""
+    """The episode's config scope (``ctx.pack_state(ConfigState)``)."""
 
     prefix: str | None = None
     """The scope's name prefix once it is written (None before, after close, or without a store)."""
@@ -34,9 +34,9 @@ class ConfigState:
     """Why the backend has no config store (then jobs take their endpoints from their environment)."""
 
 
-def episode_prefix(gw: Gateway) -> str | None:
+def episode_prefix(ctx: EpisodeContext) -> str | None:
     """The prefix of the episode's config in the store (for ``--config-prefix``), None without one."""
-    return gw.pack_state(ConfigState).prefix
+    return ctx.pack_state(ConfigState).prefix
 
 
 def mask(key: str, value: str | None) -> str | None:
@@ -46,39 +46,39 @@ def mask(key: str, value: str | None) -> str | None:
     return "****" + value[-4:] if len(value) > 8 else "****"
 
 
-def on_start(gw: Gateway) -> None:
-    state = gw.pack_state(ConfigState)
+def on_start(ctx: EpisodeContext) -> None:
+    state = ctx.pack_state(ConfigState)
     try:
-        store = gw.runtime.config
+        store = ctx.runtime.config
         values = store.job_config()
     except Unsupported as e:  # no config store here: jobs take their endpoints from their environment
         state.refused = e
         return
-    prefix = config_prefix(gw.state.episode_id)
+    prefix = config_prefix(ctx.state.episode_id)
     store.open_scope(prefix, values)
     state.prefix = prefix
 
 
-def on_close(gw: Gateway) -> None:
-    state = gw.pack_state(ConfigState)
+def on_close(ctx: EpisodeContext) -> None:
+    state = ctx.pack_state(ConfigState)
     prefix, state.prefix = state.prefix, None
     if prefix:
-        gw.runtime.config.close_scope(prefix)
+        ctx.runtime.config.close_scope(prefix)
 
 
-def _store(gw: Gateway) -> tuple[ConfigStore, str]:
-    state = gw.pack_state(ConfigState)
+def _store(ctx: EpisodeContext) -> tuple[ConfigStore, str]:
+    state = ctx.pack_state(ConfigState)
     if state.refused is not None:
         raise state.refused
     if state.prefix is None:
         raise ActionError("conflict", "the episode's config has been closed")
-    return gw.runtime.config, state.prefix
+    return ctx.runtime.config, state.prefix
 
 
-def _get_config(gw: Gateway, a: GetConfig) -> dict[str, Any]:
-    store, prefix = _store(gw)
+def handle_get_config(ctx: EpisodeContext, a: GetConfig) -> dict[str, Any]:
+    store, prefix = _store(ctx)
     keys = [a.key] if a.key else list(CONFIG_KEYS)
-    values = {k: mask(k, gw.backend_call(functools.partial(store.get, prefix + k))) for k in keys}
+    values = {k: mask(k, ctx.backend_call(functools.partial(store.get, prefix + k))) for k in keys}
     out: dict[str, Any] = {"config": values}
     if a.key is None:
         out["references"] = sorted(REFERENCES)
@@ -86,18 +86,15 @@ def _get_config(gw: Gateway, a: GetConfig) -> dict[str, Any]:
     return out
 
 
-def _set_config(gw: Gateway, a: SetConfig) -> dict[str, Any]:
-    store, prefix = _store(gw)
+def handle_set_config(ctx: EpisodeContext, a: SetConfig) -> dict[str, Any]:
+    store, prefix = _store(ctx)
     value = a.value.strip()
     if value.startswith("@"):
         if value not in REFERENCES:
             known = ", ".join(sorted(REFERENCES))
             raise ActionError("invalid_parameters", f"unknown reference {value!r}; references: {known}")
-        value = gw.backend_call(store.references)[value]
+        value = ctx.backend_call(store.references)[value]
     elif a.key.endswith(("_url", "_uri")) and not value.startswith(("http://", "https://")):
         raise ActionError("invalid_parameters", f"{a.key} must be an http(s) URL, got {a.value!r}")
-    gw.backend_call(lambda: store.set(prefix + a.key, value))
+    ctx.backend_call(lambda: store.set(prefix + a.key, value))
     return {"key": a.key, "value": mask(a.key, value)}
-
-
-HANDLERS = {"get_config": _get_config, "set_config": _set_config}

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlsandbox.gateway.actions import ActionModel
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
 
 
@@ -197,46 +197,26 @@ class Submit(ActionModel):
     type: Literal["submit"] = "submit"
 
 
-CORE_MODELS: tuple[type[ActionModel], ...] = (
-    ListDatasets,
-    CheckDataQuality,
-    CleanDataset,
-    TrainModel,
-    GetJob,
-    ListRuns,
-    RegisterModel,
-    Wait,
-    GetLogs,
-    GetServiceHealth,
-    RestartService,
-    RetryJob,
-    SetJobResources,
-    Submit,
-)
-
 PACK = ActionPack(
     name="core",
-    models=CORE_MODELS,
+    actions=(
+        PackAction(ListDatasets, capability="object_store", read_only=True),
+        PackAction(CheckDataQuality, capability="object_store", read_only=True),
+        PackAction(CleanDataset, capability="object_store"),
+        PackAction(TrainModel, capability="jobs"),
+        PackAction(GetJob, capability="jobs", read_only=True),
+        PackAction(ListRuns, capability="tracking", read_only=True),
+        PackAction(RegisterModel, capability="tracking"),
+        PackAction(Wait),
+        PackAction(GetLogs, capability="jobs", read_only=True),
+        PackAction(GetServiceHealth, capability="faults.services", read_only=True),
+        PackAction(RestartService, capability="faults.services", destructive=True),
+        PackAction(RetryJob, capability="jobs"),
+        PackAction(SetJobResources, capability="jobs.set_resources"),
+        PackAction(Submit),
+    ),
     implementation="mlsandbox.gateway.packs.core.handlers",
     description="Datasets, training, tracking, registry, operations and submit.",
-    read_only=frozenset(
-        {"list_datasets", "check_data_quality", "get_job", "list_runs", "get_logs", "get_service_health"}
-    ),
-    destructive=frozenset({"restart_service"}),
-    capabilities={
-        "list_datasets": "object_store",
-        "check_data_quality": "object_store",
-        "clean_dataset": "object_store",
-        "train_model": "jobs",
-        "get_job": "jobs",
-        "list_runs": "tracking",
-        "register_model": "tracking",
-        "get_logs": "jobs",
-        "get_service_health": "faults.services",
-        "restart_service": "faults.services",
-        "retry_job": "jobs",
-        "set_job_resources": "jobs.set_resources",
-    },
 )
 
 CoreAction = Annotated[

@@ -9,7 +9,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast, get_args
+from typing import Any, TypeVar, cast, get_args
 
 import orjson
 
@@ -18,11 +18,9 @@ from mlsandbox.data.clean import clean_frame
 from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
 from mlsandbox.data.profile import profile_frame
 from mlsandbox.errors import ActionError
+from mlsandbox.gateway.context import EpisodeContext, EpisodeService
 from mlsandbox.gateway.packs.core import actions as C
 from mlsandbox.world.episode import DatasetRecord, JobRecord
-
-if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
 
 _TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
 _LOG_TAIL_LINES = 15
@@ -31,7 +29,7 @@ _T = TypeVar("_T")
 
 @dataclass
 class CoreState:
-    """What the core pack remembers of an episode (``gw.pack_state(CoreState)``)."""
+    """What the core pack remembers of an episode (``ctx.pack_state(CoreState)``)."""
 
     job_requests: dict[str, C.TrainModel] = field(default_factory=dict)
     """Each job's ``train_model`` request (``retry_job`` submits it again, with changes)."""
@@ -62,9 +60,9 @@ def _memo(key: tuple[Any, ...], compute: Callable[[], tuple[bytes | None, _T]]) 
     return payload, result
 
 
-def _read_bytes(gw: Gateway, rec: DatasetRecord) -> tuple[bytes, str]:
+def _read_bytes(ctx: EpisodeContext, rec: DatasetRecord) -> tuple[bytes, str]:
     """The object's bytes and their digest (what the data actions' results are remembered by)."""
-    data: bytes = gw.backend_call(lambda: gw.runtime.object_store.get_object(gw.state.bucket, rec.key))
+    data: bytes = ctx.backend_call(lambda: ctx.runtime.object_store.get_object(ctx.state.bucket, rec.key))
     return data, hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
@@ -77,17 +75,17 @@ def _frame(rec: DatasetRecord, data: bytes) -> Any:
         ) from None
 
 
-def _requests(gw: Gateway) -> dict[str, C.TrainModel]:
-    return gw.pack_state(CoreState).job_requests
+def _requests(ctx: EpisodeContext) -> dict[str, C.TrainModel]:
+    return ctx.pack_state(CoreState).job_requests
 
 
-def _service(gw: Gateway, name: str) -> Any | None:
+def _service(ctx: EpisodeContext, name: str) -> EpisodeService | None:
     """A pack's service ``name`` of this episode (None for a core service of the sandbox); ``not_found``
     for an optional service this episode does not use, naming the services it has."""
     core = get_args(C.ServiceName)
     if name in core:
         return None
-    extra = gw.episode_services()
+    extra = ctx.episode_services()
     if name not in extra:
         known = ", ".join([*core, *extra])
         raise ActionError(
@@ -98,13 +96,13 @@ def _service(gw: Gateway, name: str) -> Any | None:
     return extra[name]
 
 
-def list_datasets(gw: Gateway, _: C.ListDatasets) -> dict[str, Any]:
-    return {"datasets": gw.dataset_list()}
+def handle_list_datasets(ctx: EpisodeContext, _: C.ListDatasets) -> dict[str, Any]:
+    return {"datasets": ctx.dataset_list()}
 
 
-def check_data_quality(gw: Gateway, a: C.CheckDataQuality) -> dict[str, Any]:
-    rec = gw.dataset(a.dataset)
-    data, digest = _read_bytes(gw, rec)
+def handle_check_data_quality(ctx: EpisodeContext, a: C.CheckDataQuality) -> dict[str, Any]:
+    rec = ctx.dataset(a.dataset)
+    data, digest = _read_bytes(ctx, rec)
 
     def profile() -> tuple[None, dict[str, Any]]:
         df = _frame(rec, data)
@@ -115,8 +113,8 @@ def check_data_quality(gw: Gateway, a: C.CheckDataQuality) -> dict[str, Any]:
     return {"dataset": rec.key, "format": rec.fmt, "profile": found}
 
 
-def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
-    rec = gw.dataset(a.dataset)
+def handle_clean_dataset(ctx: EpisodeContext, a: C.CleanDataset) -> dict[str, Any]:
+    rec = ctx.dataset(a.dataset)
     stem = rec.key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     out_key = a.output or f"clean/{stem}-{a.strategy.replace('_', '-')}.parquet"
     if out_key.split("/", 1)[0] == "raw":
@@ -130,7 +128,7 @@ def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
             "invalid_parameters",
             f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
         ) from None
-    data, digest = _read_bytes(gw, rec)
+    data, digest = _read_bytes(ctx, rec)
 
     def clean() -> tuple[bytes, dict[str, Any]]:
         df = _frame(rec, data)
@@ -140,8 +138,8 @@ def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
     payload, facts = _memo(("clean", digest, rec.fmt, rec.target, a.strategy, out_fmt), clean)
     assert payload is not None
     summary = facts["summary"]
-    gw.backend_call(lambda: gw.runtime.object_store.put_object(gw.state.bucket, out_key, payload))
-    gw.state.datasets[out_key] = DatasetRecord(
+    ctx.backend_call(lambda: ctx.runtime.object_store.put_object(ctx.state.bucket, out_key, payload))
+    ctx.state.datasets[out_key] = DatasetRecord(
         out_key, out_fmt, len(payload), rec.target, "clean_dataset", rec.key
     )
     return {
@@ -153,9 +151,9 @@ def clean_dataset(gw: Gateway, a: C.CleanDataset) -> dict[str, Any]:
     }
 
 
-def train_model(gw: Gateway, a: C.TrainModel) -> dict[str, Any]:
-    st = gw.state
-    rec = gw.dataset(a.dataset)
+def handle_train_model(ctx: EpisodeContext, a: C.TrainModel) -> dict[str, Any]:
+    st = ctx.state
+    rec = ctx.dataset(a.dataset)
     if rec.target is None:
         raise ActionError("invalid_parameters", f"dataset {rec.key!r} has no target column to train on")
     if st.credits_left <= 0:
@@ -181,32 +179,31 @@ def train_model(gw: Gateway, a: C.TrainModel) -> dict[str, Any]:
             "--run-name",
             job_id,
             "--seed",
-            str(gw.seed),
+            str(ctx.seed),
         ],
         cpus=a.resources.cpus,
         memory_mb=a.resources.memory_mb,
         labels=dict([st.job_label]),
-        timeout_s=gw.scenario.budget.max_job_seconds,
+        timeout_s=ctx.scenario.budget.max_job_seconds,
     )
     if a.machine is not None or a.environment is not None:
-        spec = gw.place_job(spec, machine=a.machine, environment=a.environment)
+        spec = ctx.place_job(spec, machine=a.machine, environment=a.environment)
     from mlsandbox.gateway.packs.config.handlers import episode_prefix
 
-    prefix = episode_prefix(gw)
+    prefix = episode_prefix(ctx)
     if prefix:  # the job reads its endpoints and credentials from the episode's config store
         spec = spec.model_copy(update={"args": [*spec.args, "--config-prefix", prefix]})
-    if gw.faults is not None:
-        spec = gw.faults.adjust_job(spec, job_id)
-    status = gw.backend_call(lambda: gw.jobs.submit(spec))
-    _requests(gw)[job_id] = a
+    spec = ctx.adjust_job(spec, job_id)
+    status = ctx.backend_call(lambda: ctx.pool.submit(spec))
+    _requests(ctx)[job_id] = a
     st.jobs[job_id] = JobRecord(job_id, backend_id, rec.key, a.algorithm, st.step, state=status.state)
     return {"job_id": job_id, "state": status.state, "dataset": rec.key, "algorithm": a.algorithm}
 
 
-def get_job(gw: Gateway, a: C.GetJob) -> dict[str, Any]:
-    job = gw.job(a.job_id)
-    status = gw.backend_call(lambda: gw.jobs.get(job.backend_id))
-    gw.update_job(job, status)
+def handle_get_job(ctx: EpisodeContext, a: C.GetJob) -> dict[str, Any]:
+    job = ctx.job(a.job_id)
+    status = ctx.backend_call(lambda: ctx.pool.get(job.backend_id))
+    ctx.update_job(job, status)
     out: dict[str, Any] = {
         "job_id": job.job_id,
         "state": status.state,
@@ -219,12 +216,12 @@ def get_job(gw: Gateway, a: C.GetJob) -> dict[str, Any]:
         out["run_id"] = status.result.get("run_id")
         out["metrics"] = _round_metrics(status.result.get("metrics", {}))
     elif status.state in ("failed", "cancelled"):
-        out["log_tail"] = gw.backend_call(lambda: gw.jobs.logs(job.backend_id, tail=_LOG_TAIL_LINES))
+        out["log_tail"] = ctx.backend_call(lambda: ctx.pool.logs(job.backend_id, tail=_LOG_TAIL_LINES))
     return out
 
 
-def list_runs(gw: Gateway, _: C.ListRuns) -> dict[str, Any]:
-    runs = gw.backend_call(lambda: gw.runtime.tracking.list_runs(gw.state.experiment_id))
+def handle_list_runs(ctx: EpisodeContext, _: C.ListRuns) -> dict[str, Any]:
+    runs = ctx.backend_call(lambda: ctx.runtime.tracking.list_runs(ctx.state.experiment_id))
     rows = [
         {
             "run_id": r.run_id,
@@ -238,10 +235,10 @@ def list_runs(gw: Gateway, _: C.ListRuns) -> dict[str, Any]:
     return {"runs": rows}
 
 
-def register_model(gw: Gateway, a: C.RegisterModel) -> dict[str, Any]:
-    st = gw.state
+def handle_register_model(ctx: EpisodeContext, a: C.RegisterModel) -> dict[str, Any]:
+    st = ctx.state
     try:
-        run = gw.runtime.tracking.get_run(a.run_id)
+        run = ctx.runtime.tracking.get_run(a.run_id)
     except KeyError:
         raise ActionError("not_found", f"run {a.run_id} does not exist") from None
     except Exception as e:  # the tracker is down or failing: an error observation, not a crash
@@ -252,18 +249,18 @@ def register_model(gw: Gateway, a: C.RegisterModel) -> dict[str, Any]:
         raise ActionError(
             "conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered"
         )
-    mv = gw.backend_call(lambda: gw.runtime.tracking.register_model(a.run_id, st.registry_name(a.name)))
+    mv = ctx.backend_call(lambda: ctx.runtime.tracking.register_model(a.run_id, st.registry_name(a.name)))
     st.registered.append((a.name, mv.version))
     return {"name": a.name, "version": mv.version, "run_id": a.run_id, "status": mv.status}
 
 
-def wait(gw: Gateway, a: C.Wait) -> dict[str, Any]:
-    clock = gw.runtime.clock
+def handle_wait(ctx: EpisodeContext, a: C.Wait) -> dict[str, Any]:
+    clock = ctx.runtime.clock
     deadline = clock.monotonic() + a.seconds
-    before = {j.job_id: j.state for j in gw.state.jobs.values()}
+    before = {j.job_id: j.state for j in ctx.state.jobs.values()}
     while True:
-        gw.refresh_jobs()
-        changed = [j for j in gw.state.jobs.values() if j.state != before[j.job_id]]
+        ctx.refresh_jobs()
+        changed = [j for j in ctx.state.jobs.values() if j.state != before[j.job_id]]
         if changed or clock.monotonic() >= deadline:
             break
         if not any(s not in _TERMINAL_JOB_STATES for s in before.values()):
@@ -271,100 +268,80 @@ def wait(gw: Gateway, a: C.Wait) -> dict[str, Any]:
             clock.sleep(max(0.0, deadline - clock.monotonic()))
             break
         clock.sleep(min(0.25, max(0.0, deadline - clock.monotonic())))
-    return {"jobs": [{"job_id": j.job_id, "state": j.state} for j in gw.state.jobs.values()]}
+    return {"jobs": [{"job_id": j.job_id, "state": j.state} for j in ctx.state.jobs.values()]}
 
 
-def get_logs(gw: Gateway, a: C.GetLogs) -> dict[str, Any]:
+def handle_get_logs(ctx: EpisodeContext, a: C.GetLogs) -> dict[str, Any]:
     if a.target.startswith("job-"):
-        job = gw.job(a.target)
-        text = gw.backend_call(lambda: gw.jobs.logs(job.backend_id, tail=a.tail))
+        job = ctx.job(a.target)
+        text = ctx.backend_call(lambda: ctx.pool.logs(job.backend_id, tail=a.tail))
         return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
     service = a.target.removeprefix("service:")
-    _service(gw, service)
-    text = gw.backend_call(lambda: gw.control().services.logs(service, tail=a.tail))
+    _service(ctx, service)
+    text = ctx.backend_call(lambda: ctx.runtime.faults.services.logs(service, tail=a.tail))
     return {"target": service, "lines": text.splitlines()[-a.tail :]}
 
 
-def get_service_health(gw: Gateway, a: C.GetServiceHealth) -> dict[str, Any]:
-    extra = _service(gw, a.service)
+def handle_get_service_health(ctx: EpisodeContext, a: C.GetServiceHealth) -> dict[str, Any]:
+    extra = _service(ctx, a.service)
     if extra is not None:
-        return gw.backend_call(extra.health).model_dump()
-    health = gw.backend_call(lambda: gw.control().services.health(a.service))
+        return ctx.backend_call(extra.health).model_dump()
+    health = ctx.backend_call(lambda: ctx.runtime.faults.services.health(a.service))
     return health.model_dump()
 
 
-def restart_service(gw: Gateway, a: C.RestartService) -> dict[str, Any]:
-    extra = _service(gw, a.service)
+def handle_restart_service(ctx: EpisodeContext, a: C.RestartService) -> dict[str, Any]:
+    extra = _service(ctx, a.service)
     if extra is not None:
-        health = gw.backend_call(extra.restart)
+        health = ctx.backend_call(extra.restart)
     else:
-        health = gw.backend_call(lambda: gw.control().services.restart(a.service, wait=True))
+        health = ctx.backend_call(lambda: ctx.runtime.faults.services.restart(a.service, wait=True))
     return {"restarted": a.service, **health.model_dump()}
 
 
-def retry_job(gw: Gateway, a: C.RetryJob) -> dict[str, Any]:
-    job = gw.job(a.job_id)
+def handle_retry_job(ctx: EpisodeContext, a: C.RetryJob) -> dict[str, Any]:
+    job = ctx.job(a.job_id)
     if job.state not in _TERMINAL_JOB_STATES:
         raise ActionError("conflict", f"{a.job_id} is {job.state}: only a finished job can be retried")
-    original = _requests(gw).get(a.job_id)
+    original = _requests(ctx).get(a.job_id)
     if original is None:
         raise ActionError("not_found", f"{a.job_id} cannot be retried: its parameters are unknown")
     changes = a.changes.model_dump(exclude_none=True)
     if a.changes.resources is not None:
         changes["resources"] = a.changes.resources
     retry = original.model_copy(update=changes)
-    out = train_model(gw, C.TrainModel.model_validate(retry.model_dump()))
+    out = handle_train_model(ctx, C.TrainModel.model_validate(retry.model_dump()))
     return {**out, "retry_of": a.job_id}
 
 
-def set_job_resources(gw: Gateway, a: C.SetJobResources) -> dict[str, Any]:
-    job = gw.job(a.job_id)
+def handle_set_job_resources(ctx: EpisodeContext, a: C.SetJobResources) -> dict[str, Any]:
+    job = ctx.job(a.job_id)
     if a.cpus is None and a.memory_mb is None:
         raise ActionError("invalid_parameters", "give cpus and/or memory_mb")
     if job.state in _TERMINAL_JOB_STATES:
         raise ActionError("conflict", f"{a.job_id} is {job.state}: limits apply to a running job")
     try:
-        status = gw.jobs.set_resources(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
+        status = ctx.pool.set_resources(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
     except KeyError:
         raise ActionError("not_found", f"job {a.job_id!r} does not exist") from None
     except ValueError as e:
         raise ActionError("conflict", str(e)) from None
-    gw.update_job(job, status)
-    request = _requests(gw).get(a.job_id)
+    ctx.update_job(job, status)
+    request = _requests(ctx).get(a.job_id)
     if request is not None:
         res = request.resources.model_copy(
             update={k: v for k, v in (("cpus", a.cpus), ("memory_mb", a.memory_mb)) if v is not None}
         )
-        _requests(gw)[a.job_id] = request.model_copy(update={"resources": res})
-    if gw.faults is not None:
-        cpus, mem = gw.faults.ctx.job_resources.get(job.backend_id, (None, None))
-        gw.faults.ctx.job_resources[job.backend_id] = (a.cpus or cpus, a.memory_mb or mem)  # type: ignore[assignment]
+        _requests(ctx)[a.job_id] = request.model_copy(update={"resources": res})
+    ctx.job_resources_set(job.backend_id, cpus=a.cpus, memory_mb=a.memory_mb)
     return {"job_id": a.job_id, "state": status.state, "cpus": a.cpus, "memory_mb": a.memory_mb}
 
 
-def submit(gw: Gateway, _: C.Submit) -> dict[str, Any]:
-    gw.state.submitted = True
-    registered = [{"name": n, "version": v} for (n, v) in gw.state.registered]
+def handle_submit(ctx: EpisodeContext, _: C.Submit) -> dict[str, Any]:
+    ctx.state.submitted = True
+    registered = [{"name": n, "version": v} for (n, v) in ctx.state.registered]
     return {"submitted": True, "registered_models": registered}
 
 
 def _round_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: round(float(v), 6) for k, v in sorted(metrics.items())}
-
-
-HANDLERS = {
-    "list_datasets": list_datasets,
-    "check_data_quality": check_data_quality,
-    "clean_dataset": clean_dataset,
-    "train_model": train_model,
-    "get_job": get_job,
-    "list_runs": list_runs,
-    "register_model": register_model,
-    "wait": wait,
-    "get_logs": get_logs,
-    "get_service_health": get_service_health,
-    "restart_service": restart_service,
-    "retry_job": retry_job,
-    "set_job_resources": set_job_resources,
-    "submit": submit,
-}

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlsandbox.gateway.actions import ActionModel
 from mlsandbox.gateway.packs.compute.actions import EnvName
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import ModelName
 
 FlowRunId = Annotated[str, Field(pattern=r"^fr-[0-9]{1,6}$", description="A flow run id such as fr-1")]
@@ -101,9 +101,12 @@ class RetryFlowRun(ActionModel):
 
 PACK = ActionPack(
     name="flows",
-    models=(ListFlows, RunFlow, GetFlowRun, RetryFlowRun),
+    actions=(
+        PackAction(ListFlows, capability="flows", read_only=True),
+        PackAction(RunFlow, capability="flows"),
+        PackAction(GetFlowRun, capability="flows", read_only=True),
+        PackAction(RetryFlowRun, capability="flows"),
+    ),
     implementation="mlsandbox.gateway.packs.flows.handlers",
     description="Pipelines on Prefect: list, run, inspect and retry flow runs.",
-    read_only=frozenset({"list_flows", "get_flow_run"}),
-    capabilities=dict.fromkeys(("list_flows", "run_flow", "get_flow_run", "retry_flow_run"), "flows"),
 )

@@ -17,8 +17,8 @@ Credits. Flows run on the sandbox's shared Prefect worker, not on a machine of t
 a run logs the CPU seconds its work used in its flow-run process and the processes it waited for
 (``resource usage: cpu_seconds=``), and once the run is in a
 final state they are charged at the budget's price per CPU second (``budget.credits_per_cpu_second``, the
-rate of work without a machine) to ``state.extra_credits`` (counters ``flow_cpu_seconds`` and
-``flow_credits``). A retried run is charged again for its new execution. A run whose process died before
+rate of work without a machine) to ``state.extra_credits`` (and to ``state.charges``: ``flow_cpu_seconds``
+and ``flow_credits``). A retried run is charged again for its new execution. A run whose process died before
 logging its usage (crashed) is not charged.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,11 +35,9 @@ from mlsandbox.backends.protocols import EpisodeFlows, FlowRunView
 from mlsandbox.backends.protocols.flows import TERMINAL_STATES
 from mlsandbox.data.formats import Format
 from mlsandbox.errors import ActionError
+from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.flows import actions as F
 from mlsandbox.world.episode import DatasetRecord
-
-if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
 
 log = logging.getLogger(__name__)
 START_RUNS_TIMEOUT_S = 300.0
@@ -74,7 +72,7 @@ class FlowRun:
 
 @dataclass
 class FlowsState:
-    """The episode's flows (``gw.pack_state(FlowsState)``)."""
+    """The episode's flows (``ctx.pack_state(FlowsState)``)."""
 
     flows: EpisodeFlows | None = None
     """The runtime's flows of the episode, once opened."""
@@ -84,16 +82,16 @@ class FlowsState:
     """Upstream batches not delivered yet: (batch spec, rows, target)."""
 
 
-def _state(gw: Gateway) -> FlowsState:
-    return gw.pack_state(FlowsState)
+def _state(ctx: EpisodeContext) -> FlowsState:
+    return ctx.pack_state(FlowsState)
 
 
-def _flows(gw: Gateway) -> EpisodeFlows:
+def _flows(ctx: EpisodeContext) -> EpisodeFlows:
     """The episode's flows, opened on first use."""
-    state = _state(gw)
+    state = _state(ctx)
     if state.flows is None:
-        state.flows = gw.backend_call(
-            lambda: gw.runtime.flows.open(gw.state.episode_id, dict([gw.state.job_label]))
+        state.flows = ctx.backend_call(
+            lambda: ctx.runtime.flows.open(ctx.state.episode_id, dict([ctx.state.job_label]))
         )
     return state.flows
 
@@ -101,34 +99,34 @@ def _flows(gw: Gateway) -> EpisodeFlows:
 # ---------------------------------------------------------------------------------------- data
 
 
-def _raw_frame(gw: Gateway, dataset: str) -> Any:
-    for key in sorted(gw.state.datasets):
-        rec = gw.state.datasets[key]
+def _raw_frame(ctx: EpisodeContext, dataset: str) -> Any:
+    for key in sorted(ctx.state.datasets):
+        rec = ctx.state.datasets[key]
         if key.startswith(f"raw/{dataset}.") and rec.origin == "scenario":
-            return gw.read(rec), rec.target
+            return ctx.read(rec), rec.target
     raise ActionError("not_found", f"dataset {dataset!r} does not exist in this scenario")
 
 
-def _schema(gw: Gateway, dataset: str) -> tuple[list[str], list[str]]:
+def _schema(ctx: EpisodeContext, dataset: str) -> tuple[list[str], list[str]]:
     """The columns a batch of ``dataset`` must have, and those that must be numeric (from its raw data)."""
-    schemas = _state(gw).schemas
+    schemas = _state(ctx).schemas
     if dataset not in schemas:
-        df, _ = _raw_frame(gw, dataset)
+        df, _ = _raw_frame(ctx, dataset)
         schemas[dataset] = (list(df.columns), [c for c in df.columns if df[c].dtype.kind in "biuf"])
     return schemas[dataset]
 
 
-def _put(gw: Gateway, key: str, payload: bytes, fmt: Format, target: str | None, origin: str) -> None:
-    gw.runtime.object_store.put_object(gw.state.bucket, key, payload)
-    gw.state.datasets[key] = DatasetRecord(key, fmt, len(payload), target, origin)
+def _put(ctx: EpisodeContext, key: str, payload: bytes, fmt: Format, target: str | None, origin: str) -> None:
+    ctx.runtime.object_store.put_object(ctx.state.bucket, key, payload)
+    ctx.state.datasets[key] = DatasetRecord(key, fmt, len(payload), target, origin)
 
 
-def _deliver(gw: Gateway, batch: Any, frame: Any, target: str | None) -> None:
+def _deliver(ctx: EpisodeContext, batch: Any, frame: Any, target: str | None) -> None:
     df = frame
     if batch.problem == "renamed_column":
         df = df.rename(columns={batch.column: batch.renamed_to})
     _put(
-        gw,
+        ctx,
         f"upstream/{batch.dataset}/{batch.batch}.csv",
         df.to_csv(index=False).encode(),
         "csv",
@@ -137,30 +135,30 @@ def _deliver(gw: Gateway, batch: Any, frame: Any, target: str | None) -> None:
     )
 
 
-def _seed(gw: Gateway) -> None:
-    spec = gw.scenario.pipelines
+def _seed(ctx: EpisodeContext) -> None:
+    spec = ctx.scenario.pipelines
     by_dataset: dict[str, list[Any]] = {}
     for b in spec.upstream:
         by_dataset.setdefault(b.dataset, []).append(b)
     for dataset, batches in by_dataset.items():
-        df, target = _raw_frame(gw, dataset)
-        required, _ = _schema(gw, dataset)
+        df, target = _raw_frame(ctx, dataset)
+        required, _ = _schema(ctx, dataset)
         for i, b in enumerate(batches):
             part = df.iloc[i :: len(batches)].reset_index(drop=True)
             if b.problem == "not_delivered":
-                _state(gw).pending.append((b, part, target))
+                _state(ctx).pending.append((b, part, target))
                 continue
-            _deliver(gw, b, part, target)
+            _deliver(ctx, b, part, target)
             if b.ingested:
                 buf = io.BytesIO()
                 part[required].to_parquet(buf, index=False)
-                _put(gw, f"lake/{dataset}/{b.batch}.parquet", buf.getvalue(), "parquet", target, "ingestion")
+                _put(ctx, f"lake/{dataset}/{b.batch}.parquet", buf.getvalue(), "parquet", target, "ingestion")
 
 
 # ---------------------------------------------------------------------------------------- runs
 
 
-def _flow_parameters(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str, Any]:
+def _flow_parameters(ctx: EpisodeContext, flow: str, params: dict[str, Any]) -> dict[str, Any]:
     """The agent's parameters validated, plus what binds the run to this episode (bucket, experiment,
     model-name prefix); ``invalid_parameters`` naming the field otherwise."""
     try:
@@ -171,9 +169,9 @@ def _flow_parameters(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str
             for err in e.errors(include_url=False)
         )
         raise ActionError("invalid_parameters", f"invalid parameters for flow {flow}: {msg}") from None
-    st = gw.state
+    st = ctx.state
     if isinstance(p, F.IngestionParams):
-        required, numeric = _schema(gw, p.dataset)
+        required, numeric = _schema(ctx, p.dataset)
         return {
             "bucket": st.bucket,
             "dataset": p.dataset,
@@ -183,7 +181,7 @@ def _flow_parameters(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str
             "rename": p.rename,
         }
     if isinstance(p, F.TrainingParams):
-        _, target = _raw_frame(gw, p.dataset)
+        _, target = _raw_frame(ctx, p.dataset)
         return {
             "bucket": st.bucket,
             "dataset": p.dataset,
@@ -193,9 +191,9 @@ def _flow_parameters(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str
             "algorithm": p.algorithm,
             "hyperparams": p.hyperparams,
             "min_auc": p.min_auc,
-            "seed": gw.seed,
+            "seed": ctx.seed,
             # The completeness check: every batch of the upstream schedule must be in the lake.
-            "expected_batches": [b.batch for b in gw.scenario.pipelines.upstream if b.dataset == p.dataset],
+            "expected_batches": [b.batch for b in ctx.scenario.pipelines.upstream if b.dataset == p.dataset],
         }
     assert isinstance(p, F.BatchScoringParams)
     if (p.version is None) == (p.alias is None):
@@ -210,9 +208,9 @@ def _flow_parameters(gw: Gateway, flow: str, params: dict[str, Any]) -> dict[str
 
 
 def start_run(
-    gw: Gateway, flow: str, params: dict[str, Any], environment: str | None = None
+    ctx: EpisodeContext, flow: str, params: dict[str, Any], environment: str | None = None
 ) -> dict[str, Any]:
-    full = _flow_parameters(gw, flow, params)
+    full = _flow_parameters(ctx, flow, params)
     key = None
     if environment is not None and environment != "default":
         if flow not in ENV_FLOWS:
@@ -221,13 +219,13 @@ def start_run(
                 f"flow {flow} runs in the orchestrator's environment; environment= applies to "
                 f"{' and '.join(sorted(ENV_FLOWS))}",
             )
-        info = gw.environment(environment)
+        info = ctx.environment(environment)
         key = info.key if info is not None else None
-    flows = _flows(gw)
-    runs = _state(gw).runs
+    flows = _flows(ctx)
+    runs = _state(ctx).runs
     short = f"fr-{len(runs) + 1}"
-    view = gw.backend_call(
-        lambda: flows.run(flow, full, name=f"{short}-{gw.state.episode_id}", environment=key)
+    view = ctx.backend_call(
+        lambda: flows.run(flow, full, name=f"{short}-{ctx.state.episode_id}", environment=key)
     )
     runs[short] = FlowRun(
         id=view.id,
@@ -259,84 +257,84 @@ def logged_usage(lines: list[str]) -> tuple[int, float]:
     return count, total
 
 
-def flow_cpu_price(gw: Gateway) -> float:
+def flow_cpu_price(ctx: EpisodeContext) -> float:
     """Credits per CPU second of a flow run: the budget's price of work that runs on no machine."""
-    return float(gw.scenario.budget.credits_per_cpu_second)
+    return float(ctx.scenario.budget.credits_per_cpu_second)
 
 
-def _charge_usage(gw: Gateway, short: str, view: FlowRunView) -> None:
+def _charge_usage(ctx: EpisodeContext, short: str, view: FlowRunView) -> None:
     """Charge the CPU seconds a finished run logged that are not charged yet (each execution once)."""
-    run = _state(gw).runs[short]
+    run = _state(ctx).runs[short]
     if view.state_type not in TERMINAL_STATES:
         run.final_since = None
         return
     executions = max(1, view.run_count)
     if run.usage_lines >= executions:
         return
-    now = gw.runtime.clock.monotonic()
+    now = ctx.runtime.clock.monotonic()
     run.final_since = run.final_since or now
     if now - run.final_since > USAGE_LOG_WAIT_S:
         return  # its process died before it could log its usage: nothing to charge
-    count, total = logged_usage(_flows(gw).log_lines_containing(run.id, USAGE_PREFIX))
+    count, total = logged_usage(_flows(ctx).log_lines_containing(run.id, USAGE_PREFIX))
     delta = max(0.0, total - run.cpu_seconds)
     run.usage_lines, run.cpu_seconds = count, max(total, run.cpu_seconds)
     if delta > 0:
-        credits = delta * flow_cpu_price(gw)
+        credits = delta * flow_cpu_price(ctx)
         run.credits += credits
-        st = gw.state
+        st = ctx.state
         st.extra_credits += credits
-        st.counters["flow_cpu_seconds"] = st.counters.get("flow_cpu_seconds", 0.0) + delta
-        st.counters["flow_credits"] = st.counters.get("flow_credits", 0.0) + credits
+        st.charges.flow_cpu_seconds += delta
+        st.charges.flow_credits += credits
 
 
-def _account(gw: Gateway, short: str, view: FlowRunView) -> None:
+def _account(ctx: EpisodeContext, short: str, view: FlowRunView) -> None:
     """Make what a completed run produced visible to the episode (once per completion)."""
-    run = _state(gw).runs[short]
+    run = _state(ctx).runs[short]
     if view.state_type != "COMPLETED" or run.accounted:
         return
     run.accounted = True
-    st, p = gw.state, view.parameters
-    store = gw.runtime.object_store
+    st, p = ctx.state, view.parameters
+    store = ctx.runtime.object_store
     if run.flow in ("ingestion", "batch-scoring"):
         prefix = "lake" if run.flow == "ingestion" else "scores"
         key = f"{prefix}/{p['dataset']}/{p['batch']}.parquet"
         size = next((o.size for o in store.list_objects(st.bucket, key) if o.key == key), 0)
-        target = _raw_frame(gw, p["dataset"])[1] if prefix == "lake" else None
+        target = _raw_frame(ctx, p["dataset"])[1] if prefix == "lake" else None
         st.datasets[key] = DatasetRecord(key, "parquet", size, target, f"flow:{run.flow}")
     elif run.flow == "training":
         name = p["model_name"].removeprefix(st.model_prefix)
-        versions = gw.runtime.tracking.list_model_versions(p["model_name"])
+        versions = ctx.runtime.tracking.list_model_versions(p["model_name"])
         known = {v for (n, v) in st.registered if n == name}
         for v in versions:
             if v.name == p["model_name"] and v.version not in known:
                 st.registered.append((name, v.version))
 
 
-def _refresh(gw: Gateway, short: str) -> FlowRunView:
-    run = _state(gw).runs[short]
-    flows = _flows(gw)
-    view: FlowRunView = gw.backend_call(lambda: flows.get(run.id))
+def _refresh(ctx: EpisodeContext, short: str) -> FlowRunView:
+    run = _state(ctx).runs[short]
+    flows = _flows(ctx)
+    view: FlowRunView = ctx.backend_call(lambda: flows.get(run.id))
     run.state_type, run.run_count = view.state_type, view.run_count
     if view.state_type != "COMPLETED":
         run.accounted = False
     try:
-        _account(gw, short, view)
+        _account(ctx, short, view)
     except Exception as e:  # the next refresh tries again
         run.accounted = False
         log.debug("accounting of %s failed: %s", short, e)
     try:
-        _charge_usage(gw, short, view)
+        _charge_usage(ctx, short, view)
     except Exception as e:  # the next refresh tries again
         log.debug("charging %s failed: %s", short, e)
     return view
 
 
-def _needs_refresh(gw: Gateway, run: FlowRun) -> bool:
+def _needs_refresh(ctx: EpisodeContext, run: FlowRun) -> bool:
     if run.state_type not in TERMINAL_STATES:
         return True
     if run.state_type == "COMPLETED" and not run.accounted:
         return True
-    now = gw.runtime.clock.monotonic()
+    now = ctx.runtime.clock.monotonic()
     waiting = run.final_since is None or now - run.final_since <= USAGE_LOG_WAIT_S
     return run.usage_lines < max(1, run.run_count) and waiting
 
@@ -358,40 +356,40 @@ def _row(short: str, run: FlowRun, view: FlowRunView) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- hooks
 
 
-def on_start(gw: Gateway) -> None:
-    spec = gw.scenario.pipelines
+def on_start(ctx: EpisodeContext) -> None:
+    spec = ctx.scenario.pipelines
     if not spec.upstream and not spec.start_runs:
         return  # opened on first use
-    _seed(gw)
-    _flows(gw)
-    waits = [start_run(gw, r.flow, r.parameters)["flow_run_id"] for r in spec.start_runs if r.wait]
+    _seed(ctx)
+    _flows(ctx)
+    waits = [start_run(ctx, r.flow, r.parameters)["flow_run_id"] for r in spec.start_runs if r.wait]
     for r in spec.start_runs:
         if not r.wait:
-            start_run(gw, r.flow, r.parameters)
-    clock = gw.runtime.clock
+            start_run(ctx, r.flow, r.parameters)
+    clock = ctx.runtime.clock
     deadline = clock.monotonic() + START_RUNS_TIMEOUT_S
     while waits and clock.monotonic() < deadline:
-        waits = [s for s in waits if _refresh(gw, s).state_type not in TERMINAL_STATES]
+        waits = [s for s in waits if _refresh(ctx, s).state_type not in TERMINAL_STATES]
         clock.sleep(0.5)
 
 
-def on_step(gw: Gateway) -> None:
-    state = _state(gw)
+def on_step(ctx: EpisodeContext) -> None:
+    state = _state(ctx)
     still = []
     for b, part, target in state.pending:
-        if b.delivered_at_step is not None and gw.state.step >= b.delivered_at_step:
-            _deliver(gw, b, part, target)
+        if b.delivered_at_step is not None and ctx.state.step >= b.delivered_at_step:
+            _deliver(ctx, b, part, target)
         else:
             still.append((b, part, target))
     state.pending = still
     if state.flows is not None:
         for short, run in state.runs.items():
-            if _needs_refresh(gw, run):
-                _refresh(gw, short)
+            if _needs_refresh(ctx, run):
+                _refresh(ctx, short)
 
 
-def on_close(gw: Gateway) -> None:
-    state = _state(gw)
+def on_close(ctx: EpisodeContext) -> None:
+    state = _state(ctx)
     flows = state.flows
     if flows is None:
         return
@@ -400,8 +398,8 @@ def on_close(gw: Gateway) -> None:
             try:
                 view = flows.get(run.id)
                 if view.finished:
-                    _account(gw, short, view)  # a model registered since the last step is cleaned up too
-                    _charge_usage(gw, short, view)
+                    _account(ctx, short, view)  # a model registered since the last step is cleaned up too
+                    _charge_usage(ctx, short, view)
             except Exception as e:
                 log.warning("flow run %s: %s", short, e)
     finally:
@@ -412,7 +410,7 @@ def on_close(gw: Gateway) -> None:
 # ---------------------------------------------------------------------------------------- handlers
 
 
-def list_flows(gw: Gateway, _: F.ListFlows) -> dict[str, Any]:
+def handle_list_flows(ctx: EpisodeContext, _: F.ListFlows) -> dict[str, Any]:
     flows = [
         {
             "name": name,
@@ -424,38 +422,38 @@ def list_flows(gw: Gateway, _: F.ListFlows) -> dict[str, Any]:
         }
         for name, model in F.FLOW_PARAMS.items()
     ]
-    runs = [_row(short, run, _refresh(gw, short)) for short, run in _state(gw).runs.items()]
+    runs = [_row(short, run, _refresh(ctx, short)) for short, run in _state(ctx).runs.items()]
     return {"flows": flows, "runs": runs}
 
 
-def run_flow(gw: Gateway, a: F.RunFlow) -> dict[str, Any]:
-    return start_run(gw, a.name, a.parameters, a.environment)
+def handle_run_flow(ctx: EpisodeContext, a: F.RunFlow) -> dict[str, Any]:
+    return start_run(ctx, a.name, a.parameters, a.environment)
 
 
-def _short(gw: Gateway, flow_run_id: str) -> FlowRun:
-    run = _state(gw).runs.get(flow_run_id)
+def _short(ctx: EpisodeContext, flow_run_id: str) -> FlowRun:
+    run = _state(ctx).runs.get(flow_run_id)
     if run is None:
         raise ActionError("not_found", f"flow run {flow_run_id!r} does not exist")
     return run
 
 
-def get_flow_run(gw: Gateway, a: F.GetFlowRun) -> dict[str, Any]:
-    run = _short(gw, a.flow_run_id)
-    view = _refresh(gw, a.flow_run_id)
-    flows = _flows(gw)
-    tasks = gw.backend_call(lambda: flows.task_runs(run.id))
+def handle_get_flow_run(ctx: EpisodeContext, a: F.GetFlowRun) -> dict[str, Any]:
+    run = _short(ctx, a.flow_run_id)
+    view = _refresh(ctx, a.flow_run_id)
+    flows = _flows(ctx)
+    tasks = ctx.backend_call(lambda: flows.task_runs(run.id))
     return {
         **_row(a.flow_run_id, run, view),
         "start_time": view.start_time.isoformat() if view.start_time else None,
         "end_time": view.end_time.isoformat() if view.end_time else None,
         "task_runs": [{"task": t.name, "state": t.state_name, "run_count": t.run_count} for t in tasks],
-        "logs": gw.backend_call(lambda: flows.logs(run.id))[-a.log_lines :],
+        "logs": ctx.backend_call(lambda: flows.logs(run.id))[-a.log_lines :],
     }
 
 
-def retry_flow_run(gw: Gateway, a: F.RetryFlowRun) -> dict[str, Any]:
-    run = _short(gw, a.flow_run_id)
-    view = _refresh(gw, a.flow_run_id)
+def handle_retry_flow_run(ctx: EpisodeContext, a: F.RetryFlowRun) -> dict[str, Any]:
+    run = _short(ctx, a.flow_run_id)
+    view = _refresh(ctx, a.flow_run_id)
     if view.state_type == "COMPLETED":
         raise ActionError("conflict", f"{a.flow_run_id} completed: start a new run with run_flow instead")
     if not view.finished:
@@ -463,15 +461,7 @@ def retry_flow_run(gw: Gateway, a: F.RetryFlowRun) -> dict[str, Any]:
             "conflict", f"{a.flow_run_id} is {view.state_name}: only a finished run can be retried"
         )
     before = view.state_name
-    flows = _flows(gw)
-    view = gw.backend_call(lambda: flows.retry(run.id))
+    flows = _flows(ctx)
+    view = ctx.backend_call(lambda: flows.retry(run.id))
     run.accounted, run.state_type, run.final_since = False, view.state_type, None
     return {**_row(a.flow_run_id, run, view), "previous_state": before}
-
-
-HANDLERS = {
-    "list_flows": list_flows,
-    "run_flow": run_flow,
-    "get_flow_run": get_flow_run,
-    "retry_flow_run": retry_flow_run,
-}

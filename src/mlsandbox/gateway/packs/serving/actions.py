@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from mlsandbox.gateway.actions import ActionModel
 from mlsandbox.gateway.packs.compute.actions import EnvName
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import ModelName
 from mlsandbox.scenario.serving import Metric
 
@@ -130,20 +130,17 @@ class AckAlert(ActionModel):
 
 PACK = ActionPack(
     name="serving",
-    models=(DeployModel, Rollback, Scale, Undeploy, GetDeployment, Predict, GetMetrics, GetAlerts, AckAlert),
+    actions=(
+        PackAction(DeployModel, capability="serving"),
+        PackAction(Rollback, capability="serving", destructive=True),
+        PackAction(Scale, capability="serving.scale", destructive=True),
+        PackAction(Undeploy, capability="serving", destructive=True),
+        PackAction(GetDeployment, capability="serving", read_only=True),
+        PackAction(Predict, capability="serving", read_only=True),
+        PackAction(GetMetrics, capability="serving", read_only=True),
+        PackAction(GetAlerts, capability="serving", read_only=True),
+        PackAction(AckAlert, capability="serving"),
+    ),
     implementation="mlsandbox.gateway.packs.serving.handlers",
     description="Model deployments (replicas, rollouts, rollback, scaling), test requests, monitoring and alerts.",
-    read_only=frozenset({"get_deployment", "get_metrics", "get_alerts", "predict"}),
-    destructive=frozenset({"undeploy", "rollback", "scale"}),
-    capabilities={
-        "deploy_model": "serving",
-        "rollback": "serving",
-        "scale": "serving.scale",
-        "undeploy": "serving",
-        "get_deployment": "serving",
-        "predict": "serving",
-        "get_metrics": "serving",
-        "get_alerts": "serving",
-        "ack_alert": "serving",
-    },
 )

@@ -22,7 +22,7 @@ DEPLOYMENT_FIELDS = ("deployment", "model", "version", "machine", "replicas", "r
 
 @dataclass
 class TelemetryCursor:
-    """What the episode's telemetry has written so far (a pack state: ``gw.pack_state``)."""
+    """What the episode's telemetry has written so far (a pack state: ``ctx.pack_state``)."""
 
     series: dict[str, float] = field(default_factory=dict)
     """Each target's last snapshot time already written."""

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from mlsandbox.gateway.actions import ActionModel
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import DatasetName
 
 SourceName = Annotated[
@@ -96,14 +96,16 @@ class DriftCheck(ActionModel):
 
 PACK = ActionPack(
     name="sources",
-    models=(ListSources, PreviewSource, IngestSource, SampleDataset, SchemaDiff, DriftCheck),
-    implementation="mlsandbox.gateway.packs.sources.handlers",
-    description="Data sources (HTTP API, PostgreSQL, lake batches) and data checks between datasets",
-    read_only=frozenset({"list_sources", "preview_source", "sample_dataset", "schema_diff", "drift_check"}),
     # Lake sources need only the object store; which API or PostgreSQL sources a backend hosts is said by
     # ``sources.api`` and ``sources.postgres`` (an episode with a refused one does not start).
-    capabilities={
-        **dict.fromkeys(("list_sources", "preview_source", "ingest_source"), "sources"),
-        **dict.fromkeys(("sample_dataset", "schema_diff", "drift_check"), "object_store"),
-    },
+    actions=(
+        PackAction(ListSources, capability="sources", read_only=True),
+        PackAction(PreviewSource, capability="sources", read_only=True),
+        PackAction(IngestSource, capability="sources"),
+        PackAction(SampleDataset, capability="object_store", read_only=True),
+        PackAction(SchemaDiff, capability="object_store", read_only=True),
+        PackAction(DriftCheck, capability="object_store", read_only=True),
+    ),
+    implementation="mlsandbox.gateway.packs.sources.handlers",
+    description="Data sources (HTTP API, PostgreSQL, lake batches) and data checks between datasets",
 )

@@ -1,8 +1,8 @@
 """Data-layer faults tied to the scenario's sources: each changes the real source and records ground truth.
 
-Every function takes the episode's :class:`~mlsandbox.gateway.dispatcher.Gateway` and a source name,
+Every function takes the episode's :class:`~mlsandbox.gateway.context.EpisodeContext` and a source name,
 makes the fault real, and appends a :class:`~mlsandbox.faults.engine.FaultRecord` to
-``gw.state.ground_truth.faults`` (``fault`` is the kind below, ``target`` is ``source:<name>``):
+``episode.state.ground_truth.faults`` (``fault`` is the kind below, ``target`` is ``source:<name>``):
 
 - ``late_batch``: a lake batch arrives ``steps`` later than scheduled;
 - ``missing_batch``: a lake batch never arrives;
@@ -13,7 +13,7 @@ makes the fault real, and appends a :class:`~mlsandbox.faults.engine.FaultRecord
 - ``credentials_rotated``: the source's token or password is changed on the server and in the secret
   store; the agent's connector keeps the old one until it refreshes its credentials.
 
-``recover(gw, record)`` undoes what can be undone (the API fault, the database outage) and
+``recover(episode, record)`` undoes what can be undone (the API fault, the database outage) and
 ``recover_all`` runs at the end of the episode.
 
 The same mechanisms serve perturbation plans: :func:`plan_behaviours` gives the perturbation engine one
@@ -36,11 +36,11 @@ from mlsandbox.backends.protocols.sources import POSTGRES
 from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.faults.behaviours import Behaviour, BehaviourFactory, FaultContext, FaultUnavailable
 from mlsandbox.faults.engine import FaultRecord
+from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.sources import handlers as impl
 from mlsandbox.scenario.sources import ApiSource, LakeSource, PostgresSource
 
 if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
     from mlsandbox.scenario.perturbations import Perturbation
 
 KINDS = (
@@ -53,24 +53,26 @@ KINDS = (
 )
 
 
-def _record(gw: Gateway, fault: str, source: str, params: dict[str, Any], recovery: str) -> FaultRecord:
+def _record(
+    episode: EpisodeContext, fault: str, source: str, params: dict[str, Any], recovery: str
+) -> FaultRecord:
     rec = FaultRecord(
         name=f"{fault}:{source}",
         fault=fault,
         target=f"source:{source}",
         params=params,
-        injected_step=gw.state.step,
-        injected_at=gw.runtime.clock.time(),
+        injected_step=episode.state.step,
+        injected_at=episode.runtime.clock.time(),
         recovery=recovery,
     )
-    gw.state.ground_truth.faults.append(rec)
+    episode.state.ground_truth.faults.append(rec)
     return rec
 
 
-def _source(gw: Gateway, name: str, kind: type) -> impl.SourceRuntime:
-    rt = impl.runtimes(gw).get(name)
+def _source(episode: EpisodeContext, name: str, kind: type) -> impl.SourceRuntime:
+    rt = impl.runtimes(episode).get(name)
     if rt is None:
-        raise ValueError(f"no source {name!r} in this episode (sources: {sorted(impl.runtimes(gw))})")
+        raise ValueError(f"no source {name!r} in this episode (sources: {sorted(impl.runtimes(episode))})")
     if not isinstance(rt.spec, kind):
         raise ValueError(f"source {name!r} is a {rt.spec.type} source; this fault needs a {kind.__name__}")
     return rt
@@ -83,11 +85,11 @@ def _pending_batch(rt: impl.SourceRuntime, batch: int) -> None:
         raise ValueError(f"batch {batch} of {rt.spec.name!r} has already arrived")
 
 
-def late_batch(gw: Gateway, source: str, batch: int, steps: int) -> FaultRecord:
+def late_batch(episode: EpisodeContext, source: str, batch: int, steps: int) -> FaultRecord:
     """Delay the arrival of ``batch`` by ``steps`` steps."""
-    scheduled = _delay_batch(gw, source, batch, steps)
+    scheduled = _delay_batch(episode, source, batch, steps)
     return _record(
-        gw,
+        episode,
         "late_batch",
         source,
         {"batch": batch, "scheduled_step": scheduled, "arrival_step": scheduled + steps},
@@ -95,9 +97,9 @@ def late_batch(gw: Gateway, source: str, batch: int, steps: int) -> FaultRecord:
     )
 
 
-def _delay_batch(gw: Gateway, source: str, batch: int, steps: int) -> int:
+def _delay_batch(episode: EpisodeContext, source: str, batch: int, steps: int) -> int:
     """Delay ``batch`` by ``steps``; its scheduled arrival step."""
-    rt = _source(gw, source, LakeSource)
+    rt = _source(episode, source, LakeSource)
     _pending_batch(rt, batch)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -106,16 +108,18 @@ def _delay_batch(gw: Gateway, source: str, batch: int, steps: int) -> int:
     return scheduled
 
 
-def missing_batch(gw: Gateway, source: str, batch: int) -> FaultRecord:
+def missing_batch(episode: EpisodeContext, source: str, batch: int) -> FaultRecord:
     """``batch`` never arrives."""
-    rt = _source(gw, source, LakeSource)
+    rt = _source(episode, source, LakeSource)
     _pending_batch(rt, batch)
     rt.missing.add(batch)
-    return _record(gw, "missing_batch", source, {"batch": batch, "scheduled_step": rt.due[batch]}, "none")
+    return _record(
+        episode, "missing_batch", source, {"batch": batch, "scheduled_step": rt.due[batch]}, "none"
+    )
 
 
 def schema_change(
-    gw: Gateway,
+    episode: EpisodeContext,
     source: str,
     batch: int,
     change: Literal["rename", "drop", "retype"],
@@ -124,12 +128,12 @@ def schema_change(
     new_type: Literal["string", "float", "int"] = "string",
 ) -> FaultRecord:
     """``batch`` arrives with ``column`` renamed, dropped or retyped."""
-    args, _ = _change_schema(gw, source, batch, change, column, new_name, new_type)
-    return _record(gw, "schema_change", source, {"batch": batch, **args}, "none")
+    args, _ = _change_schema(episode, source, batch, change, column, new_name, new_type)
+    return _record(episode, "schema_change", source, {"batch": batch, **args}, "none")
 
 
 def _change_schema(
-    gw: Gateway,
+    episode: EpisodeContext,
     source: str,
     batch: int,
     change: str,
@@ -138,7 +142,7 @@ def _change_schema(
     new_type: str,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Set the schema change of ``batch``; (its arguments, the change it replaced)."""
-    rt = _source(gw, source, LakeSource)
+    rt = _source(episode, source, LakeSource)
     _pending_batch(rt, batch)
     columns = list(rt.batches[batch].train.columns)
     if column not in columns:
@@ -151,40 +155,44 @@ def _change_schema(
     return args, before
 
 
-def api_unavailable(gw: Gateway, source: str, error_rate: float = 1.0, status: int = 503) -> FaultRecord:
+def api_unavailable(
+    episode: EpisodeContext, source: str, error_rate: float = 1.0, status: int = 503
+) -> FaultRecord:
     """The API source answers ``status`` to ``error_rate`` of the requests (its fault hook)."""
-    _source(gw, source, ApiSource)
-    fault = HttpFault(error_rate=error_rate, status=status, seed=gw.seed)
-    gw.runtime.faults.set_http_fault(source, fault, episode_id=gw.state.episode_id)
-    return _record(gw, "api_unavailable", source, {"error_rate": error_rate, "status": status}, "recover")
+    _source(episode, source, ApiSource)
+    fault = HttpFault(error_rate=error_rate, status=status, seed=episode.seed)
+    episode.runtime.faults.set_http_fault(source, fault, episode_id=episode.state.episode_id)
+    return _record(
+        episode, "api_unavailable", source, {"error_rate": error_rate, "status": status}, "recover"
+    )
 
 
-def database_down(gw: Gateway, source: str) -> FaultRecord:
+def database_down(episode: EpisodeContext, source: str) -> FaultRecord:
     """Stop the PostgreSQL server (every connection fails until it is started again)."""
-    _source(gw, source, PostgresSource)
-    was_running = impl.hosting(gw).stop(POSTGRES)
-    return _record(gw, "database_down", source, {"was_running": was_running}, "recover")
+    _source(episode, source, PostgresSource)
+    was_running = impl.hosting(episode).stop(POSTGRES)
+    return _record(episode, "database_down", source, {"was_running": was_running}, "recover")
 
 
-def credentials_rotated(gw: Gateway, source: str) -> FaultRecord:
+def credentials_rotated(episode: EpisodeContext, source: str) -> FaultRecord:
     """Change the source's token (API) or password (PostgreSQL) on the server and in the secret store."""
-    rt = _rotate(gw, source)
-    return _record(gw, "credentials_rotated", source, {"kind": rt.spec.type}, "agent")
+    rt = _rotate(episode, source)
+    return _record(episode, "credentials_rotated", source, {"kind": rt.spec.type}, "agent")
 
 
-def _rotate(gw: Gateway, source: str) -> impl.SourceRuntime:
+def _rotate(episode: EpisodeContext, source: str) -> impl.SourceRuntime:
     import secrets
 
-    rt = impl.runtimes(gw).get(source)
+    rt = impl.runtimes(episode).get(source)
     if rt is None or isinstance(rt.spec, LakeSource):
         raise ValueError(f"credentials_rotated needs an api or postgres source, got {source!r}")
     new = secrets.token_urlsafe(24)
     if isinstance(rt.spec, ApiSource):
         rt.secret = new
-        impl.hosting(gw).update_access(rt.api_dataset())
+        impl.hosting(episode).update_access(rt.api_dataset())
     else:
         assert rt.role is not None
-        impl.hosting(gw).set_password(rt.role, new)
+        impl.hosting(episode).set_password(rt.role, new)
         rt.secret = new
     return rt
 
@@ -197,42 +205,50 @@ INJECT = {
     "database_down": database_down,
     "credentials_rotated": credentials_rotated,
 }
-"""Fault kind -> injection function ``(gw, source, **params)``."""
+"""Fault kind -> injection function ``(episode, source, **params)``."""
 
 
-def recover(gw: Gateway, rec: FaultRecord, by: str = "expiry") -> None:
+def recover(episode: EpisodeContext, rec: FaultRecord, by: str = "expiry") -> None:
     """Undo an API outage or a database outage (idempotent); other faults stay as they are."""
     if rec.recovered_at is not None:
         return
     if rec.fault == "api_unavailable":
         source = rec.target.removeprefix("source:")
-        gw.runtime.faults.clear_http_fault(source, episode_id=gw.state.episode_id)
+        episode.runtime.faults.clear_http_fault(source, episode_id=episode.state.episode_id)
     elif rec.fault == "database_down":
-        impl.hosting(gw).start(POSTGRES)
+        impl.hosting(episode).start(POSTGRES)
     elif rec.recovery != "recover":
         return
-    rec.recovered_at, rec.recovered_step, rec.recovered_by = gw.runtime.clock.time(), gw.state.step, by
+    rec.recovered_at, rec.recovered_step, rec.recovered_by = (
+        episode.runtime.clock.time(),
+        episode.state.step,
+        by,
+    )
 
 
-def recover_all(gw: Gateway) -> None:
+def recover_all(episode: EpisodeContext) -> None:
     """Recover the records made here (those of a perturbation plan belong to the engine)."""
-    for rec in list(gw.state.ground_truth.faults):
+    for rec in list(episode.state.ground_truth.faults):
         if (
             isinstance(rec, FaultRecord)
             and rec.target.startswith("source:")
             and rec.fault in KINDS
             and rec.recovery not in ("auto", "manual")
         ):
-            recover(gw, rec, "episode_end")
+            recover(episode, rec, "episode_end")
 
 
 def mark(
-    gw: Gateway, source: str, kind: str, what: Literal["detected", "mitigated"], batch: int | None = None
+    episode: EpisodeContext,
+    source: str,
+    kind: str,
+    what: Literal["detected", "mitigated"],
+    batch: int | None = None,
 ) -> None:
     """Mark the faults of ``kind`` on ``source`` (on lake batch ``batch`` when given) detected (the agent
     met the symptom) or mitigated (a later action worked around it)."""
-    now = gw.runtime.clock.time()
-    for rec in gw.state.ground_truth.faults:
+    now = episode.runtime.clock.time()
+    for rec in episode.state.ground_truth.faults:
         if not isinstance(rec, FaultRecord) or rec.target != f"source:{source}":
             continue
         if _ALIASES.get(rec.fault, rec.fault) != kind:
@@ -240,9 +256,9 @@ def mark(
         if batch is not None and rec.params.get("batch") != batch:
             continue
         if what == "detected" and rec.detected_step is None:
-            rec.detected_step, rec.time_to_detect_s = gw.state.step, round(now - rec.injected_at, 3)
+            rec.detected_step, rec.time_to_detect_s = episode.state.step, round(now - rec.injected_at, 3)
         elif what == "mitigated" and rec.detected_step is not None and rec.mitigated_step is None:
-            rec.mitigated_step, rec.time_to_mitigate_s = gw.state.step, round(now - rec.injected_at, 3)
+            rec.mitigated_step, rec.time_to_mitigate_s = episode.state.step, round(now - rec.injected_at, 3)
 
 
 # ------------------------------------------------------------------------------- perturbation plans
@@ -255,9 +271,9 @@ SOURCE_ACTIONS = ("preview_source", "ingest_source")
 class _SourceFault(Behaviour):
     """A plan fault on ``source:NAME``, made real by the mechanisms above; every step idempotent."""
 
-    def __init__(self, entry: Perturbation, gw: Gateway) -> None:
+    def __init__(self, entry: Perturbation, episode: EpisodeContext) -> None:
         super().__init__(entry)
-        self.gw = gw
+        self.episode = episode
         self.done = False
 
     def inject(self, ctx: FaultContext) -> None:
@@ -283,7 +299,7 @@ class _SourceFault(Behaviour):
     def undo(self) -> None: ...
 
     def runtime(self) -> impl.SourceRuntime:
-        return _source(self.gw, self.target_name, LakeSource)
+        return _source(self.episode, self.target_name, LakeSource)
 
     def addresses(self, action: dict[str, Any]) -> bool:
         return action.get("type") in SOURCE_ACTIONS and action.get("source") == self.target_name
@@ -293,7 +309,7 @@ class _LateBatch(_SourceFault):
     scheduled: int | None = None
 
     def apply(self) -> None:
-        self.scheduled = _delay_batch(self.gw, self.target_name, self.fault.batch, self.fault.steps)
+        self.scheduled = _delay_batch(self.episode, self.target_name, self.fault.batch, self.fault.steps)
 
     def undo(self) -> None:
         rt = self.runtime()
@@ -317,7 +333,7 @@ class _SchemaChange(_SourceFault):
     def apply(self) -> None:
         f = self.fault
         _, self.before = _change_schema(
-            self.gw, self.target_name, f.batch, f.change, f.column, f.new_name, f.new_type
+            self.episode, self.target_name, f.batch, f.change, f.column, f.new_name, f.new_type
         )
 
     def undo(self) -> None:
@@ -332,21 +348,21 @@ class _SchemaChange(_SourceFault):
 
 class _DatabaseDown(_SourceFault):
     def apply(self) -> None:
-        _source(self.gw, self.target_name, PostgresSource)
-        impl.hosting(self.gw).stop(POSTGRES)
+        _source(self.episode, self.target_name, PostgresSource)
+        impl.hosting(self.episode).stop(POSTGRES)
 
     def undo(self) -> None:
-        impl.hosting(self.gw).start(POSTGRES)
+        impl.hosting(self.episode).start(POSTGRES)
 
 
 class _RotatedCredentials(_SourceFault):
     """A rotation is not undone; its symptom is gone once the connector holds the new secret."""
 
     def apply(self) -> None:
-        _rotate(self.gw, self.target_name)
+        _rotate(self.episode, self.target_name)
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
-        rt = impl.runtimes(self.gw).get(self.target_name)
+        rt = impl.runtimes(self.episode).get(self.target_name)
         return rt is not None and rt.cached == rt.secret
 
 
@@ -359,10 +375,10 @@ _PLAN_FAULTS: dict[str, type[_SourceFault]] = {
 }
 
 
-def plan_behaviours(gw: Gateway) -> dict[tuple[str, str], BehaviourFactory]:
-    """The behaviours of plan faults on ``source:NAME`` targets of ``gw``'s episode, for the engine."""
+def plan_behaviours(episode: EpisodeContext) -> dict[tuple[str, str], BehaviourFactory]:
+    """The behaviours of plan faults on ``source:NAME`` targets of ``episode``'s episode, for the engine."""
 
     def factory(cls: type[_SourceFault]) -> BehaviourFactory:
-        return lambda entry: cls(entry, gw)
+        return lambda entry: cls(entry, episode)
 
     return {(kind, "source"): factory(cls) for kind, cls in _PLAN_FAULTS.items()}

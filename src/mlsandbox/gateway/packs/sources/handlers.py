@@ -27,7 +27,7 @@ import logging
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,12 +46,10 @@ from mlsandbox.data.corruption import change_schema
 from mlsandbox.data.drift_stats import column_drift, ks_statistic
 from mlsandbox.data.formats import SUFFIX, Format, format_of, from_bytes, to_bytes
 from mlsandbox.errors import ActionError
+from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.sources import actions as S
 from mlsandbox.scenario.sources import ApiSource, LakeSource, PostgresSource, drifting
 from mlsandbox.world.episode import DatasetRecord
-
-if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +111,7 @@ class FetchStats:
 
 @dataclass
 class SourcesState:
-    """The episode's sources (``gw.pack_state(SourcesState)``)."""
+    """The episode's sources (``ctx.pack_state(SourcesState)``)."""
 
     sources: dict[str, SourceRuntime] = field(default_factory=dict)
     hosting: EpisodeSources | None = None
@@ -124,71 +122,71 @@ class SourcesState:
 # ------------------------------------------------------------------------------------------- access
 
 
-def _state(gw: Gateway) -> SourcesState:
-    return gw.pack_state(SourcesState)
+def _state(ctx: EpisodeContext) -> SourcesState:
+    return ctx.pack_state(SourcesState)
 
 
-def runtimes(gw: Gateway) -> dict[str, SourceRuntime]:
-    return _state(gw).sources
+def runtimes(ctx: EpisodeContext) -> dict[str, SourceRuntime]:
+    return _state(ctx).sources
 
 
-def source_of(gw: Gateway, name: str) -> SourceRuntime:
-    found = runtimes(gw).get(name)
+def source_of(ctx: EpisodeContext, name: str) -> SourceRuntime:
+    found = runtimes(ctx).get(name)
     if found is None:
-        known = ", ".join(sorted(runtimes(gw))) or "none in this scenario"
+        known = ", ".join(sorted(runtimes(ctx))) or "none in this scenario"
         raise ActionError("not_found", f"source {name!r} does not exist (sources: {known})")
     return found
 
 
-def hosting(gw: Gateway) -> EpisodeSources:
+def hosting(ctx: EpisodeContext) -> EpisodeSources:
     """The runtime's source servers for this episode (opened on first use)."""
-    state = _state(gw)
+    state = _state(ctx)
     if state.hosting is None:
-        state.hosting = gw.runtime.sources.open(gw.state.episode_id)
+        state.hosting = ctx.runtime.sources.open(ctx.state.episode_id)
     return state.hosting
 
 
-def _episode_slug(gw: Gateway) -> str:
-    return re.sub(r"[^a-z0-9]", "_", gw.state.episode_id.lower())
+def _episode_slug(ctx: EpisodeContext) -> str:
+    return re.sub(r"[^a-z0-9]", "_", ctx.state.episode_id.lower())
 
 
 # ------------------------------------------------------------------------------------------- hooks
 
 
-def on_start(gw: Gateway) -> None:
-    sources = gw.scenario.sources
+def on_start(ctx: EpisodeContext) -> None:
+    sources = ctx.scenario.sources
     if not sources:
         return
     from mlsandbox.data.tabular import generate_tabular
 
-    index = {d.name: i for i, d in enumerate(gw.scenario.datasets)}
+    index = {d.name: i for i, d in enumerate(ctx.scenario.datasets)}
     for source in sources:
-        spec = gw.scenario.dataset(source.dataset)
+        spec = ctx.scenario.dataset(source.dataset)
         rt = SourceRuntime(spec=source, target=spec.target)
-        runtimes(gw)[source.name] = rt
+        runtimes(ctx)[source.name] = rt
         if source.hide_raw:
-            _hide_raw(gw, source.dataset)
+            _hide_raw(ctx, source.dataset)
         if isinstance(source, LakeSource):
-            _start_lake(gw, rt, spec)
+            _start_lake(ctx, rt, spec)
             continue
-        table = generate_tabular(spec, gw.seed * 1000 + index[source.dataset]).train_table
+        table = generate_tabular(spec, ctx.seed * 1000 + index[source.dataset]).train_table
         if isinstance(source, ApiSource):
-            _start_api(gw, rt, source, table)
+            _start_api(ctx, rt, source, table)
         else:
-            _start_postgres(gw, rt, source, table)
-    deliver_batches(gw)
+            _start_postgres(ctx, rt, source, table)
+    deliver_batches(ctx)
 
 
-def on_step(gw: Gateway) -> None:
-    if runtimes(gw):
-        deliver_batches(gw)
+def on_step(ctx: EpisodeContext) -> None:
+    if runtimes(ctx):
+        deliver_batches(ctx)
 
 
-def fault_behaviours(gw: Gateway) -> dict[tuple[str, str], Any]:
+def fault_behaviours(ctx: EpisodeContext) -> dict[tuple[str, str], Any]:
     """The perturbation engine's behaviours of plan faults on ``source:NAME`` targets."""
     from mlsandbox.gateway.packs.sources import faults as sources_faults
 
-    return sources_faults.plan_behaviours(gw)
+    return sources_faults.plan_behaviours(ctx)
 
 
 SERVICE_FAULTS = {POSTGRES: "database_down", API_SOURCE: "api_unavailable"}
@@ -202,8 +200,8 @@ class SourceService:
     probe marks the outage faults of the sources it serves detected; a restart that brings it back
     recovers them (the agent's repair) and marks them mitigated."""
 
-    def __init__(self, gw: Gateway, name: str, users: list[SourceRuntime]) -> None:
-        self.gw, self.name, self.users = gw, name, users
+    def __init__(self, ctx: EpisodeContext, name: str, users: list[SourceRuntime]) -> None:
+        self.ctx, self.name, self.users = ctx, name, users
 
     def health(self) -> ServiceHealth:
         rt = self.users[0]
@@ -213,39 +211,39 @@ class SourceService:
             )
         else:
             probe = ApiProbe(dataset_id=rt.api_id or "", token=rt.secret)
-        found = hosting(self.gw).health(probe)
+        found = hosting(self.ctx).health(probe)
         if not found.healthy:
-            now = self.gw.runtime.clock.time()
+            now = self.ctx.runtime.clock.time()
             for rec in self._outages():
                 if rec.detected_step is None:
-                    rec.detected_step = self.gw.state.step
+                    rec.detected_step = self.ctx.state.step
                     rec.time_to_detect_s = round(now - rec.injected_at, 3)
         return found
 
     def restart(self) -> ServiceHealth:
         from mlsandbox.gateway.packs.sources import faults as sources_faults
 
-        clock = self.gw.runtime.clock
+        clock = self.ctx.runtime.clock
         t0 = clock.monotonic()
         outages = self._outages()
         try:
-            hosting(self.gw).restart(self.name)
+            hosting(self.ctx).restart(self.name)
         except Exception as e:  # it did not come back: the observation says why
             return ServiceHealth(service=self.name, healthy=False, error=f"{type(e).__name__}: {e}")
         found = self.health()
         if found.healthy:
-            step, now = self.gw.state.step, clock.time()
+            step, now = self.ctx.state.step, clock.time()
             for rec in outages:
                 if rec.detected_step is None:  # the restart addressed it
                     rec.detected_step, rec.time_to_detect_s = step, round(now - rec.injected_at, 3)
                 if rec.mitigated_step is None:
                     rec.mitigated_step, rec.time_to_mitigate_s = step, round(now - rec.injected_at, 3)
                 if rec.recovery not in ("auto", "manual"):  # the engine's own records end by the plan
-                    sources_faults.recover(self.gw, rec, "agent")
+                    sources_faults.recover(self.ctx, rec, "agent")
         return found.model_copy(update={"latency_ms": round((clock.monotonic() - t0) * 1000, 1)})
 
     def logs(self, tail: int = 50) -> str:
-        return hosting(self.gw).logs(self.name, tail)
+        return hosting(self.ctx).logs(self.name, tail)
 
     def _outages(self) -> list[Any]:
         from mlsandbox.faults.engine import FaultRecord
@@ -253,7 +251,7 @@ class SourceService:
         targets = {f"source:{rt.spec.name}" for rt in self.users}
         return [
             r
-            for r in self.gw.state.ground_truth.faults
+            for r in self.ctx.state.ground_truth.faults
             if isinstance(r, FaultRecord)
             and r.target in targets
             and r.fault == SERVICE_FAULTS[self.name]
@@ -261,37 +259,37 @@ class SourceService:
         ]
 
 
-def episode_services(gw: Gateway) -> dict[str, SourceService]:
+def episode_services(ctx: EpisodeContext) -> dict[str, SourceService]:
     """The data-source servers this episode uses (started for its sources), by service name."""
     users: dict[str, list[SourceRuntime]] = {}
-    for rt in runtimes(gw).values():
+    for rt in runtimes(ctx).values():
         if isinstance(rt.spec, PostgresSource) and rt.database is not None:
             users.setdefault(POSTGRES, []).append(rt)
         elif isinstance(rt.spec, ApiSource) and rt.api_id is not None:
             users.setdefault(API_SOURCE, []).append(rt)
-    return {name: SourceService(gw, name, rts) for name, rts in users.items()}
+    return {name: SourceService(ctx, name, rts) for name, rts in users.items()}
 
 
-def on_close(gw: Gateway) -> None:
+def on_close(ctx: EpisodeContext) -> None:
     from mlsandbox.gateway.packs.sources import faults as sources_faults
 
-    state = _state(gw)
+    state = _state(ctx)
     try:
-        sources_faults.recover_all(gw)
+        sources_faults.recover_all(ctx)
     finally:
         found, state.hosting = state.hosting, None
         if found is not None:
             found.close()  # the published datasets, the databases and roles, the fault hooks
 
 
-def _hide_raw(gw: Gateway, dataset: str) -> None:
-    st = gw.state
+def _hide_raw(ctx: EpisodeContext, dataset: str) -> None:
+    st = ctx.state
     for key in [
         k for k, r in st.datasets.items() if r.origin == "scenario" and k.startswith(f"raw/{dataset}.")
     ]:
         del st.datasets[key]
         try:
-            gw.runtime.object_store.delete_object(st.bucket, key)
+            ctx.runtime.object_store.delete_object(st.bucket, key)
         except Exception as e:
             log.warning("could not delete %s: %s", key, e)
 
@@ -299,12 +297,12 @@ def _hide_raw(gw: Gateway, dataset: str) -> None:
 # --------------------------------------------------------------------------------------------- lake
 
 
-def _start_lake(gw: Gateway, rt: SourceRuntime, spec: Any) -> None:
+def _start_lake(ctx: EpisodeContext, rt: SourceRuntime, spec: Any) -> None:
     from mlsandbox.data.drift import generate_batches
 
     source = rt.spec
     assert isinstance(source, LakeSource)
-    series = generate_batches(drifting(source, spec), gw.seed * 1000 + 500 + _stable(source.name))  # type: ignore[arg-type]
+    series = generate_batches(drifting(source, spec), ctx.seed * 1000 + 500 + _stable(source.name))  # type: ignore[arg-type]
     rt.batches = series.batches[: source.batches]
     rt.due = dict(enumerate(source.arrivals))
     for change in source.schema_changes:
@@ -313,9 +311,9 @@ def _start_lake(gw: Gateway, rt: SourceRuntime, spec: Any) -> None:
     manifest["batches"] = manifest["batches"][: source.batches]
     manifest["arrivals"] = list(source.arrivals)
     manifest["schema_changes"] = [c.model_dump() for c in source.schema_changes]
-    gw.state.ground_truth.manifests[f"source:{source.name}"] = manifest
+    ctx.state.ground_truth.manifests[f"source:{source.name}"] = manifest
     if source.holdout == "last_batch":
-        gw.state.ground_truth.holdouts[source.dataset] = rt.batches[-1].holdout
+        ctx.state.ground_truth.holdouts[source.dataset] = rt.batches[-1].holdout
 
 
 def _stable(name: str) -> int:
@@ -326,19 +324,19 @@ def batch_key(source: LakeSource, batch: int) -> str:
     return f"lake/{source.name}/batch-{batch:02d}{SUFFIX[source.format]}"
 
 
-def deliver_batches(gw: Gateway) -> None:
+def deliver_batches(ctx: EpisodeContext) -> None:
     """Write every lake batch whose arrival step has come (and that is not missing)."""
-    step = gw.state.step
-    for rt in runtimes(gw).values():
+    step = ctx.state.step
+    for rt in runtimes(ctx).values():
         if not isinstance(rt.spec, LakeSource):
             continue
         for batch, due in sorted(rt.due.items()):
             if batch in rt.arrived or batch in rt.missing or due > step:
                 continue
-            _write_batch(gw, rt, batch)
+            _write_batch(ctx, rt, batch)
 
 
-def _write_batch(gw: Gateway, rt: SourceRuntime, batch: int) -> None:
+def _write_batch(ctx: EpisodeContext, rt: SourceRuntime, batch: int) -> None:
     source = rt.spec
     assert isinstance(source, LakeSource)
     generated = rt.batches[batch]
@@ -348,33 +346,33 @@ def _write_batch(gw: Gateway, rt: SourceRuntime, batch: int) -> None:
         data = change_schema(generated.train, **change).data
     payload = to_bytes(data, source.format)
     key = batch_key(source, batch)
-    gw.runtime.object_store.put_object(gw.state.bucket, key, payload)
+    ctx.runtime.object_store.put_object(ctx.state.bucket, key, payload)
     target = rt.target
-    gw.state.datasets[key] = DatasetRecord(key, source.format, len(payload), target, "scenario")
-    rt.arrived[batch] = (key, gw.state.step)
+    ctx.state.datasets[key] = DatasetRecord(key, source.format, len(payload), target, "scenario")
+    rt.arrived[batch] = (key, ctx.state.step)
 
 
 # ---------------------------------------------------------------------------------------------- api
 
 
-def _start_api(gw: Gateway, rt: SourceRuntime, source: ApiSource, table: Any) -> None:
+def _start_api(ctx: EpisodeContext, rt: SourceRuntime, source: ApiSource, table: Any) -> None:
     import pyarrow.parquet as pq
 
-    rt.api_id = f"{_episode_slug(gw)}-{source.name}".replace("_", "-")
+    rt.api_id = f"{_episode_slug(ctx)}-{source.name}".replace("_", "-")
     rt.secret = source.token or secrets.token_urlsafe(24)
     rt.cached = source.client_token or rt.secret
     buf = io.BytesIO()
     pq.write_table(table, buf)
-    hosting(gw).publish(rt.api_dataset(), buf.getvalue())
+    hosting(ctx).publish(rt.api_dataset(), buf.getvalue())
 
 
-def _api_get(gw: Gateway, rt: SourceRuntime, params: dict[str, str | int]) -> HttpAnswer:
+def _api_get(ctx: EpisodeContext, rt: SourceRuntime, params: dict[str, str | int]) -> HttpAnswer:
     """One page, waiting out 429s (Retry-After) and retrying 5xx; ActionError for what cannot be fixed."""
     assert rt.api_id is not None
-    host, clock = hosting(gw), gw.runtime.clock
+    host, clock = hosting(ctx), ctx.runtime.clock
     what = f"GET /v1/datasets/{rt.api_id}/records"
     waited, failures = 0.0, 0
-    stats = _state(gw).last_fetch
+    stats = _state(ctx).last_fetch
     while True:
         try:
             resp = host.api_get(rt.api_id, params, rt.cached, timeout_s=HTTP_TIMEOUT_S)
@@ -399,7 +397,7 @@ def _api_get(gw: Gateway, rt: SourceRuntime, params: dict[str, str | int]) -> Ht
             failures += 1
             stats.server_errors += 1
             if failures > SERVER_ERROR_RETRIES:
-                _observed(gw, rt.spec.name, "api_unavailable")
+                _observed(ctx, rt.spec.name, "api_unavailable")
                 raise ActionError(
                     "source_unavailable",
                     f"API source {rt.spec.name!r} answered HTTP {resp.status} to {what} "
@@ -408,7 +406,7 @@ def _api_get(gw: Gateway, rt: SourceRuntime, params: dict[str, str | int]) -> Ht
             clock.sleep(0.2 * failures)
             continue
         if resp.status == 401:
-            _observed(gw, rt.spec.name, "credentials_rotated")
+            _observed(ctx, rt.spec.name, "credentials_rotated")
             raise ActionError(
                 "auth_failed",
                 f"API source {rt.spec.name!r} rejected the connector's bearer token (HTTP 401): {detail}",
@@ -428,19 +426,19 @@ def _error_text(resp: HttpAnswer) -> str:
     return str(body)
 
 
-def _api_preview(gw: Gateway, rt: SourceRuntime, rows: int) -> tuple[pd.DataFrame, int]:
-    body = json.loads(_api_get(gw, rt, {"page": 1, "page_size": rows, "format": "json"}).body)
+def _api_preview(ctx: EpisodeContext, rt: SourceRuntime, rows: int) -> tuple[pd.DataFrame, int]:
+    body = json.loads(_api_get(ctx, rt, {"page": 1, "page_size": rows, "format": "json"}).body)
     return pd.DataFrame.from_records(body["records"]), int(body["total_rows"])
 
 
-def _api_fetch(gw: Gateway, rt: SourceRuntime) -> tuple[pd.DataFrame, dict[str, Any]]:
+def _api_fetch(ctx: EpisodeContext, rt: SourceRuntime) -> tuple[pd.DataFrame, dict[str, Any]]:
     source = rt.spec
     assert isinstance(source, ApiSource)
-    stats = _state(gw).last_fetch = FetchStats()
+    stats = _state(ctx).last_fetch = FetchStats()
     size = min(PAGE_SIZE, source.max_page_size)
     frames, page, pages = [], 1, 0
     while True:
-        resp = _api_get(gw, rt, {"page": page, "page_size": size, "format": "csv"})
+        resp = _api_get(ctx, rt, {"page": page, "page_size": size, "format": "csv"})
         frames.append(from_bytes(resp.body, "csv"))
         pages += 1
         nxt = resp.headers.get("x-next-page")
@@ -459,33 +457,33 @@ def _api_fetch(gw: Gateway, rt: SourceRuntime) -> tuple[pd.DataFrame, dict[str, 
 # ----------------------------------------------------------------------------------------- postgres
 
 
-def _start_postgres(gw: Gateway, rt: SourceRuntime, source: PostgresSource, table: Any) -> None:
+def _start_postgres(ctx: EpisodeContext, rt: SourceRuntime, source: PostgresSource, table: Any) -> None:
     import pyarrow.parquet as pq
 
-    slug = _episode_slug(gw)[:40]
+    slug = _episode_slug(ctx)[:40]
     database = f"ep_{slug}_{source.name}"[:63]
     rt.role = database
     rt.secret = secrets.token_urlsafe(18)
     rt.cached = rt.secret
     buf = io.BytesIO()
     pq.write_table(table, buf)
-    hosting(gw).create_database(database, rt.role, rt.secret, source.table, buf.getvalue())
+    hosting(ctx).create_database(database, rt.role, rt.secret, source.table, buf.getvalue())
     rt.database = database
 
 
-def _pg_query(gw: Gateway, rt: SourceRuntime, limit: int | None) -> tuple[pd.DataFrame, int]:
+def _pg_query(ctx: EpisodeContext, rt: SourceRuntime, limit: int | None) -> tuple[pd.DataFrame, int]:
     source = rt.spec
     assert isinstance(source, PostgresSource) and rt.database is not None and rt.role is not None
-    host = hosting(gw)
+    host = hosting(ctx)
     try:
         rows = host.query(rt.database, rt.role, rt.cached, source.table, limit=limit)
     except SourceError as e:
         where = f"PostgreSQL source {source.name!r} at {host.address(POSTGRES)}"
         if e.kind == "auth":
-            _observed(gw, source.name, "credentials_rotated")
+            _observed(ctx, source.name, "credentials_rotated")
             raise ActionError("auth_failed", f"{where}: login refused: {e.message}") from None
         if e.kind == "unavailable":
-            _observed(gw, source.name, "database_down")
+            _observed(ctx, source.name, "database_down")
             raise ActionError("source_unavailable", f"{where}: cannot connect: {e.message}") from None
         raise ActionError("source_error", f"{where}: {e.message}") from None
     return from_bytes(rows.parquet, "parquet"), rows.total_rows
@@ -494,27 +492,27 @@ def _pg_query(gw: Gateway, rt: SourceRuntime, limit: int | None) -> tuple[pd.Dat
 # -------------------------------------------------------------------------------------- fault marks
 
 
-def _observed(gw: Gateway, source: str, kind: str, batch: int | None = None) -> None:
+def _observed(ctx: EpisodeContext, source: str, kind: str, batch: int | None = None) -> None:
     """The agent met the symptom of a data fault on ``source``: mark it detected."""
     from mlsandbox.gateway.packs.sources import faults as sources_faults
 
-    sources_faults.mark(gw, source, kind, "detected", batch)
+    sources_faults.mark(ctx, source, kind, "detected", batch)
 
 
-def _overdue(gw: Gateway, source: str, batches: list[int]) -> None:
+def _overdue(ctx: EpisodeContext, source: str, batches: list[int]) -> None:
     for b in batches:
-        _observed(gw, source, "late_batch", b)
-        _observed(gw, source, "missing_batch", b)
+        _observed(ctx, source, "late_batch", b)
+        _observed(ctx, source, "missing_batch", b)
 
 
-def _handled(gw: Gateway, source: str, kinds: tuple[str, ...]) -> None:
+def _handled(ctx: EpisodeContext, source: str, kinds: tuple[str, ...]) -> None:
     from mlsandbox.gateway.packs.sources import faults as sources_faults
 
     for kind in kinds:
-        sources_faults.mark(gw, source, kind, "mitigated")
+        sources_faults.mark(ctx, source, kind, "mitigated")
 
 
-def _refresh(gw: Gateway, rt: SourceRuntime, refresh: bool) -> bool:
+def _refresh(ctx: EpisodeContext, rt: SourceRuntime, refresh: bool) -> bool:
     """Re-read the credentials from the secret store; True when they changed."""
     if not refresh or rt.cached == rt.secret:
         return False
@@ -533,9 +531,9 @@ def _dtypes(frame: pd.DataFrame) -> dict[str, str]:
     return {str(c): str(frame[c].dtype) for c in frame.columns}
 
 
-def list_sources(gw: Gateway, _: S.ListSources) -> dict[str, Any]:
+def handle_list_sources(ctx: EpisodeContext, _: S.ListSources) -> dict[str, Any]:
     out = []
-    for name, rt in sorted(runtimes(gw).items()):
+    for name, rt in sorted(runtimes(ctx).items()):
         s = rt.spec
         entry: dict[str, Any] = {"name": name, "kind": s.type, "description": s.description}
         if isinstance(s, ApiSource):
@@ -560,30 +558,30 @@ def list_sources(gw: Gateway, _: S.ListSources) -> dict[str, Any]:
                     for b, (key, at) in sorted(rt.arrived.items())
                 ],
             )
-            overdue = [b for b, a in enumerate(s.arrivals) if a <= gw.state.step and b not in rt.arrived]
+            overdue = [b for b, a in enumerate(s.arrivals) if a <= ctx.state.step and b not in rt.arrived]
             if overdue:
                 entry["overdue"] = overdue
-                _overdue(gw, name, overdue)
+                _overdue(ctx, name, overdue)
         out.append(entry)
-    return {"sources": out, "step": gw.state.step}
+    return {"sources": out, "step": ctx.state.step}
 
 
-def preview_source(gw: Gateway, a: S.PreviewSource) -> dict[str, Any]:
-    rt = source_of(gw, a.source)
-    refreshed = _refresh(gw, rt, a.refresh_credentials)
+def handle_preview_source(ctx: EpisodeContext, a: S.PreviewSource) -> dict[str, Any]:
+    rt = source_of(ctx, a.source)
+    refreshed = _refresh(ctx, rt, a.refresh_credentials)
     if isinstance(rt.spec, ApiSource):
-        frame, total = _api_preview(gw, rt, a.rows)
+        frame, total = _api_preview(ctx, rt, a.rows)
     elif isinstance(rt.spec, PostgresSource):
-        frame, total = _pg_query(gw, rt, a.rows)
+        frame, total = _pg_query(ctx, rt, a.rows)
         frame = frame.head(a.rows)
     else:
         if not rt.arrived:
             raise ActionError("not_found", f"lake source {a.source!r}: no batch has arrived yet")
         key = rt.arrived[max(rt.arrived)][0]
-        full = gw.read(gw.dataset(key))
+        full = ctx.read(ctx.dataset(key))
         frame, total = full.head(a.rows), len(full)
     if refreshed:
-        _handled(gw, a.source, ("credentials_rotated",))
+        _handled(ctx, a.source, ("credentials_rotated",))
     return {
         "source": a.source,
         "kind": rt.spec.type,
@@ -607,7 +605,9 @@ def _output_key(a: S.IngestSource) -> tuple[str, Format]:
         ) from None
 
 
-def _lake_parts(gw: Gateway, rt: SourceRuntime, a: S.IngestSource) -> tuple[pd.DataFrame, dict[str, Any]]:
+def _lake_parts(
+    ctx: EpisodeContext, rt: SourceRuntime, a: S.IngestSource
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     wanted = sorted(rt.arrived) if a.batches is None else sorted(set(a.batches))
     if not wanted:
         raise ActionError("not_found", f"lake source {a.source!r}: no batch has arrived yet")
@@ -621,14 +621,14 @@ def _lake_parts(gw: Gateway, rt: SourceRuntime, a: S.IngestSource) -> tuple[pd.D
         )
     absent = [b for b in wanted if b not in rt.arrived]
     if absent:
-        _overdue(gw, a.source, [b for b in absent if source.arrivals[b] <= gw.state.step])
+        _overdue(ctx, a.source, [b for b in absent if source.arrivals[b] <= ctx.state.step])
         raise ActionError(
             "not_found",
             f"lake source {a.source!r}: batches {absent} have not arrived (arrived: {sorted(rt.arrived)})",
         )
     parts = []
     for b in wanted:
-        frame = gw.read(gw.dataset(rt.arrived[b][0]))
+        frame = ctx.read(ctx.dataset(rt.arrived[b][0]))
         missing_columns = sorted(set(a.rename) - set(frame.columns) - set(a.rename.values()))
         if len(missing_columns) == len(a.rename) and a.rename and len(wanted) == 1:
             raise ActionError(
@@ -645,7 +645,7 @@ def _lake_parts(gw: Gateway, rt: SourceRuntime, a: S.IngestSource) -> tuple[pd.D
             if c in frame.columns and _kind(first[c]) != _kind(frame[c]) and frame[c].notna().any()
         ]
         if missing or extra or retyped:
-            _observed(gw, a.source, "schema_change")
+            _observed(ctx, a.source, "schema_change")
             problems = []
             if missing:
                 problems.append(f"lacks {missing}")
@@ -663,7 +663,7 @@ def _lake_parts(gw: Gateway, rt: SourceRuntime, a: S.IngestSource) -> tuple[pd.D
             )
     combined = pd.concat([f[first.columns] for _, f in parts], ignore_index=True)
     if a.rename:
-        _handled(gw, a.source, ("schema_change",))
+        _handled(ctx, a.source, ("schema_change",))
     return combined, {"batches": wanted}
 
 
@@ -677,35 +677,35 @@ def _kind(column: pd.Series) -> str:
     return "text"
 
 
-def ingest_source(gw: Gateway, a: S.IngestSource) -> dict[str, Any]:
-    rt = source_of(gw, a.source)
+def handle_ingest_source(ctx: EpisodeContext, a: S.IngestSource) -> dict[str, Any]:
+    rt = source_of(ctx, a.source)
     key, fmt = _output_key(a)
     if a.batches is not None and not isinstance(rt.spec, LakeSource):
         raise ActionError(
             "invalid_parameters", f"batches applies to lake sources; {a.source!r} is {rt.spec.type}"
         )
-    refreshed = _refresh(gw, rt, a.refresh_credentials)
+    refreshed = _refresh(ctx, rt, a.refresh_credentials)
     details: dict[str, Any]
     if isinstance(rt.spec, ApiSource):
-        frame, details = _api_fetch(gw, rt)
-        _handled(gw, a.source, ("api_unavailable",))
+        frame, details = _api_fetch(ctx, rt)
+        _handled(ctx, a.source, ("api_unavailable",))
     elif isinstance(rt.spec, PostgresSource):
-        frame, total = _pg_query(gw, rt, None)
+        frame, total = _pg_query(ctx, rt, None)
         details = {"table": rt.spec.table, "table_rows": total}
-        _handled(gw, a.source, ("database_down",))
+        _handled(ctx, a.source, ("database_down",))
     else:
-        frame, details = _lake_parts(gw, rt, a)
+        frame, details = _lake_parts(ctx, rt, a)
     if a.rename and not isinstance(rt.spec, LakeSource):
         unknown = sorted(set(a.rename) - set(frame.columns))
         if unknown:
             raise ActionError("invalid_parameters", f"rename names unknown columns {unknown}")
         frame = frame.rename(columns=a.rename)
     if refreshed:
-        _handled(gw, a.source, ("credentials_rotated",))
+        _handled(ctx, a.source, ("credentials_rotated",))
     payload = to_bytes(frame, fmt)
-    gw.backend_call(lambda: gw.runtime.object_store.put_object(gw.state.bucket, key, payload))
+    ctx.backend_call(lambda: ctx.runtime.object_store.put_object(ctx.state.bucket, key, payload))
     target = rt.target if rt.target in frame.columns else None
-    gw.state.datasets[key] = DatasetRecord(
+    ctx.state.datasets[key] = DatasetRecord(
         key, fmt, len(payload), target, "ingest_source", f"source:{a.source}"
     )
     return {
@@ -718,16 +718,16 @@ def ingest_source(gw: Gateway, a: S.IngestSource) -> dict[str, Any]:
     }
 
 
-def sample_dataset(gw: Gateway, a: S.SampleDataset) -> dict[str, Any]:
-    rec = gw.dataset(a.dataset)
-    frame = gw.read(rec)
+def handle_sample_dataset(ctx: EpisodeContext, a: S.SampleDataset) -> dict[str, Any]:
+    rec = ctx.dataset(a.dataset)
+    frame = ctx.read(rec)
     sample = frame.sample(n=min(a.rows, len(frame)), random_state=a.seed) if len(frame) else frame
     return {"dataset": rec.key, "total_rows": len(frame), "columns": _dtypes(frame), "rows": _records(sample)}
 
 
-def schema_diff(gw: Gateway, a: S.SchemaDiff) -> dict[str, Any]:
-    ref_rec, cur_rec = gw.dataset(a.reference), gw.dataset(a.current)
-    ref, cur = gw.read(ref_rec), gw.read(cur_rec)
+def handle_schema_diff(ctx: EpisodeContext, a: S.SchemaDiff) -> dict[str, Any]:
+    ref_rec, cur_rec = ctx.dataset(a.reference), ctx.dataset(a.current)
+    ref, cur = ctx.read(ref_rec), ctx.read(cur_rec)
     removed = [str(c) for c in ref.columns if c not in cur.columns]
     added = [str(c) for c in cur.columns if c not in ref.columns]
     changed = [
@@ -752,10 +752,10 @@ def schema_diff(gw: Gateway, a: S.SchemaDiff) -> dict[str, Any]:
             if similar:
                 renames.append({"from": old, "to": new})
     if removed or added or changed:
-        for rt in runtimes(gw).values():
+        for rt in runtimes(ctx).values():
             keys = {k for k, _ in rt.arrived.values()}
             if cur_rec.key in keys or ref_rec.key in keys:
-                _observed(gw, rt.spec.name, "schema_change")
+                _observed(ctx, rt.spec.name, "schema_change")
     return {
         "reference": ref_rec.key,
         "current": cur_rec.key,
@@ -767,9 +767,9 @@ def schema_diff(gw: Gateway, a: S.SchemaDiff) -> dict[str, Any]:
     }
 
 
-def drift_check(gw: Gateway, a: S.DriftCheck) -> dict[str, Any]:
-    ref_rec, cur_rec = gw.dataset(a.reference), gw.dataset(a.current)
-    ref, cur = gw.read(ref_rec), gw.read(cur_rec)
+def handle_drift_check(ctx: EpisodeContext, a: S.DriftCheck) -> dict[str, Any]:
+    ref_rec, cur_rec = ctx.dataset(a.reference), ctx.dataset(a.current)
+    ref, cur = ctx.read(ref_rec), ctx.read(cur_rec)
     targets = {t for t in (ref_rec.target, cur_rec.target) if t}
     features = [c for c in ref.columns if c not in targets]
     stats = column_drift(ref[features], cur[[c for c in cur.columns if c not in targets]])
@@ -798,13 +798,3 @@ def drift_check(gw: Gateway, a: S.DriftCheck) -> dict[str, Any]:
                 "current_positive_rate": round(float(cur[t].mean()), 4),
             }
     return out
-
-
-HANDLERS = {
-    "list_sources": list_sources,
-    "preview_source": preview_source,
-    "ingest_source": ingest_source,
-    "sample_dataset": sample_dataset,
-    "schema_diff": schema_diff,
-    "drift_check": drift_check,
-}

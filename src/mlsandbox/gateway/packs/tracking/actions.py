@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from mlsandbox.gateway.actions import ActionModel
-from mlsandbox.gateway.registry import ActionPack
+from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import ModelName, RunId
 
 AliasName = Literal["staging", "production", "champion", "challenger", "canary", "shadow"]
@@ -73,19 +73,14 @@ class DeleteModelAlias(ActionModel):
 
 PACK = ActionPack(
     name="tracking",
-    models=(SearchRuns, GetRun, CompareRuns, GetModelVersions, SetModelAlias, DeleteModelAlias),
+    actions=(
+        PackAction(SearchRuns, capability="tracking", read_only=True),
+        PackAction(GetRun, capability="tracking", read_only=True),
+        PackAction(CompareRuns, capability="tracking", read_only=True),
+        PackAction(GetModelVersions, capability="tracking", read_only=True),
+        PackAction(SetModelAlias, capability="tracking"),
+        PackAction(DeleteModelAlias, capability="tracking"),
+    ),
     implementation="mlsandbox.gateway.packs.tracking.handlers",
     description="Experiment tracking and model registry: search and compare runs, versions and aliases.",
-    read_only=frozenset({"search_runs", "get_run", "compare_runs", "get_model_versions"}),
-    capabilities=dict.fromkeys(
-        (
-            "search_runs",
-            "get_run",
-            "compare_runs",
-            "get_model_versions",
-            "set_model_alias",
-            "delete_model_alias",
-        ),
-        "tracking",
-    ),
 )

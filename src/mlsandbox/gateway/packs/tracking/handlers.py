@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlsandbox.backends.protocols import ModelVersionInfo, RunInfo
 from mlsandbox.errors import ActionError
+from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.tracking import actions as T
-
-if TYPE_CHECKING:
-    from mlsandbox.gateway.dispatcher import Gateway
 
 _LOWER_IS_BETTER = ("loss", "error", "rmse", "mae", "mse", "latency")
 
@@ -24,32 +22,32 @@ def _row(r: RunInfo) -> dict[str, Any]:
     }
 
 
-def episode_run(gw: Gateway, run_id: str) -> RunInfo:
+def episode_run(ctx: EpisodeContext, run_id: str) -> RunInfo:
     """A run of this episode's experiment; ``not_found`` for any other (other episodes' runs included)."""
     try:
-        run = gw.runtime.tracking.get_run(run_id)
+        run = ctx.runtime.tracking.get_run(run_id)
     except KeyError:
         raise ActionError("not_found", f"run {run_id} does not exist") from None
     except Exception as e:
         raise ActionError("backend_error", f"{type(e).__name__}: {e}") from None
-    if run.experiment_id != gw.state.experiment_id:
+    if run.experiment_id != ctx.state.experiment_id:
         raise ActionError("not_found", f"run {run_id} does not exist in this episode's experiment")
     return run
 
 
-def model_versions(gw: Gateway, name: str) -> list[ModelVersionInfo]:
+def model_versions(ctx: EpisodeContext, name: str) -> list[ModelVersionInfo]:
     """The versions of the episode's model ``name`` (agent-visible name); ``not_found`` when none."""
-    full = gw.state.registry_name(name)
-    versions = gw.backend_call(lambda: gw.runtime.tracking.list_model_versions(full))
+    full = ctx.state.registry_name(name)
+    versions = ctx.backend_call(lambda: ctx.runtime.tracking.list_model_versions(full))
     versions = [v for v in versions if v.name == full]
     if not versions:
         raise ActionError("not_found", f"registered model {name!r} does not exist in this episode")
     return versions
 
 
-def _version_row(gw: Gateway, v: ModelVersionInfo) -> dict[str, Any]:
+def _version_row(ctx: EpisodeContext, v: ModelVersionInfo) -> dict[str, Any]:
     return {
-        "name": v.name.removeprefix(gw.state.model_prefix),
+        "name": v.name.removeprefix(ctx.state.model_prefix),
         "version": int(v.version),
         "run_id": v.run_id,
         "status": v.status,
@@ -57,10 +55,10 @@ def _version_row(gw: Gateway, v: ModelVersionInfo) -> dict[str, Any]:
     }
 
 
-def search_runs(gw: Gateway, a: T.SearchRuns) -> dict[str, Any]:
+def handle_search_runs(ctx: EpisodeContext, a: T.SearchRuns) -> dict[str, Any]:
     try:
-        runs = gw.runtime.tracking.search_runs(
-            gw.state.experiment_id, a.filter, list(a.order_by) or None, a.max_results
+        runs = ctx.runtime.tracking.search_runs(
+            ctx.state.experiment_id, a.filter, list(a.order_by) or None, a.max_results
         )
     except ValueError as e:
         raise ActionError("invalid_parameters", f"the tracking server rejected the search: {e}") from None
@@ -69,8 +67,8 @@ def search_runs(gw: Gateway, a: T.SearchRuns) -> dict[str, Any]:
     return {"count": len(runs), "runs": [_row(r) for r in runs]}
 
 
-def get_run(gw: Gateway, a: T.GetRun) -> dict[str, Any]:
-    r = episode_run(gw, a.run_id)
+def handle_get_run(ctx: EpisodeContext, a: T.GetRun) -> dict[str, Any]:
+    r = episode_run(ctx, a.run_id)
     tags = {k: v for k, v in sorted(r.tags.items()) if not k.startswith("mlflow.") or k == "mlflow.runName"}
     return {
         **_row(r),
@@ -83,11 +81,11 @@ def get_run(gw: Gateway, a: T.GetRun) -> dict[str, Any]:
     }
 
 
-def compare_runs(gw: Gateway, a: T.CompareRuns) -> dict[str, Any]:
+def handle_compare_runs(ctx: EpisodeContext, a: T.CompareRuns) -> dict[str, Any]:
     ids = list(dict.fromkeys(a.run_ids))
     if len(ids) < 2:
         raise ActionError("invalid_parameters", "compare_runs needs at least two different run ids")
-    runs = [episode_run(gw, i) for i in ids]
+    runs = [episode_run(ctx, i) for i in ids]
     params = sorted({k for r in runs for k in r.params})
     metrics = sorted({k for r in runs for k in r.metrics})
     best: dict[str, str] = {}
@@ -108,37 +106,27 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 6)
 
 
-def get_model_versions(gw: Gateway, a: T.GetModelVersions) -> dict[str, Any]:
-    versions = model_versions(gw, a.name)
-    return {"name": a.name, "versions": [_version_row(gw, v) for v in versions]}
+def handle_get_model_versions(ctx: EpisodeContext, a: T.GetModelVersions) -> dict[str, Any]:
+    versions = model_versions(ctx, a.name)
+    return {"name": a.name, "versions": [_version_row(ctx, v) for v in versions]}
 
 
-def set_model_alias(gw: Gateway, a: T.SetModelAlias) -> dict[str, Any]:
-    versions = model_versions(gw, a.name)
+def handle_set_model_alias(ctx: EpisodeContext, a: T.SetModelAlias) -> dict[str, Any]:
+    versions = model_versions(ctx, a.name)
     if str(a.version) not in {v.version for v in versions}:
         known = ", ".join(v.version for v in versions)
         raise ActionError("not_found", f"model {a.name!r} has no version {a.version} (versions: {known})")
     previous = next((int(v.version) for v in versions if a.alias in v.aliases), None)
-    full = gw.state.registry_name(a.name)
-    mv = gw.backend_call(lambda: gw.runtime.tracking.set_model_alias(full, a.alias, str(a.version)))
-    return {**_version_row(gw, mv), "alias": a.alias, "previous_version": previous}
+    full = ctx.state.registry_name(a.name)
+    mv = ctx.backend_call(lambda: ctx.runtime.tracking.set_model_alias(full, a.alias, str(a.version)))
+    return {**_version_row(ctx, mv), "alias": a.alias, "previous_version": previous}
 
 
-def delete_model_alias(gw: Gateway, a: T.DeleteModelAlias) -> dict[str, Any]:
-    versions = model_versions(gw, a.name)
+def handle_delete_model_alias(ctx: EpisodeContext, a: T.DeleteModelAlias) -> dict[str, Any]:
+    versions = model_versions(ctx, a.name)
     holder = next((int(v.version) for v in versions if a.alias in v.aliases), None)
     if holder is None:
         raise ActionError("not_found", f"model {a.name!r} has no alias {a.alias!r}")
-    full = gw.state.registry_name(a.name)
-    gw.backend_call(lambda: gw.runtime.tracking.delete_model_alias(full, a.alias))
+    full = ctx.state.registry_name(a.name)
+    ctx.backend_call(lambda: ctx.runtime.tracking.delete_model_alias(full, a.alias))
     return {"name": a.name, "alias": a.alias, "removed_from_version": holder}
-
-
-HANDLERS = {
-    "search_runs": search_runs,
-    "get_run": get_run,
-    "compare_runs": compare_runs,
-    "get_model_versions": get_model_versions,
-    "set_model_alias": set_model_alias,
-    "delete_model_alias": delete_model_alias,
-}
