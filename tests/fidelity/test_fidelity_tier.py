@@ -44,3 +44,27 @@ def test_local_and_sim_agree(sandbox: LocalBackend, tmp_path: Path) -> None:
 
 def _triples(out: Path, scenario: str) -> list[dict]:
     return json.loads((out / f"{scenario}.json").read_text())["triples"]
+
+
+DEGENERATE_PROBES = ("probe:rf-stump", "probe:mlp-one-epoch", "probe:gb-lr-zero", "probe:lr-c-tiny")
+"""Off the scripted path: a one-stump forest and an MLP trained one epoch (poor models), gradient
+boosting with a learning rate near zero and a logistic regression regularised to almost nothing (whose
+ranking survives: AUC measures the order of the scores)."""
+
+
+def test_off_path_probes_agree(sandbox: LocalBackend, tmp_path: Path) -> None:
+    """The probes the old surrogate got wrong (a stump that succeeded in sim and failed in real) give the
+    same success on both backends, their holdout AUCs within the tolerance."""
+    index = run_fidelity(["tabular-quality-basic"], tmp_path, seeds=1, agents=DEGENERATE_PROBES, sandbox=sandbox.name)
+    triples = _triples(tmp_path, "tabular-quality-basic")
+    assert len(triples) == len(DEGENERATE_PROBES)
+    for t in triples:
+        where = f"{t['agent']} seed {t['seed']}"
+        assert t["local"]["error"] is None and t["sim"]["error"] is None, where
+        assert t["success_agrees"], f"{where}: local {t['local']['success']}, sim {t['sim']['success']}"
+        assert t["auc_diff"] is not None and abs(t["auc_diff"]) <= AUC_TOLERANCE, (
+            f"{where}: AUC {t['local']['holdout_auc']} vs {t['sim']['holdout_auc']}"
+        )
+    stump = next(t for t in triples if t["agent"] == "probe:rf-stump")
+    assert not stump["local"]["success"] and not stump["sim"]["success"]
+    assert index.figures.success_flips == 0 and index.figures.flips_by_margin == 0

@@ -1,6 +1,7 @@
 """Agents: baselines (random, rule-based), the reference solution, degenerate strategies, an LLM adapter.
 
-``make_agent(name)`` builds one by name (see :data:`AGENTS`) or from ``module:attribute``. Agent modules
+``make_agent(name)`` builds one by name (see :data:`AGENTS`), an off-path probe as ``probe:NAME``
+(:mod:`mlsandbox.agents.probes`) or from ``module:attribute``. Agent modules
 are imported when an agent is made (the command line stays quick to start).
 """
 
@@ -46,6 +47,13 @@ def _load(ref: str, name: str) -> Any:
 
 
 def make_agent(name: str, seed: int | None = None) -> Agent:
+    if name.startswith("probe:"):  # an off-path probe (mlsandbox.agents.probes)
+        from mlsandbox.agents.probes import make_probe
+
+        try:
+            return make_probe(name, seed=seed)
+        except ValueError as e:
+            raise ValueError(str(e)) from None
     if ":" in name:
         return _load(name, name)(seed=seed)
     if name not in AGENTS:

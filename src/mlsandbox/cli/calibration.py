@@ -149,21 +149,33 @@ def register(app: typer.Typer) -> None:
         name: Annotated[
             str, typer.Option("--name", "-n", help="Sandbox name on both backends.")
         ] = "fidelity",
+        probe: Annotated[
+            bool,
+            typer.Option(
+                "--probe",
+                help="Off-path probes: every probe of mlsandbox.agents.probes (extreme and tiny "
+                "hyperparameters, each algorithm, cleaning left out or reordered, the wrong dataset) with "
+                "the random and rule agents, on every family that trains and grades a model (unless "
+                "--scenarios/--agents say otherwise).",
+            ),
+        ] = False,
     ) -> None:
         """Run the same agents and seeds on a real and a simulated backend and compare: success, reward per
-        component, holdout AUC, steps, job durations, where trajectories diverge (JSON + HTML per scenario)."""
-        from mlsandbox.fidelity.run import AGENTS
+        component, holdout AUC, steps, job durations, where trajectories diverge (JSON + HTML per scenario).
+        With --probe, the agents leave the scripted path and the table shows success flips and the
+        holdout AUC error's p50 / p90 / max."""
+        from mlsandbox.fidelity.run import AGENTS, PROBE_AGENTS, model_families
         from mlsandbox.fidelity.suite import run_fidelity
         from mlsandbox.scenario import load_scenario
         from mlsandbox.scenario.loader import catalog_ids
 
-        chosen = list(scenarios or catalog_ids())
+        chosen = list(scenarios or (model_families() if probe else catalog_ids()))
         try:
             for sid in chosen:
                 load_scenario(sid)
         except Exception as e:
             raise _fail(e) from None
-        who = tuple(agents or AGENTS)
+        who = tuple(agents or (PROBE_AGENTS if probe else AGENTS))
         target = out or Path("fidelity-results") / time.strftime("%Y%m%d-%H%M%S")
         total = len(chosen) * seeds * len(who)
         with _progress() as progress:
@@ -186,19 +198,25 @@ def register(app: typer.Typer) -> None:
             "scenario",
             "triples",
             "success agreement",
-            "median |AUC diff|",
+            "flips (by margin)",
+            "|AUC diff| p50 / p90 / max",
             "reward diff",
             "diverged",
             "KS job time",
         ):
             table.add_column(col, justify="left" if col == "scenario" else "right")
         rows = [*index.scenarios.items(), ("overall", index.figures)]
+
+        def num(x: float | None) -> str:
+            return "-" if x is None else f"{x:.4f}"
+
         for sid, f in rows:
             table.add_row(
                 sid,
                 f"{f.comparable}/{f.triples}",
                 "-" if f.success_agreement is None else f"{f.success_agreement:.0%}",
-                "-" if f.median_abs_auc_diff is None else f"{f.median_abs_auc_diff:.4f}",
+                f"{f.success_flips} ({f.flips_by_margin})",
+                f"{num(f.median_abs_auc_diff)} / {num(f.p90_abs_auc_diff)} / {num(f.max_abs_auc_diff)}",
                 "-" if f.mean_reward_diff is None else f"{f.mean_reward_diff:+.2f}",
                 str(f.diverged),
                 "-" if f.job_duration_ks is None else f"{f.job_duration_ks:.2f}",

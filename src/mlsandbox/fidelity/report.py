@@ -31,7 +31,14 @@ class Figures(_Model):
     comparable: int
     """Triples that ran on both backends."""
     success_agreement: float | None
+    success_flips: int = 0
+    """Comparable triples whose success differs between the backends."""
+    flips_by_margin: int = 0
+    """Success flips whose holdout AUCs differ by more than :data:`AUC_DIFF_TARGET` (or where one side
+    registered no model): a twin that rewards what the real world punishes, not a borderline case."""
     median_abs_auc_diff: float | None
+    p90_abs_auc_diff: float | None = None
+    max_abs_auc_diff: float | None = None
     auc_pairs: int
     mean_reward_diff: float | None
     mean_abs_reward_diff: float | None
@@ -69,6 +76,17 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
+def _quantile(xs: list[float], q: float) -> float | None:
+    """The ``q`` quantile (linear interpolation between order statistics); None for no values."""
+    if not xs:
+        return None
+    ordered = sorted(xs)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
 def figures(triples: list[TripleComparison]) -> Figures:
     ok = [t for t in triples if t.comparable]
     aucs = [abs(t.auc_diff) for t in ok if t.auc_diff is not None]
@@ -83,7 +101,15 @@ def figures(triples: list[TripleComparison]) -> Figures:
         triples=len(triples),
         comparable=len(ok),
         success_agreement=_mean([float(t.success_agrees) for t in ok]),
+        success_flips=sum(1 for t in ok if not t.success_agrees),
+        flips_by_margin=sum(
+            1
+            for t in ok
+            if not t.success_agrees and (t.auc_diff is None or abs(t.auc_diff) > AUC_DIFF_TARGET)
+        ),
         median_abs_auc_diff=statistics.median(aucs) if aucs else None,
+        p90_abs_auc_diff=_quantile(aucs, 0.9),
+        max_abs_auc_diff=max(aucs) if aucs else None,
         auc_pairs=len(aucs),
         mean_reward_diff=_mean([t.reward_diff for t in ok]),
         mean_abs_reward_diff=_mean([abs(t.reward_diff) for t in ok]),
@@ -240,6 +266,19 @@ def _figures_rows(f: Figures) -> list[list[str]]:
                 cls=""
                 if f.median_abs_auc_diff is None
                 else ("good" if f.median_abs_auc_diff <= AUC_DIFF_TARGET else "bad"),
+            ),
+        ],
+        [
+            _td("success flips (by a margin)", True),
+            _td(f"{f.success_flips} ({f.flips_by_margin})", cls="good" if f.flips_by_margin == 0 else "bad"),
+        ],
+        [
+            _td("|holdout AUC difference| p90 / max", True),
+            _td(
+                f"{_fmt(f.p90_abs_auc_diff, '{:.4f}')} / {_fmt(f.max_abs_auc_diff, '{:.4f}')}",
+                cls=""
+                if f.p90_abs_auc_diff is None
+                else ("good" if f.p90_abs_auc_diff <= AUC_DIFF_TARGET else "bad"),
             ),
         ],
         [_td("mean reward difference (sim - local)", True), _td(_fmt(f.mean_reward_diff, "{:+.3f}"))],

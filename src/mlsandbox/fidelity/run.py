@@ -29,6 +29,26 @@ from mlsandbox.scenario import Scenario, load_scenario
 log = logging.getLogger(__name__)
 
 AGENTS: tuple[str, ...] = ("rule", "reference", "random")
+
+
+def _probe_agents() -> tuple[str, ...]:
+    from mlsandbox.agents.probes import PROBES
+
+    return ("rule", "random", *(f"probe:{name}" for name in PROBES))
+
+
+PROBE_AGENTS: tuple[str, ...] = _probe_agents()
+"""The agents of ``mlsandbox fidelity --probe``: rule and random, then every off-path probe."""
+
+
+def model_families() -> list[str]:
+    """The built-in scenarios whose goal is a registered model graded on hidden holdout (the families the
+    probes apply to)."""
+    from mlsandbox.scenario.loader import catalog_ids
+
+    return [sid for sid in catalog_ids() if load_scenario(sid).goal.type == "registered_model_auc"]
+
+
 _TERMINAL = ("succeeded", "failed", "cancelled")
 _RESULT_CHARS = 4000
 
@@ -167,4 +187,13 @@ def run_triples(
     return out
 
 
-__all__ = ["AGENTS", "Backends", "agent_ref", "play", "run_triples", "trace_of"]
+__all__ = [
+    "AGENTS",
+    "PROBE_AGENTS",
+    "Backends",
+    "agent_ref",
+    "model_families",
+    "play",
+    "run_triples",
+    "trace_of",
+]

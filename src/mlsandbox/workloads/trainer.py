@@ -31,10 +31,109 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 RESULT_PREFIX = "MLSANDBOX_RESULT "  # the job contract (mlsandbox.workloads.contract); this module imports no mlsandbox code
 ALGORITHMS = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
+ESTIMATOR_PARAMETERS: dict[str, frozenset[str]] = {
+    "logistic_regression": frozenset(
+        [
+            "C",
+            "class_weight",
+            "dual",
+            "fit_intercept",
+            "intercept_scaling",
+            "l1_ratio",
+            "max_iter",
+            "n_jobs",
+            "penalty",
+            "random_state",
+            "solver",
+            "tol",
+            "verbose",
+            "warm_start",
+        ]
+    ),
+    "random_forest": frozenset(
+        [
+            "bootstrap",
+            "ccp_alpha",
+            "class_weight",
+            "criterion",
+            "max_depth",
+            "max_features",
+            "max_leaf_nodes",
+            "max_samples",
+            "min_impurity_decrease",
+            "min_samples_leaf",
+            "min_samples_split",
+            "min_weight_fraction_leaf",
+            "monotonic_cst",
+            "n_estimators",
+            "n_jobs",
+            "oob_score",
+            "random_state",
+            "verbose",
+            "warm_start",
+        ]
+    ),
+    "gradient_boosting": frozenset(
+        [
+            "categorical_features",
+            "class_weight",
+            "early_stopping",
+            "interaction_cst",
+            "l2_regularization",
+            "learning_rate",
+            "loss",
+            "max_bins",
+            "max_depth",
+            "max_features",
+            "max_iter",
+            "max_leaf_nodes",
+            "min_samples_leaf",
+            "monotonic_cst",
+            "n_iter_no_change",
+            "random_state",
+            "scoring",
+            "tol",
+            "validation_fraction",
+            "verbose",
+            "warm_start",
+        ]
+    ),
+    "mlp": frozenset(
+        [
+            "activation",
+            "alpha",
+            "batch_size",
+            "beta_1",
+            "beta_2",
+            "early_stopping",
+            "epsilon",
+            "hidden_layer_sizes",
+            "learning_rate",
+            "learning_rate_init",
+            "max_fun",
+            "max_iter",
+            "momentum",
+            "n_iter_no_change",
+            "nesterovs_momentum",
+            "power_t",
+            "random_state",
+            "shuffle",
+            "solver",
+            "tol",
+            "validation_fraction",
+            "verbose",
+            "warm_start",
+        ]
+    ),
+}
+"""Each algorithm's estimator parameters, spelled as scikit-learn spells them (``get_params()`` of the
+estimator :func:`make_estimator` builds, for the pinned scikit-learn; a unit test holds the two equal).
+Kept here as data so that validating an action's hyperparameters imports no scikit-learn."""
 CONFIG_KEYS = ("s3_endpoint_url", "s3_access_key_id", "s3_secret_access_key", "mlflow_tracking_uri")
 
 
@@ -163,16 +262,30 @@ def read_object(bucket: str, key: str) -> bytes:
 
 
 def load_table(bucket: str, key: str) -> Any:
+    log(f"reading s3://{bucket}/{key}")
+    return parse_table(read_object(bucket, key), key)
+
+
+def parse_table(data: bytes, key: str) -> Any:
+    """An object's bytes as the pandas frame this trainer fits on (the file type from the key's suffix)."""
     import pandas as pd
 
-    log(f"reading s3://{bucket}/{key}")
-    data = read_object(bucket, key)
     name = key.lower()
     if name.endswith((".parquet", ".pq")):
         return pd.read_parquet(io.BytesIO(data))
     if name.endswith((".csv", ".csv.gz")):
         return pd.read_csv(io.BytesIO(data), compression="gzip" if name.endswith(".gz") else None)
     raise ValueError(f"cannot read {key!r}: unsupported file type (expected .csv, .csv.gz, .parquet or .pq)")
+
+
+def split(table: Any, target: str, seed: int) -> tuple[Any, Any, Any, Any]:
+    """``x_train, x_val, y_train, y_val``: :data:`VALIDATION_FRACTION` held out, stratified by the label."""
+    from sklearn.model_selection import train_test_split
+
+    y = table[target]
+    x = table.drop(columns=[target])
+    parts = train_test_split(x, y, test_size=VALIDATION_FRACTION, random_state=seed, stratify=y)
+    return parts[0], parts[1], parts[2], parts[3]
 
 
 # ----------------------------------------------------------------------------------------------- model
@@ -216,8 +329,9 @@ def make_pipeline(features: Any, algorithm: str, hyperparams: dict[str, Any], se
     return Pipeline([("preprocess", preprocess), ("model", estimator)])
 
 
-def fit(pipeline: Any, x_train: Any, y_train: Any) -> None:
-    """Fit; an ``mlp`` is trained epoch by epoch, its loss printed, divergence stopped with an error."""
+def fit(pipeline: Any, x_train: Any, y_train: Any, say: Callable[[str], None] = log) -> None:
+    """Fit; an ``mlp`` is trained epoch by epoch, its loss printed (through ``say``), divergence stopped
+    with an error."""
     import math
 
     model = pipeline.named_steps["model"]
@@ -231,9 +345,9 @@ def fit(pipeline: Any, x_train: Any, y_train: Any) -> None:
     for epoch in range(1, epochs + 1):
         model.partial_fit(features, y_train, classes=classes)
         loss = float(model.loss_)
-        log(f"epoch {epoch}/{epochs} loss={loss:.6g}")
+        say(f"epoch {epoch}/{epochs} loss={loss:.6g}")
         if not math.isfinite(loss):
-            log(
+            say(
                 f"ERROR training diverged at epoch {epoch}: loss is {loss} "
                 f"(learning_rate_init={model.learning_rate_init:g}); lower the learning rate"
             )
@@ -266,7 +380,6 @@ def train(args: argparse.Namespace, run: Any) -> dict[str, Any]:
     """Load, split, fit, evaluate and log inside the active MLflow ``run``; return the job's result."""
     import mlflow
     import mlflow.sklearn
-    from sklearn.model_selection import train_test_split
 
     mlflow.log_params(
         {"algorithm": args.algorithm, "seed": args.seed, "data": f"s3://{args.bucket}/{args.key}"}
@@ -276,14 +389,10 @@ def train(args: argparse.Namespace, run: Any) -> dict[str, Any]:
 
     table = load_table(args.bucket, args.key)
     log(f"loaded {len(table)} rows x {table.shape[1]} columns")
-    y = table[args.target]
-    x = table.drop(columns=[args.target])
-    x_train, x_val, y_train, y_val = train_test_split(
-        x, y, test_size=VALIDATION_FRACTION, random_state=args.seed, stratify=y
-    )
-    mlflow.log_params({"target": args.target, "features": x.shape[1]})
+    x_train, x_val, y_train, y_val = split(table, args.target, args.seed)
+    mlflow.log_params({"target": args.target, "features": x_train.shape[1]})
 
-    pipeline = make_pipeline(x, args.algorithm, args.hyperparams, args.seed)
+    pipeline = make_pipeline(x_train, args.algorithm, args.hyperparams, args.seed)
     log(f"fitting {args.algorithm} on {len(x_train)} rows ({len(x_val)} held out for validation) ...")
     started = time.perf_counter()
     fit(pipeline, x_train, y_train)

@@ -28,7 +28,7 @@ from mlsandbox.backends.sim.serving import SimServing
 from mlsandbox.backends.sim.sources import SimSourceHosting
 from mlsandbox.backends.sim.storage import MemoryObjectStore
 from mlsandbox.backends.sim.tracking import MemoryTracking
-from mlsandbox.backends.sim.world import PORTS, SERVICES, URLS, SimWorld
+from mlsandbox.backends.sim.world import SERVICES, SimWorld, addresses_for
 from mlsandbox.errors import NotRunningError
 
 BACKEND = "sim"
@@ -229,6 +229,7 @@ class SimBackend:
 
     def status(self) -> list[ServiceStatus]:
         rt = self._runtime
+        address = addresses_for(self.settings.name) if rt is None else rt.world.address
         out = []
         for service in SERVICES:
             state = "running" if rt is None else rt.world.services[service].state
@@ -240,8 +241,8 @@ class SimBackend:
                 ServiceStatus(
                     name=service,
                     state=shown,  # type: ignore[arg-type]
-                    url=URLS.get(service),
-                    port=PORTS.get(service),
+                    url=address.urls.get(service),
+                    port=address.ports.get(service),
                     uptime_s=None if uptime is None else round(uptime, 3),
                 )
             )

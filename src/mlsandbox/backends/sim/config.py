@@ -9,7 +9,7 @@ orchestrator: when ``prefect-server`` is killed or frozen, reads and writes fail
 from __future__ import annotations
 
 from mlsandbox.backends.protocols import REFERENCES
-from mlsandbox.backends.sim.world import ACCESS_KEY, SECRET_KEY, URLS, SimWorld
+from mlsandbox.backends.sim.world import SimWorld
 
 SERVICE = "prefect-server"
 
@@ -58,10 +58,10 @@ class MemoryConfigStore:
 
     def job_config(self) -> dict[str, str]:
         return {
-            "s3_endpoint_url": URLS["minio"],
-            "s3_access_key_id": ACCESS_KEY,
-            "s3_secret_access_key": SECRET_KEY,
-            "mlflow_tracking_uri": URLS["mlflow"],
+            "s3_endpoint_url": self.world.address.urls["minio"],
+            "s3_access_key_id": self.world.address.access_key,
+            "s3_secret_access_key": self.world.address.secret_key,
+            "mlflow_tracking_uri": self.world.address.urls["mlflow"],
         }
 
     def references(self) -> dict[str, str]:

@@ -382,11 +382,9 @@ class SimEpisodeFlows:
 
     def _get(self, bucket: str, key: str, t: float) -> bytes:
         if not self.world.reachable_at("minio", t):
-            from mlsandbox.backends.sim.world import URLS
-
             raise TaskFailed(
                 "botocore.exceptions.EndpointConnectionError",
-                f'Could not connect to the endpoint URL: "{URLS["minio"]}/{bucket}/{key}"',
+                f'Could not connect to the endpoint URL: "{self.world.address.urls["minio"]}/{bucket}/{key}"',
             )
         data = self.store.peek(bucket, key)
         if data is None:
@@ -398,11 +396,9 @@ class SimEpisodeFlows:
 
     def _put(self, bucket: str, key: str, data: bytes, t: float) -> None:
         if not self.world.reachable_at("minio", t):
-            from mlsandbox.backends.sim.world import URLS
-
             raise TaskFailed(
                 "botocore.exceptions.EndpointConnectionError",
-                f'Could not connect to the endpoint URL: "{URLS["minio"]}/{bucket}/{key}"',
+                f'Could not connect to the endpoint URL: "{self.world.address.urls["minio"]}/{bucket}/{key}"',
             )
         quota = self.store.quotas.get(bucket)
         if quota is not None and self.store.usage(bucket) + len(data) > quota:
@@ -533,6 +529,7 @@ class SimEpisodeFlows:
         self._log(run, t, f"registered {p['model_name']} version {mv.version}", task=True)
 
     def _train(self, run: _Run, p: dict[str, Any], t: float) -> None:
+        from mlsandbox.backends.sim import realfit
         from mlsandbox.backends.sim.jobs import PACKAGE_DIR
         from mlsandbox.backends.sim.surrogate import TrainerArgs, plan_trainer
 
@@ -553,6 +550,20 @@ class SimEpisodeFlows:
             config_prefix=None,
         )
         table = run.context["table"]
+        try:
+            fit = realfit.real_fit_frame(
+                table.to_pandas(),
+                args.target,
+                args.algorithm,
+                args.hyperparams,
+                args.seed,
+                digest=_table_digest(table),
+            )
+        except realfit.SplitError as e:
+            raise TaskFailed("ValueError", str(e).removeprefix("ValueError: ").splitlines()[0]) from None
+        if fit.failure is not None or fit.model is None:
+            detail = fit.failure[1] if fit.failure is not None else "training failed"
+            raise TaskFailed("ValueError", (str(detail).splitlines() or ["training failed"])[0])
         plan = plan_trainer(
             self.world.calibration,
             args,
@@ -563,6 +574,7 @@ class SimEpisodeFlows:
             read_error=None,
             config=None,
             package_dir=PACKAGE_DIR,
+            fit=fit,
         )
         failure = next((e for e in plan.events if e.kind == "fail"), None)
         if failure is not None or plan.outcome is None:
@@ -627,3 +639,15 @@ class SimEpisodeFlows:
 
 
 __all__ = ["SimEpisodeFlows", "SimFlows"]
+
+
+def _table_digest(table: Any) -> str:
+    """A digest of an Arrow table's contents (its IPC stream)."""
+    import hashlib
+
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.blake2b(sink.getvalue().to_pybytes(), digest_size=16).hexdigest()

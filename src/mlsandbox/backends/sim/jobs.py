@@ -37,7 +37,7 @@ from mlsandbox.backends.sim.surrogate import (
     plan_burn,
     plan_trainer,
 )
-from mlsandbox.backends.sim.world import ACCESS_KEY, HOSTS, PORTS, SECRET_KEY, URLS, SimWorld, stable_seed
+from mlsandbox.backends.sim.world import SimWorld, stable_seed
 from mlsandbox.workloads.contract import result_line
 
 if TYPE_CHECKING:
@@ -287,6 +287,7 @@ class SimJobs:
                 table=table,
                 read_error=error,
                 data_key=data_key,
+                data=self.store.peek(args.bucket, args.key) if table is not None else None,
                 config=config,
                 package_dir=PACKAGE_DIR,
             )
@@ -338,9 +339,10 @@ class SimJobs:
     def _config_view(self, args: TrainerArgs) -> ConfigView:
         """What the job reads from the config store at its start, against the right values."""
         prefix = args.config_prefix or ""
-        view = ConfigView(s3_url=URLS["minio"], mlflow_url=URLS["mlflow"])
+        address = self.world.address
+        view = ConfigView(s3_url=address.urls["minio"], mlflow_url=address.urls["mlflow"])
         if not self.world.reachable_at("prefect-server", self.world.clock.monotonic()):
-            view.config_problem = ("config_unreachable", {"url": URLS["prefect-server"]})
+            view.config_problem = ("config_unreachable", {"url": address.urls["prefect-server"]})
             return view
         values: dict[str, str] = {}
         for key in JOB_CONFIG_KEYS:
@@ -351,22 +353,22 @@ class SimJobs:
             values[key] = value
         view.s3_url = values["s3_endpoint_url"]
         view.mlflow_url = values["mlflow_tracking_uri"]
-        if values["mlflow_tracking_uri"].rstrip("/") != URLS["mlflow"]:
+        if values["mlflow_tracking_uri"].rstrip("/") != address.urls["mlflow"]:
             host, port = _host_port(values["mlflow_tracking_uri"])
             view.tracker_problem = (
                 "tracker_unreachable",
                 {"url": values["mlflow_tracking_uri"].rstrip("/"), "host": host, "port": port},
             )
-        if values["s3_endpoint_url"].rstrip("/") != URLS["minio"]:
+        if values["s3_endpoint_url"].rstrip("/") != address.urls["minio"]:
             url = f"{values['s3_endpoint_url'].rstrip('/')}/{args.bucket}/{args.key}"
             view.storage_problem = ("storage_unreachable", {"url": url})
-        elif values["s3_access_key_id"] != ACCESS_KEY:
+        elif values["s3_access_key_id"] != address.access_key:
             detail = self.world.calibration.errors["storage.invalid_access_key"].text
             view.storage_problem = (
                 "storage_credentials",
                 {"operation": "InvalidAccessKeyId", "detail": detail},
             )
-        elif values["s3_secret_access_key"] != SECRET_KEY:
+        elif values["s3_secret_access_key"] != address.secret_key:
             detail = self.world.calibration.errors["storage.signature_mismatch"].text
             view.storage_problem = (
                 "storage_credentials",
@@ -431,13 +433,17 @@ class SimJobs:
         service = ev.service
         if not self.world.reachable_at(service, job.t):
             if service == "minio":
-                url = f"{URLS['minio']}/{job.plan.fill.get('bucket', '')}/{job.plan.fill.get('key', '')}"
+                url = f"{self.world.address.urls['minio']}/{job.plan.fill.get('bucket', '')}/{job.plan.fill.get('key', '')}"
                 self._fail(job, "storage_unreachable", {"url": url})
             else:
                 self._fail(
                     job,
                     "tracker_unreachable",
-                    {"url": URLS["mlflow"], "host": HOSTS["mlflow"], "port": PORTS["mlflow"]},
+                    {
+                        "url": self.world.address.urls["mlflow"],
+                        "host": self.world.address.hosts["mlflow"],
+                        "port": self.world.address.ports["mlflow"],
+                    },
                 )
             return
         if service == "mlflow" and job.run_id is None and job.plan.tracker_run:

@@ -41,6 +41,7 @@ from mlsandbox.backends.protocols.serving import (
     check_set_version,
     not_found,
 )
+from mlsandbox.backends.sim.realfit import numeric_columns
 from mlsandbox.backends.sim.world import SimWorld, stable_seed
 from mlsandbox.workloads.http_metrics import HttpMetrics
 
@@ -135,8 +136,7 @@ class SimEpisodeServing:
             raise self._failed(spec, version, detail, exit_status=3)
         model = found.model
         names = [str(n) for n in getattr(model, "feature_names_in_", [])]
-        encoding = getattr(model, "encoding", None)
-        numeric = set(getattr(encoding, "numeric", []))
+        numeric = set(numeric_columns(model))
         columns = [(n, "number" if n in numeric else "string") for n in names]
         classes = list(getattr(model, "classes_", []))
         return LoadedModel(

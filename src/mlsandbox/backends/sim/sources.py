@@ -38,8 +38,6 @@ from mlsandbox.errors import ServiceStartError
 if TYPE_CHECKING:
     from mlsandbox.backends.sim.faults import HttpTargets
 
-HOSTS = {API_SOURCE: "api-source.sim.internal", POSTGRES: "postgres.sim.internal"}
-PORTS = {API_SOURCE: 8900, POSTGRES: 5432}
 START_S = {API_SOURCE: 1.2, POSTGRES: 2.5}
 """Seconds a source server takes to start (estimates of the local servers' start)."""
 REQUEST_S = {API_SOURCE: 0.004, POSTGRES: 0.006}
@@ -107,13 +105,13 @@ class SimSourceHosting:
         if service == POSTGRES:
             server.log += [
                 f"{stamp} LOG:  starting PostgreSQL",
-                f'{stamp} LOG:  listening on IPv4 address "{HOSTS[POSTGRES]}", port {PORTS[POSTGRES]}',
+                f'{stamp} LOG:  listening on IPv4 address "{self.world.address.hosts[POSTGRES]}", port {self.world.address.ports[POSTGRES]}',
                 f"{stamp} LOG:  database system is ready to accept connections",
             ]
         else:
             server.log += [
                 f"{stamp} INFO:     Started server process",
-                f"{stamp} INFO:     Uvicorn running on http://{HOSTS[API_SOURCE]}:{PORTS[API_SOURCE]}",
+                f"{stamp} INFO:     Uvicorn running on http://{self.world.address.hosts[API_SOURCE]}:{self.world.address.ports[API_SOURCE]}",
             ]
 
     def stop(self, service: str) -> bool:
@@ -167,7 +165,9 @@ class SimSourceHosting:
         if service == POSTGRES:
             text = self.world.calibration.errors["sources.postgres_unreachable"].text
             return "OperationalError: " + " ".join(
-                text.format(host=HOSTS[POSTGRES], port=PORTS[POSTGRES]).split()
+                text.format(
+                    host=self.world.address.hosts[POSTGRES], port=self.world.address.ports[POSTGRES]
+                ).split()
             )
         return "ConnectError: [Errno 111] Connection refused"
 
@@ -303,7 +303,7 @@ class SimEpisodeSources:
         server = h.servers[API_SOURCE]
         if server.state == "frozen":
             self.world.clock.charge(timeout_s)
-            url = f"http://{HOSTS[API_SOURCE]}:{PORTS[API_SOURCE]}/v1/datasets/{dataset_id}/records"
+            url = f"http://{self.world.address.hosts[API_SOURCE]}:{self.world.address.ports[API_SOURCE]}/v1/datasets/{dataset_id}/records"
             raise SourceError("unavailable", f"cannot reach {url}: ReadTimeout: timed out")
         if server.state != "running":
             raise SourceError("unavailable", self._unreachable(API_SOURCE, dataset_id))
@@ -314,11 +314,13 @@ class SimEpisodeSources:
         errors = self.world.calibration.errors
         if service == API_SOURCE:
             return errors["sources.api_unreachable"].text.format(
-                host=HOSTS[API_SOURCE], port=PORTS[API_SOURCE], dataset=dataset_id
+                host=self.world.address.hosts[API_SOURCE],
+                port=self.world.address.ports[API_SOURCE],
+                dataset=dataset_id,
             )
         return " ".join(
             errors["sources.postgres_unreachable"]
-            .text.format(host=HOSTS[POSTGRES], port=PORTS[POSTGRES])
+            .text.format(host=self.world.address.hosts[POSTGRES], port=self.world.address.ports[POSTGRES])
             .split()
         )
 
@@ -351,12 +353,16 @@ class SimEpisodeSources:
         h = self.hosting
         server = h.servers[POSTGRES]
         errors = self.world.calibration.errors
-        fill = {"host": HOSTS[POSTGRES], "port": PORTS[POSTGRES], "role": user}
+        fill = {
+            "host": self.world.address.hosts[POSTGRES],
+            "port": self.world.address.ports[POSTGRES],
+            "role": user,
+        }
         if server.state == "frozen":
             self.world.clock.charge(timeout_s)
             raise SourceError(
                 "unavailable",
-                f'connection failed: connection to server at "{HOSTS[POSTGRES]}", port {PORTS[POSTGRES]} failed: timeout expired',
+                f'connection failed: connection to server at "{self.world.address.hosts[POSTGRES]}", port {self.world.address.ports[POSTGRES]} failed: timeout expired',
             )
         if server.state != "running":
             raise SourceError("unavailable", self._unreachable(POSTGRES))
@@ -371,7 +377,7 @@ class SimEpisodeSources:
         if db is None:
             raise SourceError(
                 "unavailable",
-                f'connection failed: connection to server at "{HOSTS[POSTGRES]}", port {PORTS[POSTGRES]} failed: '
+                f'connection failed: connection to server at "{self.world.address.hosts[POSTGRES]}", port {self.world.address.ports[POSTGRES]} failed: '
                 f'FATAL: database "{database}" does not exist',
             )
         return db
@@ -399,7 +405,7 @@ class SimEpisodeSources:
         _check(service)
         if not self.hosting.servers[service].started:
             return "(not started)"
-        return f"{HOSTS[service]}:{PORTS[service]}"
+        return f"{self.world.address.hosts[service]}:{self.world.address.ports[service]}"
 
     def health(self, probe: SourceProbe) -> ServiceHealth:
         if isinstance(probe, ApiProbe):

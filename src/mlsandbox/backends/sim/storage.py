@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlsandbox.backends.protocols import ObjectInfo
-from mlsandbox.backends.sim.world import URLS, SimWorld
+from mlsandbox.backends.sim.world import SimWorld
 from mlsandbox.errors import BackendError
 
 SERVICE = "minio"
@@ -87,7 +87,9 @@ class MemoryObjectStore:
             used = sum(len(o.data) for k, o in objects.items() if k != key)
             if used + len(data) > quota:
                 text = self.world.calibration.errors["storage.quota_exceeded"].text
-                raise BackendError(text.format(what=what, url=URLS[SERVICE], operation="PutObject"))
+                raise BackendError(
+                    text.format(what=what, url=self.world.address.urls[SERVICE], operation="PutObject")
+                )
         old = objects.get(key)
         if old is not None:
             self._forget(old.data)

@@ -8,17 +8,16 @@ it reads); its memory profile; the log lines it prints and where; and, when it f
 at its start (bad hyperparameters, missing values into an estimator that refuses them, divergence, a
 wrong config), where and how. :mod:`mlsandbox.backends.sim.jobs` plays the plan on the virtual clock.
 
-Outcome. The job's rows are the real rows (read from the sim's object store); the surrogate fits the
-proxy model on them (:mod:`mlsandbox.backends.sim.proxy`), with the trainer's own validation split, and
-adds the algorithm's calibrated corrections: the validation AUC it reports is ``proxy + val_delta``; the
-model it registers is the proxy with seeded score noise sized to lose ``holdout_delta`` of AUC. The
-corrections are applied at their mean (no residual draw), so the same rows and hyperparameters give the
-figures real runs give on average; durations and CPU-seconds draw their residual with the job's seed.
+Outcome. The job's rows are the real rows (read from the sim's object store), and what it learns is the
+real thing: :func:`mlsandbox.backends.sim.realfit.real_fit` runs the trainer's own parse, split, pipeline,
+fit and metrics in this process with the job's algorithm and hyperparameters, so its validation metrics,
+its epoch lines, its failures (missing values, an invalid hyperparameter, divergence) and the model it
+registers are the real ones. Durations, CPU-seconds and memory come from the calibration (their residuals
+drawn with the job's seed), which keeps the virtual clock deterministic.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -29,7 +28,6 @@ from functools import cache
 from typing import Any, TypeVar, cast
 
 from mlsandbox.backends.sim.calibration.model import AlgorithmModel, Calibration, FailureMode, LinearModel
-from mlsandbox.backends.sim.world import stable_seed
 
 _R = TypeVar("_R")
 
@@ -260,12 +258,15 @@ def plan_trainer(
     table: Any,
     read_error: str | None,
     data_key: str | None = None,
+    data: bytes | None = None,
+    fit: Any = None,
     config: ConfigView | None,
     package_dir: str,
 ) -> JobPlan:
     """The plan of a trainer job (see the module docstring). ``table`` is the Arrow table the job reads
     (None when it cannot be read: ``read_error`` says why)."""
-    from mlsandbox.backends.sim.proxy import feature_summary, fit_proxy, noise_for, numeric_values
+    from mlsandbox.backends.sim import realfit
+    from mlsandbox.backends.sim.proxy import feature_summary
 
     jobs = cal.jobs
     rng = random.Random(job_seed)
@@ -386,15 +387,15 @@ def plan_trainer(
         plan.events.sort()
         return plan
     try:
-        vf = jobs.trainer.validation_fraction
-        fit = _cached(
-            ("fit", data_key, args.target, args.seed, vf),
-            lambda: fit_proxy(table, args.target, seed=args.seed, validation_fraction=vf),
-        )
-        fit = dataclasses.replace(fit, model=dataclasses.replace(fit.model, algorithm=args.algorithm))
-    except ValueError as e:
-        # The trainer's stratified split (or its estimator) refuses a target without two classes.
-        fail(0.99, "unreadable_data", detail=f"ValueError: {e}")
+        if fit is None:  # a job: the trainer's fit on the object's bytes (a flow passes its own fit)
+            if data is None or data_key is None:
+                raise realfit.SplitError(read_error or "the rows were read without their bytes")
+            fit = realfit.real_fit(
+                data, args.key, args.target, args.algorithm, args.hyperparams, args.seed, digest=data_key
+            )
+    except realfit.SplitError as e:
+        # The trainer's stratified split refuses a target without two classes.
+        fail(0.99, "unreadable_data", detail=str(e))
         plan.events.sort()
         return plan
     fill.update(train_rows=fit.train_rows, val_rows=fit.val_rows)
@@ -405,60 +406,33 @@ def plan_trainer(
         fail(1.0, problem[0], detail=problem[1])
         plan.events.sort()
         return plan
-    if not alg.accepts_missing:
-        features_table = table.drop_columns([args.target])
-        from mlsandbox.backends.sim.proxy import is_numeric_type
-
-        for name in features_table.column_names:
-            if is_numeric_type(features_table.schema.field(name).type):
-                import numpy as np
-
-                if np.isnan(numeric_values(features_table.column(name))).any():
-                    fail(1.0, "missing_values", detail=_sklearn_nan_message(args.algorithm))
-                    plan.events.sort()
-                    return plan
-    # epochs of an algorithm trained epoch by epoch, and its divergence
-    divergence = next((d for d in jobs.divergence if d.algorithm == args.algorithm), None)
-    if divergence is not None:
-        epochs = int(_number(args.hyperparams.get(divergence.epochs_param), divergence.default_epochs))
-        epochs = max(1, epochs)
-        lr = _number(args.hyperparams.get(divergence.param), alg.defaults.get(divergence.param, 0.01))
-        z = (math.log10(max(lr, 1e-12)) - divergence.log10_threshold) / divergence.scale
-        p_div = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
-        diverged_at = None
-        if rng.random() < p_div:
-            decades = max(0.0, math.log10(max(lr, 1e-12)) - divergence.log10_threshold)
-            diverged_at = max(
-                1, min(epochs, round(divergence.first_epoch + divergence.epoch_slope * decades))
+    # The fit's own lines (an mlp's loss per epoch) spread over the fit phase, and how it failed.
+    n = len(fit.epoch_lines)
+    total = n + (1 if fit.diverged_at is not None else 0)
+    for k, text in enumerate(fit.epoch_lines, start=1):
+        pos = 1.0 + k / (max(total, n) + 1)
+        plan.events.append(Event(pos, next(seq), "line", text=text))
+    if fit.failure is not None:
+        mode, detail = fit.failure
+        pos = 1.0 + (n / (n + 1) if n else 0.5)
+        if mode == "divergence":
+            lr = _number(
+                args.hyperparams.get("learning_rate_init"), alg.defaults.get("learning_rate_init", 0.01)
             )
-        loss = divergence.initial_loss
-        for epoch in range(1, epochs + 1):
-            pos = 1.0 + epoch / (epochs + 1)
-            if diverged_at is not None and epoch == diverged_at:
-                line(pos, log.per_epoch.text, epoch=epoch, epochs=epochs, loss=float("nan"))
-                fail(pos, "divergence", epoch=epoch, epochs=epochs, loss="nan", learning_rate=lr)
-                plan.events.sort()
-                return plan
-            line(pos, log.per_epoch.text, epoch=epoch, epochs=epochs, loss=loss)
-            loss *= divergence.loss_decay * (1.0 + 0.01 * rng.gauss(0.0, 1.0))
-    # the outcome
-    val_auc = min(0.9999, max(0.0, fit.val_auc + alg.auc.val_delta.mean(_with(features, fit.val_auc))))
-    target_hold = fit.val_auc + min(0.0, alg.auc.holdout_delta.mean(_with(features, fit.val_auc)))
-    noise = noise_for(fit.val_scores, fit.val_labels, fit.val_auc, target_hold)
-    model = fit.model
-    model.noise_sd = noise
-    model.noise_seed = stable_seed("model", job_seed)
-    accuracy = min(
-        1.0, max(0.0, fit.val_accuracy + alg.auc.accuracy_offset.mean(_with(features, fit.val_auc)))
-    )
-    log_loss = max(1e-6, fit.val_log_loss + alg.auc.log_loss_offset.mean(_with(features, fit.val_auc)))
+            fail(pos, mode, epoch=fit.diverged_at, epochs=n, loss="nan", learning_rate=lr)
+        else:
+            fail(pos, mode, detail=detail)
+        plan.events.sort()
+        return plan
     metrics = {
-        "val_auc": float(val_auc),
-        "val_accuracy": float(accuracy),
-        "val_log_loss": float(log_loss),
+        "val_auc": float(fit.metrics["val_auc"]),
+        "val_accuracy": float(fit.metrics["val_accuracy"]),
+        "val_log_loss": float(fit.metrics["val_log_loss"]),
         "train_rows": float(fit.train_rows),
         "train_seconds": round(fit_wall, 3),
     }
+    val_auc, accuracy, log_loss = metrics["val_auc"], metrics["val_accuracy"], metrics["val_log_loss"]
+    model = fit.model
     fill.update(seconds=fit_wall, val_auc=val_auc, val_accuracy=accuracy, val_log_loss=log_loss)
     after = iter(log.after_fit)
     line(2.0, _next_text(after))
@@ -468,7 +442,7 @@ def plan_trainer(
     need(2.98, "mlflow")  # ending the run
     plan.outcome = Outcome(
         metrics=metrics,
-        params={"target": args.target, "features": int(features.get("columns", 0))},
+        params={"target": args.target, "features": fit.features},
         model=model,
         experiment_id=args.experiment_id,
         run_name=args.run_name or "",

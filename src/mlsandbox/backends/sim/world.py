@@ -26,21 +26,48 @@ SERVICES: tuple[str, ...] = ("minio", "mlflow", "prefect-server", "prefect-worke
 ENDPOINTS: tuple[str, ...] = ("minio", "mlflow")
 """The client-facing endpoints that network faults act on."""
 
-HOSTS = {
-    "minio": "minio.sim.internal",
-    "mlflow": "mlflow.sim.internal",
-    "prefect-server": "prefect.sim.internal",
-}
-PORTS = {"minio": 9000, "mlflow": 5000, "prefect-server": 4200}
-URLS = {
-    "minio": "http://minio.sim.internal:9000",
-    "mlflow": "http://mlflow.sim.internal:5000",
-    "prefect-server": "http://prefect.sim.internal:4200/api",
-}
-"""Where the simulated services are, as the episode's config and messages name them (nothing listens:
-no socket is opened in sim)."""
-ACCESS_KEY = "mlsandbox-sim"
-SECRET_KEY = "sim-secret-key-0123456789"
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where the simulated services are, as the episode's config, health checks and error messages name
+    them. They read as the ``local`` backend's do (the loopback address, a port of the ephemeral range
+    for each service, an access key and a secret in the shape the local sandbox generates), so nothing an
+    agent reads tells it that it is in ``sim``; they are drawn from the sandbox's name, so a sandbox
+    keeps them across its episodes as a local one keeps its ports. Nothing listens there: ``sim`` opens
+    no socket."""
+
+    hosts: dict[str, str]
+    ports: dict[str, int]
+    urls: dict[str, str]
+    access_key: str
+    secret_key: str
+
+
+ADDRESSED = ("minio", "mlflow", "prefect-server", "api-source", "postgres")
+"""The services that have an address (the worker has none)."""
+
+
+def addresses_for(name: str) -> Addresses:
+    """The addresses of sandbox ``name``'s services (see :class:`Addresses`)."""
+    rng = random.Random(stable_seed("addresses", name))
+    ports: dict[str, int] = {}
+    for service in ADDRESSED:
+        port = rng.randrange(32768, 61000)
+        while port in ports.values():
+            port = rng.randrange(32768, 61000)
+        ports[service] = port
+    hosts = {service: "127.0.0.1" for service in ADDRESSED}
+    urls = {service: f"http://127.0.0.1:{ports[service]}" for service in ADDRESSED}
+    urls["prefect-server"] += "/api"
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    return Addresses(
+        hosts=hosts,
+        ports=ports,
+        urls=urls,
+        access_key=f"mls-{rng.getrandbits(48):012x}",
+        secret_key="".join(rng.choice(alphabet) for _ in range(32)),
+    )
+
 
 S3_TIMEOUT_S = 30.0 * 2
 """A frozen object store: the S3 client's read timeout, for each of its 2 attempts."""
@@ -140,6 +167,8 @@ class SimWorld:
         self.calibration = calibration
         self.seed = seed
         self.name = name
+        self.address = addresses_for(name)
+        """Where its services are (see :class:`Addresses`)."""
         self.step_cost_s = step_cost_s
         self.clock = VirtualClock()
         self.ids = Ids(seed)
@@ -181,7 +210,12 @@ class SimWorld:
     def _start_log(self, service: str) -> list[str]:
         model = self.calibration.operations.services[service]
         stamp = self.timestamp()
-        values = {"service": service, "url": URLS.get(service, ""), "time": stamp, "sandbox_dir": self.name}
+        values = {
+            "service": service,
+            "url": self.address.urls.get(service, ""),
+            "time": stamp,
+            "sandbox_dir": self.name,
+        }
         return [f"{stamp} {line.text.format(**values)}" for line in model.log_lines]
 
     def timestamp(self) -> str:
@@ -257,9 +291,9 @@ class SimWorld:
         values = {
             "what": what or op,
             "operation": fill.pop("s3_operation", None) or _s3_operation(op),
-            "url": URLS.get(service, ""),
-            "host": HOSTS.get(service, service),
-            "port": PORTS.get(service, 0),
+            "url": self.address.urls.get(service, ""),
+            "host": self.address.hosts.get(service, service),
+            "port": self.address.ports.get(service, 0),
             "bucket": "",
             "key": "",
             "detail": "",
@@ -273,7 +307,7 @@ class SimWorld:
         if service == "mlflow":
             values["operation"] = _mlflow_path(op)
             return Unreachable(service, kind, errors[f"tracking.{kind}"].text.format(**values))
-        values["url"] = URLS["prefect-server"]
+        values["url"] = self.address.urls["prefect-server"]
         return Unreachable(service, kind, errors["flows.orchestrator_unreachable"].text.format(**values))
 
     def charge(self, operation: str) -> None:
@@ -312,17 +346,15 @@ def _mlflow_path(op: str) -> str:
 
 
 __all__ = [
-    "ACCESS_KEY",
+    "ADDRESSED",
     "ENDPOINTS",
-    "HOSTS",
-    "PORTS",
-    "SECRET_KEY",
     "SERVICES",
-    "URLS",
+    "Addresses",
     "Endpoint",
     "Ids",
     "Service",
     "SimWorld",
     "Unreachable",
+    "addresses_for",
     "stable_seed",
 ]

@@ -7,11 +7,27 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mlsandbox.gateway.actions import ActionModel
 from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
+from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
+
+HyperparameterName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")]
+
+
+def check_hyperparameters(algorithm: str | None, hyperparams: dict[str, object] | None) -> None:
+    """A :class:`ValueError` naming each hyperparameter the algorithm's estimator does not have."""
+    if algorithm is None or not hyperparams:
+        return
+    known = ESTIMATOR_PARAMETERS.get(algorithm, frozenset())
+    unknown = sorted(set(hyperparams) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown hyperparameter(s) for {algorithm}: {', '.join(unknown)} "
+            f"(its estimator's parameters: {', '.join(sorted(known))})"
+        )
 
 
 class ListDatasets(ActionModel):
@@ -69,9 +85,12 @@ class TrainModel(ActionModel):
     type: Literal["train_model"] = "train_model"
     dataset: DatasetName
     algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"]
-    hyperparams: dict[
-        Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None
-    ] = Field(default_factory=dict, max_length=20)
+    hyperparams: dict[HyperparameterName, float | int | str | bool | None] = Field(
+        default_factory=dict,
+        max_length=20,
+        description="Estimator parameters as scikit-learn spells them (LogisticRegression's C, "
+        "RandomForestClassifier's n_estimators, ...); a name the algorithm's estimator does not have is refused",
+    )
     resources: Resources = Field(default_factory=Resources)
     machine: str | None = Field(
         default=None,
@@ -85,6 +104,11 @@ class TrainModel(ActionModel):
         description="A Python environment from list_environments / create_environment (default: the "
         "sandbox's own)",
     )
+
+    @model_validator(mode="after")
+    def _known_hyperparameters(self) -> TrainModel:
+        check_hyperparameters(self.algorithm, self.hyperparams)
+        return self
 
 
 class GetJob(ActionModel):
@@ -165,11 +189,15 @@ class JobChanges(BaseModel):
 
     dataset: DatasetName | None = None
     algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"] | None = None
-    hyperparams: (
-        dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")], float | int | str | bool | None]
-        | None
-    ) = Field(default=None, max_length=20)
+    hyperparams: dict[HyperparameterName, float | int | str | bool | None] | None = Field(
+        default=None, max_length=20
+    )
     resources: Resources | None = None
+
+    @model_validator(mode="after")
+    def _known_hyperparameters(self) -> JobChanges:
+        check_hyperparameters(self.algorithm, self.hyperparams)
+        return self
 
 
 class RetryJob(ActionModel):
