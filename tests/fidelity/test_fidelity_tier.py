@@ -55,7 +55,9 @@ ranking survives: AUC measures the order of the scores)."""
 def test_off_path_probes_agree(sandbox: LocalBackend, tmp_path: Path) -> None:
     """The probes the old surrogate got wrong (a stump that succeeded in sim and failed in real) give the
     same success on both backends, their holdout AUCs within the tolerance."""
-    index = run_fidelity(["tabular-quality-basic"], tmp_path, seeds=1, agents=DEGENERATE_PROBES, sandbox=sandbox.name)
+    index = run_fidelity(
+        ["tabular-quality-basic"], tmp_path, seeds=1, agents=DEGENERATE_PROBES, sandbox=sandbox.name
+    )
     triples = _triples(tmp_path, "tabular-quality-basic")
     assert len(triples) == len(DEGENERATE_PROBES)
     for t in triples:

@@ -31,9 +31,13 @@ def env():
 def test_degenerate_models_fail_in_sim_on_every_family(env: MLSandboxEnv, family: str) -> None:
     scenario = load_scenario(family)
     for probe in DEGENERATE:
-        res = run_episode(env, make_agent(f"probe:{probe}", seed=scenario.seed), seed=scenario.seed, scenario=scenario)
+        res = run_episode(
+            env, make_agent(f"probe:{probe}", seed=scenario.seed), seed=scenario.seed, scenario=scenario
+        )
         grade = res.grade or {}
-        assert not grade.get("success"), f"{family}: {probe} succeeded in sim (holdout AUC {grade.get('holdout_auc')})"
+        assert not grade.get("success"), (
+            f"{family}: {probe} succeeded in sim (holdout AUC {grade.get('holdout_auc')})"
+        )
 
 
 def test_a_good_model_on_the_same_data_succeeds(env: MLSandboxEnv) -> None:
@@ -52,7 +56,10 @@ def test_hyperparameters_as_scikit_learn_spells_them(env: MLSandboxEnv) -> None:
     obs, *_ = env.step({**train, "hyperparams": {"n_estimators": 5}})
     refused = decode_observation(obs)
     assert not refused["ok"]
-    assert "unknown hyperparameter" in refused["error"]["message"] and "n_estimators" in refused["error"]["message"]
+    assert (
+        "unknown hyperparameter" in refused["error"]["message"]
+        and "n_estimators" in refused["error"]["message"]
+    )
 
 
 def test_config_reads_as_a_local_sandbox(env: MLSandboxEnv) -> None:

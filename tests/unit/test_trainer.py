@@ -205,7 +205,9 @@ def test_estimator_parameters_are_scikit_learns() -> None:
 
     assert set(ESTIMATOR_PARAMETERS) == set(ALGORITHMS)
     for algorithm in ALGORITHMS:
-        assert ESTIMATOR_PARAMETERS[algorithm] == set(make_estimator(algorithm, {}, 0).get_params(deep=False)), algorithm
+        assert ESTIMATOR_PARAMETERS[algorithm] == set(
+            make_estimator(algorithm, {}, 0).get_params(deep=False)
+        ), algorithm
 
 
 def test_train_model_takes_scikit_learn_names_and_refuses_others() -> None:
@@ -214,9 +216,11 @@ def test_train_model_takes_scikit_learn_names_and_refuses_others() -> None:
 
     from mlsandbox.gateway.packs.core.actions import RetryJob, TrainModel
 
-    ok = TrainModel(dataset="raw/a.csv", algorithm="logistic_regression", hyperparams={"C": 0.1, "max_iter": 50})
+    ok = TrainModel(
+        dataset="raw/a.csv", algorithm="logistic_regression", hyperparams={"C": 0.1, "max_iter": 50}
+    )
     assert ok.hyperparams == {"C": 0.1, "max_iter": 50}
-    with pytest.raises(ValidationError, match="unknown hyperparameter.*learning_rat\\b|unknown hyperparameter"):
+    with pytest.raises(ValidationError, match="unknown hyperparameter.*learning_rat"):
         TrainModel(dataset="raw/a.csv", algorithm="gradient_boosting", hyperparams={"learning_rat": 0.1})
     with pytest.raises(ValidationError, match="n_estimators"):
         RetryJob(job_id="job-1", changes={"algorithm": "mlp", "hyperparams": {"n_estimators": 3}})

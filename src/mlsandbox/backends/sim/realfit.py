@@ -124,7 +124,11 @@ def _fit(
         x_train, x_val, y_train, y_val = trainer.split(table, target, seed)
     except ValueError as e:
         raise SplitError(f"ValueError: {e}") from None
-    rows = {"train_rows": len(x_train), "val_rows": len(x_val), "features": int(x_train.shape[1])}
+    rows: dict[str, Any] = {
+        "train_rows": len(x_train),
+        "val_rows": len(x_val),
+        "features": int(x_train.shape[1]),
+    }
     pipeline = trainer.make_pipeline(x_train, algorithm, hyperparams, seed)
     lines: list[str] = []
     # One fit at a time, single-threaded: the simulator's CPU is one core, and BLAS/OpenMP threads of

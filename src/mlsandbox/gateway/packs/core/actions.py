@@ -5,6 +5,7 @@ Each model's docstring is what the agent reads about the action (tool descriptio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -17,7 +18,7 @@ from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
 HyperparameterName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")]
 
 
-def check_hyperparameters(algorithm: str | None, hyperparams: dict[str, object] | None) -> None:
+def check_hyperparameters(algorithm: str | None, hyperparams: Mapping[str, object] | None) -> None:
     """A :class:`ValueError` naming each hyperparameter the algorithm's estimator does not have."""
     if algorithm is None or not hyperparams:
         return
