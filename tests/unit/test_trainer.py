@@ -220,7 +220,7 @@ def test_train_model_takes_scikit_learn_names_and_refuses_others() -> None:
         dataset="raw/a.csv", algorithm="logistic_regression", hyperparams={"C": 0.1, "max_iter": 50}
     )
     assert ok.hyperparams == {"C": 0.1, "max_iter": 50}
-    with pytest.raises(ValidationError, match="unknown hyperparameter.*learning_rat"):
+    with pytest.raises(ValidationError, match=r"unknown hyperparameter.*learning_rat"):
         TrainModel(dataset="raw/a.csv", algorithm="gradient_boosting", hyperparams={"learning_rat": 0.1})
     with pytest.raises(ValidationError, match="n_estimators"):
         RetryJob(job_id="job-1", changes={"algorithm": "mlp", "hyperparams": {"n_estimators": 3}})
