@@ -121,7 +121,6 @@ class Gateway:
                 key = f"raw/{spec.name}{SUFFIX[fmt]}"
                 rt.object_store.put_object(st.bucket, key, payload)
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
-        P.register(st.episode_id, self.pool)  # the compute faults find the episode's pool by its id
         if self.scenario.perturbations:
             self.faults = PerturbationEngine(
                 list(self.scenario.perturbations),
@@ -129,6 +128,7 @@ class Gateway:
                 rt,
                 seed=self.seed,
                 supplied=self._packs.supplied("fault_behaviours", self),
+                pool=self.pool,
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(self)
@@ -186,7 +186,6 @@ class Gateway:
 
     def _close_pool(self) -> None:
         self.pool.close()
-        P.unregister(self.state.episode_id)
 
     def _recover_faults(self) -> None:
         if self.faults is not None:
