@@ -25,9 +25,12 @@ Any other ``mlsandbox.*`` group is listed by ``mlsandbox plugins`` as ``unsuppor
 
 Discovery never lets one broken plug-in take the rest down: each entry point loads on its own and a
 failure becomes a :class:`PluginRecord` with status ``error`` and a message naming the plug-in, its
-package and what went wrong (listed by ``mlsandbox plugins``, logged once). The action catalog is the
-exception by design: a broken action pack is an error at catalog build time
-(:mod:`mlsandbox.gateway.registry`) because the catalog must be the same for every interface.
+package and what went wrong (listed by ``mlsandbox plugins``, logged once). Every reader of a group does
+this the same way: :func:`entry_points_of` lists a group's entry points, :func:`load_plugin` loads one and
+checks it with the reader's own check (the backend registry's ``BackendType`` check, the action catalog's
+``ActionPack`` check and clash test, this module's checks of the other groups), and :func:`left_out`
+records a plug-in refused before it is loaded (a bad name, a clash). A built-in backend or action pack
+that does not load is an error: those are the package's own, loaded by name, not discovered.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,6 +66,8 @@ FAULT_TARGET_KINDS: tuple[str, ...] = ("service", "endpoint", "jobs", "bucket", 
 """Target kinds a plug-in fault may act on (those whose mechanism is the engine's own)."""
 
 RewardTerm = Callable[[Any], dict[str, float]]
+_OWN_DISTRIBUTION = "mlsandbox"
+T = TypeVar("T")
 
 
 class PluginError(Exception):
@@ -112,8 +117,8 @@ class ServiceSpec(BaseModel):
 
 
 @dataclass(frozen=True)
-class PluginRecord:
-    """One entry point: where it comes from and whether it loaded."""
+class PluginRecord(Generic[T]):
+    """One entry point: where it comes from and whether it loaded (``obj``: what it names, checked)."""
 
     group: str
     name: str
@@ -123,7 +128,14 @@ class PluginRecord:
     status: str
     """``ok``, ``error`` or ``unsupported``."""
     detail: str = ""
-    obj: Any = None
+    """Why it was left out (status ``error``: the message names the plug-in, its package and the reason)."""
+    obj: T | None = None
+
+    def checked(self) -> T:
+        """What the entry point names, as its check returned it (:class:`PluginError` when left out)."""
+        if self.obj is None:
+            raise PluginError(self.detail or f"plug-in {self.name!r} is {self.status}")
+        return self.obj
 
     def as_dict(self) -> dict[str, str]:
         return {
@@ -136,25 +148,76 @@ class PluginRecord:
         }
 
 
-def _origin(ep: EntryPoint) -> str:
+def origin(ep: EntryPoint) -> str:
+    """The distribution that declares ``ep``, with its version (``unknown`` when not known)."""
     dist = getattr(ep, "dist", None)
     if dist is None:
         return "unknown"
     return f"{dist.name} {dist.version}"
 
 
-def _entry_points(group: str | None) -> list[EntryPoint]:
+def plugin_origin(ep: EntryPoint) -> str:
+    """What a loaded plug-in's ``origin`` says: ``plugin:<distribution>`` (or ``plugin:<entry point>``)."""
+    dist = getattr(ep, "dist", None)
+    return f"plugin:{dist.name}" if dist is not None else f"plugin:{ep.name}"
+
+
+def entry_points_of(group: str | None = None, *, own: bool = True) -> list[EntryPoint]:
+    """The ``mlsandbox.*`` entry points of the installed distributions (of one ``group``), each once,
+    sorted by group, name and value. ``own=False`` leaves out this package's own (those it loads by
+    name)."""
     seen: set[tuple[str, str, str]] = set()
     out: list[EntryPoint] = []
     for dist in distributions():
+        name = dist.metadata["Name"] or ""
+        if not own and name == _OWN_DISTRIBUTION:
+            continue
         for ep in dist.entry_points:
             if not ep.group.startswith(PREFIX) or (group is not None and ep.group != group):
                 continue
-            key = (dist.metadata["Name"] or "", ep.group, ep.name)
+            key = (name, ep.group, ep.name)
             if key not in seen:  # a distribution found twice on sys.path counts once
                 seen.add(key)
                 out.append(ep)
     return sorted(out, key=lambda e: (e.group, e.name, e.value))
+
+
+def _base(ep: EntryPoint) -> dict[str, str]:
+    return {"group": ep.group, "name": ep.name, "value": ep.value, "origin": origin(ep)}
+
+
+def left_out(ep: EntryPoint, why: str, *, kind: str = "") -> PluginRecord[Any]:
+    """The record of a plug-in left out (status ``error``), logged as a warning: ``why`` prefixed by the
+    plug-in's ``kind`` (``backend``, ``action pack``, ...), entry point, value and distribution."""
+    what = f"{kind} plug-in" if kind else "plug-in"
+    msg = f"{what} {ep.name!r} left out ({ep.value} in {ep.group}, from {origin(ep)}): {why}"
+    log.warning("%s", msg)
+    return PluginRecord(**_base(ep), status="error", detail=msg)
+
+
+def load_plugin(
+    ep: EntryPoint,
+    check: Callable[[Any], T],
+    *,
+    kind: str = "",
+    refused: tuple[type[Exception], ...] = (PluginError,),
+) -> PluginRecord[T]:
+    """Load one entry point and ``check`` what it names (the check returns the object to use, or raises).
+
+    Never raises for a broken plug-in: the record says ``ok`` with the checked object, or ``error`` with
+    why (:func:`left_out`): ``cannot be loaded: <exception>`` when importing fails, the check's message
+    when it raises one of ``refused``, ``<exception type>: <message>`` for anything else it raises."""
+    try:
+        obj = ep.load()
+    except Exception as e:
+        return left_out(ep, f"cannot be loaded: {type(e).__name__}: {e}", kind=kind)
+    try:
+        checked = check(obj)
+    except refused as e:
+        return left_out(ep, str(e), kind=kind)
+    except Exception as e:
+        return left_out(ep, f"{type(e).__name__}: {e}", kind=kind)
+    return PluginRecord(**_base(ep), status="ok", obj=checked)
 
 
 def _scenario_dir(obj: Any) -> Path:
@@ -227,44 +290,35 @@ def _check(group: str, obj: Any) -> Any:
     return obj
 
 
-def _load(ep: EntryPoint) -> PluginRecord:
-    base = {"group": ep.group, "name": ep.name, "value": ep.value, "origin": _origin(ep)}
+def _load(ep: EntryPoint) -> PluginRecord[Any]:
     if ep.group in RESERVED_GROUPS:
-        return PluginRecord(**base, status="unsupported", detail=RESERVED_GROUPS[ep.group])
+        return PluginRecord(**_base(ep), status="unsupported", detail=RESERVED_GROUPS[ep.group])
     if ep.group not in GROUPS:
-        return PluginRecord(**base, status="unsupported", detail=f"unknown group {ep.group!r}")
-    try:
-        if ep.group in ("mlsandbox.services", "mlsandbox.faults") and not re.match(NAME_PATTERN, ep.name):
-            raise PluginError(
-                f"the entry point's name must match {NAME_PATTERN} (it names the {ep.group[10:-1]})"
-            )
-        obj = _check(ep.group, ep.load())
-    except Exception as e:  # a broken plug-in is reported, never fatal to the others
-        msg = (
-            f"plug-in {ep.name!r} ({ep.value}, from {base['origin']}) in {ep.group}: {type(e).__name__}: {e}"
+        return PluginRecord(**_base(ep), status="unsupported", detail=f"unknown group {ep.group!r}")
+    if ep.group in ("mlsandbox.services", "mlsandbox.faults") and not re.match(NAME_PATTERN, ep.name):
+        return left_out(
+            ep, f"the entry point's name must match {NAME_PATTERN} (it names the {ep.group[10:-1]})"
         )
-        log.warning("%s", msg)
-        return PluginRecord(**base, status="error", detail=msg)
-    return PluginRecord(**base, status="ok", obj=obj)
+    return load_plugin(ep, functools.partial(_check, ep.group))
 
 
 @functools.cache
-def discover(group: str | None = None) -> tuple[PluginRecord, ...]:
+def discover(group: str | None = None) -> tuple[PluginRecord[Any], ...]:
     """The ``mlsandbox.*`` entry points of the installed packages (of one ``group``), each loaded once."""
     if group is None:
-        groups = sorted({ep.group for ep in _entry_points(None)})
+        groups = sorted({ep.group for ep in entry_points_of(None)})
         return tuple(r for g in groups for r in discover(g))
-    return tuple(_load(ep) for ep in _entry_points(group))
+    return tuple(_load(ep) for ep in entry_points_of(group))
 
 
-def loaded(group: str) -> list[PluginRecord]:
+def loaded(group: str) -> list[PluginRecord[Any]]:
     """The plug-ins of ``group`` that loaded (status ``ok``)."""
     return [r for r in discover(group) if r.status == "ok"]
 
 
 def scenario_dirs() -> list[tuple[str, Path]]:
     """``(origin, directory)`` of every plug-in scenario catalog, in entry-point order."""
-    return [(f"plugin:{r.origin.split()[0]}", r.obj) for r in loaded("mlsandbox.scenarios")]
+    return [(f"plugin:{r.origin.split()[0]}", r.checked()) for r in loaded("mlsandbox.scenarios")]
 
 
 def reward_terms() -> dict[str, RewardTerm]:
@@ -272,20 +326,20 @@ def reward_terms() -> dict[str, RewardTerm]:
 
     A reward module calls them with the episode state and adds the returned components (their names are
     the plug-in's; prefix them to avoid clashes). See :func:`evaluate_reward_terms`."""
-    return {r.name: r.obj for r in loaded("mlsandbox.reward_terms")}
+    return {r.name: r.checked() for r in loaded("mlsandbox.reward_terms")}
 
 
 def services() -> dict[str, ServiceSpec]:
     """The plug-in services by entry-point name (started by the local backend, see
     :mod:`mlsandbox.backends.local.plugin_services`)."""
-    return {r.name: r.obj for r in loaded("mlsandbox.services")}
+    return {r.name: r.checked() for r in loaded("mlsandbox.services")}
 
 
 def fault_types() -> dict[str, type]:
     """The plug-in fault types by entry-point name (the ``type`` a plan names): each a behaviour class
     with ``targets`` (target kinds), optional ``default_target``, ``Params`` (a pydantic model of the
     fault's parameters), ``instant``, and the :class:`~mlsandbox.faults.behaviours.Behaviour` methods."""
-    return {r.name: r.obj for r in loaded("mlsandbox.faults")}
+    return {r.name: r.checked() for r in loaded("mlsandbox.faults")}
 
 
 def evaluate_reward_terms(state: Any) -> dict[str, float]:
@@ -310,9 +364,14 @@ __all__ = [
     "PluginRecord",
     "ServiceSpec",
     "discover",
+    "entry_points_of",
     "evaluate_reward_terms",
     "fault_types",
+    "left_out",
+    "load_plugin",
     "loaded",
+    "origin",
+    "plugin_origin",
     "reward_terms",
     "scenario_dirs",
     "services",

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from mlsandbox.backends.local import LocalBackend, collect_garbage, list_sandboxes, supervisor
-from mlsandbox.backends.local.backend import SandboxState
 from mlsandbox.backends.local.gc import garbage_reason
+from mlsandbox.backends.local.sandbox import SandboxState
 from mlsandbox.backends.local.services import ARTIFACT_BUCKET, SERVICE_NAMES, TOXIPROXY, Credentials, Ports
 from mlsandbox.backends.local.supervisor import ProcessRecord
 from mlsandbox.backends.protocols import Backend, Endpoints
@@ -321,7 +321,7 @@ def test_a_sandbox_that_is_not_up(isolated_home: Path) -> None:
 def _state(ephemeral: bool, owner: ProcessRecord | None, services: dict[str, ProcessRecord]) -> SandboxState:
     ports = Ports(minio=1, minio_console=2, mlflow=3, prefect=4)
     creds = Credentials.generate()
-    from mlsandbox.backends.local.backend import ServiceRecord
+    from mlsandbox.backends.local.sandbox import ServiceRecord
     from mlsandbox.backends.local.services import endpoints
 
     return SandboxState(

@@ -85,7 +85,7 @@ def test_postgres_server_runs_as_a_non_root_user_on_a_free_port(sandbox: Any) ->
 
 def test_stale_external_postgres_data_is_garbage_collected(sandbox: Any) -> None:
     from mlsandbox.backends.local import gc
-    from mlsandbox.backends.local.backend import home_key
+    from mlsandbox.backends.local.sandbox import home_key
 
     stale = svc.external_postgres_root(home_key()) / "gone-sandbox-x1"
     stale.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ import pytest
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.protocols import HttpFault, JobSpec, NoSuchTarget
 from mlsandbox.backends.protocols.serving import DeploymentSpec, Machine, ServingError
-from mlsandbox.backends.sim.calibration import default_path, load_calibration
 from mlsandbox.backends.sim.clock import VirtualClock
+from mlsandbox.calibration.shipped import default_path, load_calibration
 from mlsandbox.data.formats import to_bytes
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.errors import BackendError, ConfigError, Unsupported

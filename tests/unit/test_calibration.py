@@ -78,7 +78,7 @@ def test_in_process_fit_and_its_failures() -> None:
 
 def test_template_removes_machine_paths_and_escapes_braces() -> None:
     import mlsandbox
-    from mlsandbox.backends.sim.calibration.model import TextTemplate
+    from mlsandbox.calibration.model import TextTemplate
 
     package = str(Path(mlsandbox.__file__).resolve().parent)
     sp = site.getsitepackages()[0]

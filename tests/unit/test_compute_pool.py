@@ -147,15 +147,10 @@ def test_blocked_pool_cancels_queued_work_and_drops_reservations() -> None:
 
 def test_shrink_pool_makes_jobs_queue_until_restored() -> None:
     pool, _inner, _ = _pool()
-    P.register("ep-x", pool)
-    try:
-        assert P.shrink_pool("ep-x", cpus=1.5)
-        assert pool.submit(_spec(1, cpus=1)).state == "queued"
-        assert P.restore_pool("ep-x")
-        assert pool.get("j1").state == "running"
-    finally:
-        P.unregister("ep-x")
-    assert not P.shrink_pool("ep-x", cpus=1)
+    pool.shrink(cpus=1.5)
+    assert pool.submit(_spec(1, cpus=1)).state == "queued"
+    pool.restore()
+    assert pool.get("j1").state == "running"
 
 
 def test_unlimited_pool_never_queues() -> None:

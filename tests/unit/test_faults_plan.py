@@ -508,23 +508,19 @@ def test_pool_shrinks_add_up_and_each_gives_back_its_own_share() -> None:
         eng.records[0].error
         == "unavailable: the episode has no compute pool (the compute pack is not loaded)"
     )
-    CP.register("e3", pool)
-    try:
-        eng, st.ground_truth.faults = (
-            PerturbationEngine(list(sc.perturbations), st, FakeRuntime(), seed=1, timer=False),  # type: ignore[arg-type]
-            [],
-        )
-        eng.tick()
-        assert (pool.shrink_cpus, pool.shrink_memory_mb) == (3, 4096)
-        assert pool.free() == (1, 4096)
-        st.step = 2
-        eng.tick()  # the first one expires
-        assert (pool.shrink_cpus, pool.shrink_memory_mb) == (2, 4096)
-        eng.recover_all()
-        eng.recover_all()
-        assert (pool.shrink_cpus, pool.shrink_memory_mb) == (0, 0)
-    finally:
-        CP.unregister("e3")
+    eng, st.ground_truth.faults = (
+        PerturbationEngine(list(sc.perturbations), st, FakeRuntime(), seed=1, timer=False, pool=pool),  # type: ignore[arg-type]
+        [],
+    )
+    eng.tick()
+    assert (pool.shrink_cpus, pool.shrink_memory_mb) == (3, 4096)
+    assert pool.free() == (1, 4096)
+    st.step = 2
+    eng.tick()  # the first one expires
+    assert (pool.shrink_cpus, pool.shrink_memory_mb) == (2, 4096)
+    eng.recover_all()
+    eng.recover_all()
+    assert (pool.shrink_cpus, pool.shrink_memory_mb) == (0, 0)
 
 
 def test_faults_catalog_lists_the_source_and_pool_faults() -> None:

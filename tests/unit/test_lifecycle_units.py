@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from mlsandbox.backends.common.prefect import NO_TORCH_ENV
-from mlsandbox.backends.local.serving.processes import SERVER_PACKAGES, server_requirements
+from mlsandbox.backends.local.venvs import SERVER_PACKAGES, server_requirements
 from mlsandbox.gateway.packs.flows.handlers import USAGE_PREFIX, logged_usage
 from mlsandbox.workloads import flows
 

@@ -86,7 +86,7 @@ def test_a_broken_or_clashing_plugin_pack_is_left_out_and_the_rest_works(
         EntryPoint("c-good", f"{__name__}:GOOD", registry.ENTRY_POINT_GROUP),
     ]
     monkeypatch.setattr(
-        registry, "entry_points", lambda group: eps if group == registry.ENTRY_POINT_GROUP else []
+        registry, "entry_points_of", lambda group: eps if group == registry.ENTRY_POINT_GROUP else []
     )
     monkeypatch.setattr(registry, "PLUGIN_ERRORS", [])
     packs = registry.discover_packs()

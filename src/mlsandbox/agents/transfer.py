@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from mlsandbox.env.gym_env import MLSandboxEnv
 from mlsandbox.env.wrappers import DiscreteActions, FlatObservation, SuiteEpisodes, in_process_env
 from mlsandbox.scenario import Scenario
 from mlsandbox.scenario.suites import suite
+
+if TYPE_CHECKING:  # the rl extra: imported when a policy is trained
+    from sb3_contrib import MaskablePPO
 
 FAMILIES: tuple[str, ...] = ("churn-decisions", "churn-decisions-incident")
 """The transfer families: the base one (difficulty 2) and the one with a tracker outage (difficulty 3)."""
@@ -178,7 +181,7 @@ def random_policy(seed: int) -> Policy:
     return lambda _obs, mask: int(rng.choice(np.flatnonzero(mask)))
 
 
-def model_policy(model: Any) -> Policy:
+def model_policy(model: MaskablePPO) -> Policy:
     """A trained sb3-contrib model's deterministic choice among the valid slots."""
     return lambda obs, mask: int(model.predict(obs, action_masks=mask, deterministic=True)[0])
 
@@ -316,7 +319,7 @@ class CurvePoint:
 class Training:
     """What :func:`train` returns: the model (an sb3-contrib ``MaskablePPO``), its curve and cost."""
 
-    model: Any
+    model: MaskablePPO
     steps: int
     """PPO's environment steps (all in sim)."""
     wall_s: float
@@ -371,7 +374,7 @@ def train(
     t0 = time.monotonic()
     spent = 0.0  # seconds spent in evaluation, not counted as training time
 
-    def point(model: Any, done_steps: int) -> None:
+    def point(model: MaskablePPO, done_steps: int) -> None:
         nonlocal spent
         t = time.monotonic()
         rate, ret = float("nan"), float("nan")
@@ -398,6 +401,7 @@ def train(
                 if done:
                     recent.append(bool((info.get("grade") or {}).get("success")))
             if eval_every and self.num_timesteps % eval_every == 0 and self.num_timesteps < steps:
+                assert isinstance(self.model, MaskablePPO)  # the algorithm this callback is given to
                 point(self.model, self.num_timesteps)
             return True
 
@@ -424,7 +428,7 @@ def train(
     )
 
 
-def _imitate(model: Any, env: DiscreteActions, episodes: int, epochs: int, seed: int) -> int:
+def _imitate(model: MaskablePPO, env: DiscreteActions, episodes: int, epochs: int, seed: int) -> int:
     """Fit ``model``'s policy to :func:`expert_policy` on ``episodes`` episodes of ``env``; the steps."""
     import torch
 

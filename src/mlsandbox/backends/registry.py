@@ -10,7 +10,8 @@ installed metadata is older than its code still finds them.
 Every interface (the Gymnasium env, the HTTP gateway, MCP, the command line) gets its backend through
 :func:`get_backend`. A plug-in that does not load, or is not a ``BackendType``, or clashes with a backend
 already registered is left out and reported (:func:`broken_backends`, ``mlsandbox plugins``): one broken
-plug-in never takes the others down. A built-in backend that does not load is an error.
+plug-in never takes the others down (the discovery of :mod:`mlsandbox.plugins`; a plug-in is loaded when
+first asked for). A built-in backend that does not load is an error.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import importlib
 import logging
 import re
 from dataclasses import dataclass, replace
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from mlsandbox import paths
 from mlsandbox.errors import ConfigError
+from mlsandbox.plugins import PluginError, PluginRecord, entry_points_of, left_out, load_plugin, plugin_origin
 
 if TYPE_CHECKING:  # the protocols load with the first backend: listing names stays light (CLI start-up)
     from mlsandbox.backends.protocols import Backend, BackendConfig, BackendType, SandboxListing
@@ -41,12 +43,12 @@ BUILTIN_BACKENDS: dict[str, str] = {
 }
 """The backends this package ships (``name -> module:attribute``), in the order they are listed."""
 DEFAULT_BACKEND = "local"
-_OWN_DISTRIBUTION = "mlsandbox"
+_KIND = "backend"
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 
-class BackendPluginError(Exception):
-    """A backend plug-in that cannot be used (the message names it and says why)."""
+class BackendPluginError(PluginError):
+    """A backend plug-in that cannot be used (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -58,46 +60,42 @@ class BrokenBackend:
     origin: str
     error: str
 
+    @classmethod
+    def of(cls, record: PluginRecord[Any], ep: EntryPoint) -> BrokenBackend:
+        return cls(ep.name, ep.value, plugin_origin(ep), record.detail)
+
 
 def _plugin_entry_points() -> list[EntryPoint]:
     """The group's entry points of other distributions (this package's own are :data:`BUILTIN_BACKENDS`)."""
-    found = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep, "dist", None)
-        if dist is not None and dist.name == _OWN_DISTRIBUTION:
-            continue
-        found.append(ep)
-    return sorted(found, key=lambda e: (e.name, e.value))
+    return entry_points_of(ENTRY_POINT_GROUP, own=False)
 
 
-def _origin(ep: EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return f"plugin:{dist.name}" if dist is not None else f"plugin:{ep.name}"
-
-
-def _check(obj: Any, name: str, where: str) -> BackendType:
+def _check(obj: Any, name: str) -> BackendType:
     from mlsandbox.backends.protocols import BackendConfig, BackendType
 
     if not isinstance(obj, BackendType):
-        raise BackendPluginError(f"{where}: expected a BackendType, got {type(obj).__name__}")
+        raise BackendPluginError(f"expected a BackendType, got {type(obj).__name__}")
     if obj.name != name:
-        raise BackendPluginError(f"{where}: the entry point is named {name!r} but its backend {obj.name!r}")
+        raise BackendPluginError(f"the entry point is named {name!r} but its backend {obj.name!r}")
     if not (isinstance(obj.config, type) and issubclass(obj.config, BackendConfig)):
-        raise BackendPluginError(f"{where}: its config must be a BackendConfig subclass")
+        raise BackendPluginError("its config must be a BackendConfig subclass")
     literal = obj.config.model_fields["type"].default
     if literal != name:
         raise BackendPluginError(
-            f"{where}: its config's type must default to {name!r} (type: Literal[{name!r}]), got {literal!r}"
+            f"its config's type must default to {name!r} (type: Literal[{name!r}]), got {literal!r}"
         )
     if not callable(obj.create):
-        raise BackendPluginError(f"{where}: its create is not callable")
+        raise BackendPluginError("its create is not callable")
     return obj
 
 
 def _load_builtin(name: str) -> BackendType:
     ref = BUILTIN_BACKENDS[name]
     module, _, attr = ref.partition(":")
-    return _check(getattr(importlib.import_module(module), attr), name, f"built-in backend {name!r} ({ref})")
+    try:
+        return _check(getattr(importlib.import_module(module), attr), name)
+    except BackendPluginError as e:
+        raise BackendPluginError(f"built-in backend {name!r} ({ref}): {e}") from None
 
 
 @functools.cache
@@ -112,8 +110,7 @@ def _plugins() -> tuple[dict[str, EntryPoint], tuple[BrokenBackend, ...]]:
         elif ep.name in BUILTIN_BACKENDS or ep.name in usable:
             why = f"a backend named {ep.name!r} is already registered"
         if why is not None:
-            broken.append(BrokenBackend(ep.name, ep.value, _origin(ep), why))
-            log.warning("backend plug-in %r (%s) left out: %s", ep.name, ep.value, why)
+            broken.append(BrokenBackend.of(left_out(ep, why, kind=_KIND), ep))
             continue
         usable[ep.name] = ep
     return usable, tuple(broken)
@@ -125,18 +122,11 @@ _LOAD_ERRORS: dict[str, BrokenBackend] = {}
 @functools.cache
 def _load_plugin(name: str) -> BackendType | None:
     ep = _plugins()[0][name]
-    where = f"backend plug-in {name!r} ({ep.value})"
-    try:
-        try:
-            obj = ep.load()
-        except Exception as e:
-            raise BackendPluginError(f"{where} cannot be loaded: {type(e).__name__}: {e}") from e
-        found = _check(obj, name, where)
-    except BackendPluginError as e:
-        log.warning("%s", e)
-        _LOAD_ERRORS[name] = BrokenBackend(name, ep.value, _origin(ep), str(e))
+    record = load_plugin(ep, functools.partial(_check, name=name), kind=_KIND)
+    if record.obj is None:
+        _LOAD_ERRORS[name] = BrokenBackend.of(record, ep)
         return None
-    return replace(found, origin=_origin(ep))
+    return replace(record.obj, origin=plugin_origin(ep))
 
 
 def backend_names() -> tuple[str, ...]:

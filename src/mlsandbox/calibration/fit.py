@@ -43,21 +43,15 @@ from typing import Any
 import numpy as np
 
 from mlsandbox.calibration import records as R
+from mlsandbox.calibration import texts
 from mlsandbox.calibration.datasets import prepare
-from mlsandbox.calibration.plan import DataRef, FitPoint, FlowPoint, JobPoint, ServingPoint
+from mlsandbox.calibration.model import Calibration
+from mlsandbox.calibration.plan import TRAINER_DEFAULTS, DataRef, FitPoint, FlowPoint, JobPoint, ServingPoint
+from mlsandbox.calibration.shipped import default_path
 from mlsandbox.data.clean import Strategy
 
 REBUILD_COMMAND = "mlsandbox calibrate"
 """The command that rebuilds the shipped calibration (the full sweep, resumable, then this fit)."""
-
-TRAINER_DEFAULTS: dict[str, dict[str, float]] = {
-    "logistic_regression": {"C": 1.0, "max_iter": 1000.0},
-    "random_forest": {"n_estimators": 100.0, "max_depth": 30.0, "min_samples_leaf": 1.0},
-    "gradient_boosting": {"max_iter": 100.0, "learning_rate": 0.1, "max_depth": 30.0},
-    "mlp": {"learning_rate_init": 0.01, "max_iter": 30.0, "alpha": 0.0001},
-}
-"""The trainer's defaults of the numeric hyperparameters the models may use (``max_depth``: None is a
-deep tree, counted as 30)."""
 
 AUC_TERMS: tuple[str, ...] = (
     "one",
@@ -1161,21 +1155,15 @@ def _flow_log_templates(
 
 def base_document() -> dict[str, Any]:
     """What the fit starts from: the shipped calibration (its unmeasured parts are kept)."""
-    from mlsandbox.backends.sim.calibration import default_path
-
     path = default_path()
     if path.is_file():
         return dict(json.loads(path.read_text()))
-    from mlsandbox.backends.sim.calibration import texts
-
     return texts.base_document()
 
 
-def fit_calibration(path: Path, base: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+def fit_calibration(path: Path, base: dict[str, Any] | None = None) -> tuple[Calibration, dict[str, Any]]:
     """The calibration fitted from the records at ``path`` (validated against the schema), and a report
     of its main figures."""
-    from mlsandbox.backends.sim.calibration.model import Calibration
-
     recs = R.records(path)
     if not recs:
         raise ValueError(f"{path} holds no calibration records")
@@ -1198,10 +1186,8 @@ def fit_calibration(path: Path, base: dict[str, Any] | None = None) -> tuple[Any
     return calibration, report
 
 
-def write_calibration(calibration: Any, out: Path | None = None) -> Path:
+def write_calibration(calibration: Calibration, out: Path | None = None) -> Path:
     """Write the calibration (JSON) to ``out`` or where the package ships it."""
-    from mlsandbox.backends.sim.calibration import default_path
-
     target = out or default_path(calibration.meta.generator_version)
     target.parent.mkdir(parents=True, exist_ok=True)
     data = calibration.model_dump(mode="json", exclude_none=False)

@@ -25,6 +25,15 @@ from mlsandbox.data.clean import Strategy
 Algorithm = Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"]
 ALGORITHMS: tuple[Algorithm, ...] = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
 
+TRAINER_DEFAULTS: dict[str, dict[str, float]] = {
+    "logistic_regression": {"C": 1.0, "max_iter": 1000.0},
+    "random_forest": {"n_estimators": 100.0, "max_depth": 30.0, "min_samples_leaf": 1.0},
+    "gradient_boosting": {"max_iter": 100.0, "learning_rate": 0.1, "max_depth": 30.0},
+    "mlp": {"learning_rate_init": 0.01, "max_iter": 30.0, "alpha": 0.0001},
+}
+"""The trainer's defaults of the numeric hyperparameters the models may use (``max_depth``: None is a
+deep tree, counted as 30)."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -227,7 +227,7 @@ def _run_named(ctx: Context, run_name: str) -> Any:
 def run_fit(point: FitPoint) -> dict[str, Any]:
     """The trainer's pipeline on the rows a job would read, in this process (one thread)."""
     from sklearn.model_selection import train_test_split
-    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+    from threadpoolctl import threadpool_limits
 
     from mlsandbox.workloads import trainer as T
 

@@ -60,7 +60,9 @@ def register(app: typer.Typer) -> None:
         section: Annotated[
             list[str] | None,
             typer.Option(
-                "--section", help="Only these parts of the sweep (repeatable): job, fit, serving, flow."
+                "--section",
+                help="Only these parts of the sweep (repeatable): job, fit, serving, flow. "
+                "`fit` alone runs in this process, without a sandbox (a provisional calibration).",
             ),
         ] = None,
         fit_only: Annotated[

@@ -232,11 +232,12 @@ def gc(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Remove what crashed runs left behind: sandboxes, processes, cgroups, faults, episode resources."""
-    from mlsandbox.backends.kube import controlplane
+    from mlsandbox.backends.kube import controlplane, node
     from mlsandbox.backends.local.gc import GcItem, collect_garbage_report
 
     items = collect_garbage_report()
-    items += [GcItem(kind="control_plane", what=line) for line in controlplane.collect_garbage()]
+    lines = node.collect_garbage() + controlplane.collect_garbage()  # a node before its control plane
+    items += [GcItem(kind="control_plane", what=line) for line in lines]
     if as_json:
         console.print_json(json.dumps([i.model_dump() for i in items]))
     else:

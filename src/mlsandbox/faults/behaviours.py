@@ -34,6 +34,7 @@ from mlsandbox.backends.protocols import (
 from mlsandbox.data.formats import from_bytes, to_bytes
 from mlsandbox.errors import Unsupported
 from mlsandbox.scenario import perturbations as P
+from mlsandbox.world.compute import Pool
 from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class FaultContext:
     control: FaultControl
     job_resources: dict[str, tuple[float, int]] = field(default_factory=dict)
     """Backend job id -> (cpus, memory_mb) as requested, before any fault cut them."""
+    pool: Pool | None = None
+    """The episode's compute pool (None: the episode has none)."""
 
 
 class FaultUnavailable(Exception):
@@ -496,26 +499,18 @@ class PoolShrink(_JobBehaviour):
         super().__init__(entry)
         self.taken: tuple[float, int] | None = None
 
-    def _pool(self, ctx: FaultContext) -> Any:
-        from mlsandbox.world.compute import pool_of
-
-        found = pool_of(ctx.state.episode_id)
-        if found is None:
+    def _pool(self, ctx: FaultContext) -> Pool:
+        if ctx.pool is None:
             raise FaultUnavailable("the episode has no compute pool (the compute pack is not loaded)")
-        return found
+        return ctx.pool
 
     def inject(self, ctx: FaultContext) -> None:
-        from mlsandbox.world.compute import shrink_pool
-
         if self.taken is not None:
             return
         pool = self._pool(ctx)
         with pool.lock:
             cpus, memory_mb = self.fault.cpus, self.fault.memory_mb
-            if not shrink_pool(
-                ctx.state.episode_id, pool.shrink_cpus + cpus, pool.shrink_memory_mb + memory_mb
-            ):
-                raise FaultUnavailable("the episode's compute pool is gone")
+            pool.shrink(pool.shrink_cpus + cpus, pool.shrink_memory_mb + memory_mb)
             self.taken = (cpus, memory_mb)
         self.on_tick(ctx)
 
@@ -525,19 +520,17 @@ class PoolShrink(_JobBehaviour):
                 self.affected_jobs.append(job.job_id)
 
     def recover(self, ctx: FaultContext) -> None:
-        from mlsandbox.world.compute import pool_of, restore_pool, shrink_pool
-
         if self.taken is None:
             return
-        pool = pool_of(ctx.state.episode_id)
+        pool = ctx.pool
         if pool is not None:
             with pool.lock:
                 cpus = max(0.0, round(pool.shrink_cpus - self.taken[0], 6))
                 memory_mb = max(0, pool.shrink_memory_mb - self.taken[1])
                 if cpus == 0 and memory_mb == 0:
-                    restore_pool(ctx.state.episode_id)
+                    pool.restore()
                 else:
-                    shrink_pool(ctx.state.episode_id, cpus, memory_mb)
+                    pool.shrink(cpus, memory_mb)
                     pool.pump()
         self.taken = None
 

@@ -47,6 +47,7 @@ from mlsandbox.faults.behaviours import (
     supplied_missing,
 )
 from mlsandbox.scenario import perturbations as P
+from mlsandbox.world.compute import Pool
 from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -131,17 +132,19 @@ class PerturbationEngine:
         strict: bool = True,
         timer: bool = True,
         supplied: Supplied | None = None,
+        pool: Pool | None = None,
     ) -> None:
         """``control``: the fault mechanisms to use (default: ``runtime.faults``). ``timer``: time
         triggers and second durations also act between steps (tickers of ``runtime.clock``); without it
         only at step boundaries. ``supplied``: behaviours of faults whose mechanism lives above this
-        layer, keyed by (fault type, target kind) (see :data:`~mlsandbox.faults.behaviours.Supplied`)."""
+        layer, keyed by (fault type, target kind) (see :data:`~mlsandbox.faults.behaviours.Supplied`).
+        ``pool``: the episode's compute pool (what a ``pool_shrink`` fault acts on; None: it has none)."""
         self.state = state
         self.supplied: Supplied = dict(supplied or {})
         self.seed = seed
         self.clock = runtime.clock
         self.control = runtime.faults if control is None else control
-        self.ctx = FaultContext(state=state, runtime=runtime, control=self.control)
+        self.ctx = FaultContext(state=state, runtime=runtime, control=self.control, pool=pool)
         self.slots = [_Slot(entry) for entry in plan]
         self.records: list[FaultRecord] = []
         self._lock = threading.RLock()

@@ -127,7 +127,6 @@ class Gateway:
                 key = f"raw/{spec.name}{SUFFIX[fmt]}"
                 rt.object_store.put_object(st.bucket, key, payload)
                 st.datasets[key] = DatasetRecord(key, fmt, len(payload), spec.target, "scenario")
-        P.register(st.episode_id, self.pool)  # the compute faults find the episode's pool by its id
         ctx = self.episode
         if self.scenario.perturbations:
             ctx.faults = PerturbationEngine(
@@ -136,6 +135,7 @@ class Gateway:
                 rt,
                 seed=self.seed,
                 supplied=self._packs.supplied("fault_behaviours", ctx),
+                pool=self.pool,
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(ctx)
@@ -193,7 +193,6 @@ class Gateway:
 
     def _close_pool(self) -> None:
         self.pool.close()
-        P.unregister(self.state.episode_id)
 
     def _recover_faults(self) -> None:
         if self.faults is not None:

@@ -34,11 +34,13 @@ import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
+
+from mlsandbox.plugins import entry_points_of, load_plugin, plugin_origin
 
 if TYPE_CHECKING:
     from mlsandbox.gateway.context import EpisodeContext, Handler, Hook, Supplier
@@ -218,24 +220,19 @@ def discover_packs(*, plugins: bool = True) -> tuple[ActionPack, ...]:
     """
     packs = [_check_pack(_load_ref(ref), ref) for ref in BUILTIN_PACKS]
     if plugins:
-        for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-            try:
-                try:
-                    pack = _check_pack(ep.load(), f"entry point {ep.name!r} ({ep.value})")
-                except PackError:
-                    raise
-                except Exception as e:
-                    raise PackError(f"plug-in {ep.name!r} ({ep.value}) cannot be loaded: {e}") from e
-                dist = getattr(ep, "dist", None)
-                origin = f"plugin:{dist.name}" if dist is not None else f"plugin:{ep.name}"
-                candidate = replace(pack, origin=origin)
+        for ep in entry_points_of(ENTRY_POINT_GROUP):
+
+            def check(obj: Any, ep: EntryPoint = ep) -> ActionPack:
+                pack = _check_pack(obj, f"entry point {ep.name!r}")
+                candidate = replace(pack, origin=plugin_origin(ep))
                 build_catalog((*packs, candidate))  # clashes with what is already there
-            except PackError as e:
-                msg = f"action pack plug-in {ep.name!r} left out: {e}"
-                log.warning(msg)
-                PLUGIN_ERRORS.append(msg)
+                return candidate
+
+            record = load_plugin(ep, check, kind="action pack", refused=(PackError,))
+            if record.obj is None:
+                PLUGIN_ERRORS.append(record.detail)
                 continue
-            packs.append(candidate)
+            packs.append(record.obj)
     return tuple(packs)
 
 

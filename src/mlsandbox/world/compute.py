@@ -8,14 +8,15 @@ starts it. A job submitted with the label :data:`RESERVATION_LABEL` runs on that
 held for the episode) instead of taking new capacity.
 
 The gateway owns one pool per episode, a core service of the world: every job the episode starts goes
-through it, whatever pack asks for it.
+through it, whatever pack asks for it; the episode's fault engine is handed the same pool (the
+``pool_shrink`` fault acts on it). Nothing finds a pool by the episode's id: whoever needs it is given it.
 
 Reservations (``reserve``/``release``) hold a whole machine's CPU and memory. A reservation with no job
 on it is idle and costs its machine's ``credits_per_second`` (seconds on the runtime's clock), charged
 through the ``charge`` callback.
 When ``blocked()`` says new work may not start (budget exhausted), queued jobs are cancelled and
-reservations released. :func:`shrink_pool` takes capacity away (a fault: jobs queue) until
-:func:`restore_pool`.
+reservations released. :meth:`Pool.shrink` takes capacity away (a fault: jobs queue) until
+:meth:`Pool.restore`.
 """
 
 from __future__ import annotations
@@ -375,52 +376,21 @@ class Pool:
                 for i, q in enumerate(self.queue)
             ]
 
+    def shrink(self, cpus: float = 0.0, memory_mb: int = 0) -> None:
+        """Fault mechanism: hold ``cpus`` and ``memory_mb`` out of the pool (replacing what was held before;
+        running work goes on, new jobs queue, reservations are refused)."""
+        with self.lock:
+            self.shrink_cpus, self.shrink_memory_mb = max(0.0, cpus), max(0, memory_mb)
+
+    def restore(self) -> None:
+        """Give back what :meth:`shrink` held out; queued jobs that now fit start."""
+        with self.lock:
+            self.shrink_cpus, self.shrink_memory_mb = 0.0, 0
+            self.pump()
+
     def close(self) -> None:
         """Final accounting; drop the queue and the reservations."""
         with self.lock:
             self._accrue(self.clock.time())
             self.queue.clear()
             self.reservations.clear()
-
-
-# ------------------------------------------------------------------------------ pools by episode
-
-_POOLS: dict[str, Pool] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def register(episode_id: str, pool: Pool) -> None:
-    with _POOLS_LOCK:
-        _POOLS[episode_id] = pool
-
-
-def unregister(episode_id: str) -> None:
-    with _POOLS_LOCK:
-        _POOLS.pop(episode_id, None)
-
-
-def pool_of(episode_id: str) -> Pool | None:
-    with _POOLS_LOCK:
-        return _POOLS.get(episode_id)
-
-
-def shrink_pool(episode_id: str, cpus: float = 0.0, memory_mb: int = 0) -> bool:
-    """Fault mechanism: take ``cpus`` and ``memory_mb`` out of the episode's pool (running work goes on;
-    new jobs queue, reservations are refused). False when the episode has no pool."""
-    pool = pool_of(episode_id)
-    if pool is None:
-        return False
-    with pool.lock:
-        pool.shrink_cpus, pool.shrink_memory_mb = max(0.0, cpus), max(0, memory_mb)
-    return True
-
-
-def restore_pool(episode_id: str) -> bool:
-    """Give back what :func:`shrink_pool` took; queued jobs that now fit start."""
-    pool = pool_of(episode_id)
-    if pool is None:
-        return False
-    with pool.lock:
-        pool.shrink_cpus, pool.shrink_memory_mb = 0.0, 0
-        pool.pump()
-    return True

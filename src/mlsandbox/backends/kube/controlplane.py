@@ -840,10 +840,9 @@ def wait_established(api_client: Any, names: list[str], timeout: float = 30.0) -
 def collect_garbage() -> list[str]:
     """Stop control planes whose owner process is gone (a crashed test run); one line per removal.
 
-    The real nodes of dead owners go first (:func:`mlsandbox.backends.kube.node.collect_garbage`)."""
-    from . import node
-
-    lines = node.collect_garbage()
+    Collect the real nodes of dead owners first (:func:`mlsandbox.backends.kube.node.collect_garbage`:
+    a node sits on its control plane)."""
+    lines: list[str] = []
     base = paths.home() / "controlplanes"
     if not base.is_dir():
         return lines

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .backend import LocalBackend, SandboxState
+from .backend import LocalBackend
 from .gc import SandboxInfo, collect_garbage, list_sandboxes
+from .sandbox import SandboxState
 
 __all__ = ["LocalBackend", "SandboxInfo", "SandboxState", "collect_garbage", "list_sandboxes"]

@@ -2,21 +2,25 @@
 
 A sandbox is a name and a directory (:func:`mlsandbox.paths.sandbox_dir`) holding:
 
-- ``state.json``: the :class:`SandboxState` (ports, credentials, endpoints, each service's pid, process
-  group and start time, and for an ephemeral sandbox the process that owns it);
+- ``state.json``: the :class:`~mlsandbox.backends.local.sandbox.SandboxState` (ports, credentials,
+  endpoints, each service's pid, process group and start time, and for an ephemeral sandbox the process
+  that owns it);
 - one data directory per service (``minio/``, ``mlflow/``, ``prefect/``, ``prefect-worker/``);
 - ``logs/<service>.log``: stdout and stderr of each service, truncated at each start.
 
 Every process of a sandbox carries ``MLSANDBOX_SANDBOX=<name>`` and ``MLSANDBOX_HOME=<home>`` in its
 environment (descendants inherit it), so whatever escapes the process groups is still found and stopped.
 An flock (``<sandboxes>/.<name>.lock``) serialises ``up``/``down``/garbage collection of one sandbox.
+
+This module is the top of the package: :class:`LocalBackend` starts and stops a whole sandbox and hands out
+its runtime; what the other modules need of a sandbox (its state, its lock, one service at a time) is
+:mod:`~mlsandbox.backends.local.sandbox`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -29,23 +33,30 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from mlsandbox import paths
 from mlsandbox.backends.protocols import (
     BackendConfig,
     BackendType,
-    Endpoints,
     SandboxListing,
     ServiceStatus,
     Support,
 )
-from mlsandbox.errors import BackendError, NotRunningError, ServiceStartError
+from mlsandbox.errors import NotRunningError, ServiceStartError
 
 from . import services as svc
 from . import supervisor
+from .sandbox import (
+    LOG_TAIL_LINES,
+    LocalSandbox,
+    SandboxState,
+    ServiceRecord,
+    read_state_lenient,
+    sandbox_lock,
+    teardown,
+    toxiproxy_up,
+    write_state,
+)
 from .supervisor import ProcessRecord
 
 if TYPE_CHECKING:
@@ -53,171 +64,12 @@ if TYPE_CHECKING:
 
 KIND = "local"
 DEFAULT_HEALTH_TIMEOUT_S = 90.0
-STOP_TIMEOUT_S = 3.0  # grace between SIGTERM and SIGKILL (the Prefect worker takes ~9 s to exit)
-LOG_TAIL_LINES = 30
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ServiceRecord(_Model):
-    """One started service: its process and where it listens."""
-
-    name: str
-    process: ProcessRecord
-    port: int | None = None
-    url: str | None = None
-    log: str
-    ready_s: float | None = None
-    """Seconds from spawn to the first healthy answer (None until healthy)."""
-
-
-class SandboxState(_Model):
-    """What ``state.json`` holds: everything needed to reach, inspect and stop a sandbox."""
-
-    version: Literal[1] = 1
-    name: str
-    home: str
-    phase: Literal["starting", "running"]
-    ephemeral: bool
-    owner: ProcessRecord | None = None
-    """The process an ephemeral sandbox belongs to (garbage once it is gone); None when persistent."""
-    created_at: float
-    ports: svc.Ports
-    credentials: svc.Credentials
-    endpoints: Endpoints
-    worker_name: str
-    services: dict[str, ServiceRecord] = Field(default_factory=dict)
-    client_endpoints: Endpoints | None = None
-    """What the agent's and the workloads' clients use (MinIO and MLflow through Toxiproxy when it runs);
-    None: the direct ``endpoints``."""
-
-    def owner_alive(self) -> bool:
-        return self.owner is None or supervisor.is_alive(self.owner)
-
-    def service_names(self) -> tuple[str, ...]:
-        """The services of this sandbox: the four core ones, plus Toxiproxy when it was started."""
-        return (*svc.SERVICE_NAMES, svc.TOXIPROXY) if self.ports.toxiproxy else svc.SERVICE_NAMES
-
-    def dead_services(self) -> list[str]:
-        """Services whose process is not running (never started, exited, or pid recycled)."""
-        return [
-            name
-            for name in self.service_names()
-            if name not in self.services or not supervisor.is_alive(self.services[name].process)
-        ]
-
-
-# ------------------------------------------------------------------------------------------- state
-
-
-def home_key() -> str:
-    """The sandbox home as written into every marker (absolute, symlinks resolved)."""
-    return str(paths.home().resolve())
-
-
-def read_state(layout: svc.Layout) -> SandboxState | None:
-    """The sandbox's state; None when there is none; :class:`BackendError` when it cannot be read."""
-    try:
-        raw = layout.state_file.read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        return SandboxState.model_validate_json(raw)
-    except (ValidationError, json.JSONDecodeError) as exc:
-        raise BackendError(f"unreadable sandbox state {layout.state_file}: {exc}") from exc
-
-
-def _read_state_lenient(layout: svc.Layout) -> SandboxState | None:
-    try:
-        return read_state(layout)
-    except BackendError:
-        return None
-
-
-def write_state(layout: svc.Layout, state: SandboxState) -> None:
-    """Write ``state.json`` atomically (readers never see half a file)."""
-    layout.root.mkdir(parents=True, exist_ok=True)
-    tmp = layout.state_file.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
-    tmp.write_text(state.model_dump_json(indent=2))
-    os.replace(tmp, layout.state_file)
-
-
-def _lock_path(name: str) -> Path:
-    return paths.sandboxes_dir() / f".{paths.validate_sandbox_name(name)}.lock"
-
-
-def _acquire(lock_path: Path, blocking: bool) -> int | None:
-    """An fd holding the flock on ``lock_path`` (None when busy and not ``blocking``).
-
-    The lock file of a removed sandbox is deleted by its holder; whoever then wins the lock on the
-    deleted file sees that the path now names another file (or none) and locks again.
-    """
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        try:
-            if os.fstat(fd).st_ino == os.stat(lock_path).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def sandbox_lock(name: str, *, blocking: bool = True) -> Iterator[bool]:
-    """Hold the sandbox's lock; yields False (without holding it) when not ``blocking`` and it is busy."""
-    fd = _acquire(_lock_path(name), blocking)
-    if fd is None:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        os.close(fd)  # closing releases the flock
-
-
-def teardown(
-    name: str, home: str, layout: svc.Layout, state: SandboxState | None, *, remove_data: bool
-) -> list[int]:
-    """Stop every process of the sandbox (recorded services and anything carrying its marker).
-
-    With ``remove_data`` the whole sandbox directory goes; otherwise only ``state.json``. Returns the pids
-    that were signalled. Call with the sandbox lock held.
-    """
-    records = [s.process for s in state.services.values()] if state else []
-    stopped = supervisor.stop(records, extra=supervisor.find_marked(name, home), timeout=STOP_TIMEOUT_S)
-    # Anything started by a dying process while we were stopping (a job spawning a child): once more.
-    leftovers = supervisor.find_marked(name, home)
-    if leftovers:
-        stopped += supervisor.stop([], extra=leftovers, timeout=1.0)
-    if remove_data:
-        shutil.rmtree(layout.root, ignore_errors=True)
-        svc.remove_external_postgres_dir(name, home)  # the PostgreSQL source's data, when kept outside
-        _lock_path(name).unlink(missing_ok=True)  # safe while held: see _acquire
-    else:
-        layout.state_file.unlink(missing_ok=True)
-    return stopped
 
 
 # --------------------------------------------------------------------------------------- the backend
 
 
-def static_support() -> Support:
-    """What a local sandbox on this machine refuses, known without starting one: fault types whose
-    mechanism is missing here (no Toxiproxy binary, jobs without cgroups)."""
-    from mlsandbox.backends.local.faults.control import unavailable_here
-
-    return Support(backend=KIND, unsupported={f"fault:{k}": v for k, v in unavailable_here().items()})
-
-
-class LocalBackend:
+class LocalBackend(LocalSandbox):
     """A sandbox whose services (MinIO, MLflow, Prefect server and worker) are child processes here.
 
     ``up`` starts them (or attaches when they are already running and healthy), ``down`` stops them and
@@ -225,20 +77,13 @@ class LocalBackend:
     chosen free at start.
     """
 
-    def __init__(self, name: str | None = None) -> None:
-        self.name: str = paths.validate_sandbox_name(name or paths.default_sandbox_name())
-        self.home: str = home_key()
-        self.dir: Path = paths.sandbox_dir(self.name)
-        self.layout = svc.Layout(self.dir)
-
-    def __repr__(self) -> str:
-        return f"LocalBackend(name={self.name!r}, dir={str(self.dir)!r})"
-
     @property
     def kind(self) -> str:
         return KIND
 
     def support(self) -> Support:
+        from mlsandbox.backends.local.runtime import static_support
+
         return static_support()
 
     # ---------------------------------------------------------------------------------- lifecycle
@@ -270,14 +115,14 @@ class LocalBackend:
                 # core services' start (a sandbox it only attached to is left running).
                 if started:
                     with sandbox_lock(self.name):
-                        state = _read_state_lenient(self.layout)
+                        state = read_state_lenient(self.layout)
                         teardown(self.name, self.home, self.layout, state, remove_data=False)
                 raise
 
     def _up(self, ephemeral: bool, timeout: float) -> bool:
         """Start the core services (True), or attach to them when they run and answer (False)."""
         with sandbox_lock(self.name):
-            previous = _read_state_lenient(self.layout)
+            previous = read_state_lenient(self.layout)
             if previous is not None and previous.phase == "running" and self._healthy(previous):
                 self._attach(previous, ephemeral)
                 return False
@@ -298,16 +143,16 @@ class LocalBackend:
         pid (identity is checked by start time).
         """
         with sandbox_lock(self.name):
-            teardown(self.name, self.home, self.layout, _read_state_lenient(self.layout), remove_data=True)
+            teardown(self.name, self.home, self.layout, read_state_lenient(self.layout), remove_data=True)
 
     def is_alive(self) -> bool:
         """True when every service's process runs and its health check answers."""
-        state = _read_state_lenient(self.layout)
+        state = read_state_lenient(self.layout)
         return state is not None and state.phase == "running" and self._healthy(state)
 
     def status(self) -> list[ServiceStatus]:
         """One entry per service: state, url, port, pid, RSS of its process tree, uptime."""
-        state = _read_state_lenient(self.layout)
+        state = read_state_lenient(self.layout)
         if state is None:
             return [ServiceStatus(name=name, state="stopped") for name in svc.SERVICE_NAMES]
         healthy = self._probe_all(state)
@@ -318,19 +163,9 @@ class LocalBackend:
             rows.append(self._service_status(state, svc.TOXIPROXY, alive))
         return rows
 
-    def state(self) -> SandboxState | None:
-        """The sandbox's recorded state (None when it is not up)."""
-        return read_state(self.layout)
-
-    def endpoints(self) -> Endpoints:
-        return self._running_state().endpoints
-
-    def log_path(self, service: str) -> Path:
-        return self.layout.log(service)
-
     def runtime(self) -> Runtime:
         """Operations over the running services; :class:`NotRunningError` when the sandbox is not up."""
-        state = self._running_state()
+        state = self.running_state()
         dead = state.dead_services()
         if dead:
             raise NotRunningError(
@@ -343,75 +178,7 @@ class LocalBackend:
             endpoints=state.client_endpoints or state.endpoints, sandbox_dir=self.dir, sandbox_name=self.name
         )
 
-    # ------------------------------------------------------------------------------ service control
-
-    def launch_of(self, state: SandboxState, name: str) -> svc.Launch:
-        """How service ``name`` of this sandbox is started (the same ports, credentials and data)."""
-        base = svc.child_env(self.name, self.home, {})
-        ports, creds = state.ports, state.credentials
-        launches: dict[str, Callable[[], svc.Launch]] = {
-            svc.MINIO: lambda: svc.minio_launch(self.layout, ports, creds, base),
-            svc.MLFLOW: lambda: svc.mlflow_launch(self.layout, ports, creds, base),
-            svc.PREFECT_SERVER: lambda: svc.prefect_server_launch(self.layout, ports, base),
-            svc.PREFECT_WORKER: lambda: svc.prefect_worker_launch(
-                self.layout, ports, state.worker_name, base
-            ),
-            svc.TOXIPROXY: lambda: svc.toxiproxy_launch(self.layout, ports, base),
-        }
-        if name not in launches or name not in state.service_names():
-            raise ValueError(f"unknown service {name!r}; services: {', '.join(state.service_names())}")
-        return launches[name]()
-
-    def start_service(self, name: str) -> ProcessRecord:
-        """Start service ``name`` again after it stopped (its old process group is stopped first).
-
-        The log is appended to (what the service printed before it died stays readable). Returns at once:
-        wait for health with :meth:`service_healthy`.
-        """
-        with sandbox_lock(self.name):
-            state = self._running_state()
-            launch = self.launch_of(state, name)
-            old = state.services.get(name)
-            if old is not None and supervisor.is_alive(old.process):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(old.process.pgid, signal.SIGCONT)  # a frozen group cannot act on SIGTERM
-                supervisor.stop([old.process], timeout=STOP_TIMEOUT_S)
-            process = supervisor.spawn(
-                launch.argv, env=launch.env, log_path=self.layout.log(name), cwd=launch.cwd, append=True
-            )
-            state.services[name] = ServiceRecord(
-                name=name,
-                process=process,
-                port=svc.port_of(name, state.ports),
-                url=svc.url_of(name, state.endpoints),
-                log=str(self.layout.log(name)),
-            )
-            write_state(self.layout, state)
-            return process
-
-    def service_healthy(self, name: str, client: Any = None) -> bool:
-        """One direct health probe of service ``name`` (not through the proxy)."""
-        state = self._running_state()
-        record = state.services.get(name)
-        if record is None or not supervisor.is_alive(record.process):
-            return False
-        with contextlib.ExitStack() as stack:
-            if client is None:
-                client = stack.enter_context(svc.http_client())
-            if name == svc.TOXIPROXY:
-                return _toxiproxy_up(client, state.ports)
-            return svc.probe(name, state.endpoints, state.worker_name, client)
-
     # ------------------------------------------------------------------------------------ helpers
-
-    def _running_state(self) -> SandboxState:
-        state = _read_state_lenient(self.layout)
-        if state is None or state.phase != "running":
-            raise NotRunningError(
-                f"sandbox {self.name!r} is not up (no running state in {self.dir}): "
-                f"start it with `mlsandbox up` or LocalBackend({self.name!r}).up()"
-            )
-        return state
 
     def _probe_all(self, state: SandboxState) -> dict[str, bool]:
         with svc.http_client() as client:
@@ -641,7 +408,7 @@ class _Startup:
             if self.cancel.is_set():
                 raise _Cancelled
             if (
-                _toxiproxy_up(self._client, self.state.ports)
+                toxiproxy_up(self._client, self.state.ports)
                 if name == svc.TOXIPROXY
                 else svc.probe(name, self.state.endpoints, self.state.worker_name, self._client)
             ):
@@ -667,16 +434,6 @@ class _Startup:
             f"{name} failed to start in sandbox {self.backend.name!r}: {what} (health check: {check}).\n"
             f"Last {LOG_TAIL_LINES} lines of {log}:\n{textwrap.indent(tail, '    ')}"
         )
-
-
-def _toxiproxy_up(client: Any, ports: svc.Ports) -> bool:
-    url = svc.toxiproxy_url(ports)
-    if url is None:
-        return False
-    try:
-        return bool(client.get(f"{url}/version").status_code == 200)
-    except Exception:
-        return False
 
 
 def _wait_all(futures: list[Future[None]]) -> None:

@@ -43,8 +43,8 @@ from mlsandbox.errors import BackendError
 from . import cgroups as cgroup_layout
 from . import services as svc
 from . import supervisor
-from .backend import SandboxState, home_key, read_state, sandbox_lock, teardown
 from .gc_report import GcItem
+from .sandbox import SandboxState, home_key, read_state, sandbox_lock, teardown
 
 ORPHAN_STOP_TIMEOUT_S = 3.0
 

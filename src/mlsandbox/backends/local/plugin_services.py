@@ -21,10 +21,10 @@ from mlsandbox.plugins import ServiceSpec
 
 from . import services as svc
 from . import supervisor
-from .backend import (
+from .sandbox import (
     LOG_TAIL_LINES,
     STOP_TIMEOUT_S,
-    LocalBackend,
+    LocalSandbox,
     ServiceRecord,
     read_state,
     sandbox_lock,
@@ -37,14 +37,14 @@ log = logging.getLogger(__name__)
 class PluginServices:
     """The plug-in services of one running local sandbox."""
 
-    def __init__(self, backend: LocalBackend, specs: dict[str, ServiceSpec] | None = None) -> None:
+    def __init__(self, backend: LocalSandbox, specs: dict[str, ServiceSpec] | None = None) -> None:
         self.backend = backend
         self.layout = backend.layout
         self.specs = dict(plugins.services() if specs is None else specs)
 
     @classmethod
     def of(cls, sandbox_name: str) -> PluginServices:
-        return cls(LocalBackend(sandbox_name))
+        return cls(LocalSandbox(sandbox_name))
 
     def spec(self, name: str) -> ServiceSpec:
         if name in svc.RESERVED_SERVICE_NAMES:
@@ -152,7 +152,7 @@ class PluginServices:
                 time.sleep(0.1)
 
 
-def start_plugin_services(backend: LocalBackend) -> dict[str, str]:
+def start_plugin_services(backend: LocalSandbox) -> dict[str, str]:
     """Start the ``start: up`` plug-in services of a running sandbox (those not running yet).
 
     Returns ``{name: "running" | <why it failed>}``; a failure is logged as a warning, never raised."""

@@ -9,6 +9,7 @@ from mlsandbox.backends.common.audit import FileAuditLog
 from mlsandbox.backends.common.clients import ServiceClients
 from mlsandbox.backends.common.clock import RealClock
 from mlsandbox.backends.local.jobs import LocalJobs
+from mlsandbox.backends.local.sandbox import LocalSandbox
 from mlsandbox.backends.protocols import Endpoints, Support
 from mlsandbox.backends.protocols.runtime import random_episode_id
 from mlsandbox.errors import BackendError
@@ -26,6 +27,14 @@ if TYPE_CHECKING:
 
 
 BACKEND = "local"
+
+
+def static_support() -> Support:
+    """What a local sandbox on this machine refuses, known without starting one: fault types whose
+    mechanism is missing here (no Toxiproxy binary, jobs without cgroups)."""
+    from mlsandbox.backends.local.faults.control import unavailable_here
+
+    return Support(backend=BACKEND, unsupported={f"fault:{k}": v for k, v in unavailable_here().items()})
 
 
 class LocalRuntime(ServiceClients):
@@ -74,8 +83,6 @@ class LocalRuntime(ServiceClients):
     def support(self) -> Support:
         """The backend's support (what this machine lacks: binaries, cgroups), refined by the running
         sandbox's fault control (a Toxiproxy that did not start)."""
-        from mlsandbox.backends.local.backend import static_support
-
         refused = dict(static_support().unsupported)
         refused.update({f"fault:{k}": v for k, v in self.faults.unavailable().items()})
         return Support(backend=BACKEND, unsupported=refused)
@@ -138,13 +145,12 @@ class LocalRuntime(ServiceClients):
         jobs = self.jobs
         with self._lock:
             if self._faults is None:
-                from mlsandbox.backends.local.backend import LocalBackend
                 from mlsandbox.backends.local.faults.control import LocalFaultControl
 
-                backend = LocalBackend(self.sandbox_name)
-                if backend.dir.resolve() != self.sandbox_dir.resolve():
+                sandbox = LocalSandbox(self.sandbox_name)
+                if sandbox.dir.resolve() != self.sandbox_dir.resolve():
                     raise BackendError(f"sandbox {self.sandbox_name!r} does not live in {self.sandbox_dir}")
-                self._faults = LocalFaultControl(backend, self._endpoints, jobs)
+                self._faults = LocalFaultControl(sandbox, self._endpoints, jobs)
             return self._faults
 
     # ------------------------------------------------- sources, flows, config store, environments
@@ -152,10 +158,9 @@ class LocalRuntime(ServiceClients):
     @property
     def sources(self) -> LocalSourceHosting:
         """The API source and PostgreSQL as on-demand processes of the sandbox."""
-        from mlsandbox.backends.local.backend import LocalBackend
         from mlsandbox.backends.local.sources import LocalSourceHosting
 
-        return LocalSourceHosting(LocalBackend(self.sandbox_name), journal=self.journal)
+        return LocalSourceHosting(LocalSandbox(self.sandbox_name), journal=self.journal)
 
     @property
     def flows(self) -> JournaledFlows:

@@ -42,16 +42,16 @@ from mlsandbox.errors import NotRunningError, ServiceStartError
 
 from . import services as svc
 from . import supervisor
-from .backend import (
+from .faults.journal import Journal, UndoApiDataset, UndoDatabase
+from .sandbox import (
     LOG_TAIL_LINES,
     STOP_TIMEOUT_S,
-    LocalBackend,
+    LocalSandbox,
     ServiceRecord,
     read_state,
     sandbox_lock,
     write_state,
 )
-from .faults.journal import Journal, UndoApiDataset, UndoDatabase
 
 START_TIMEOUT_S = 60.0
 log = logging.getLogger(__name__)
@@ -60,13 +60,13 @@ log = logging.getLogger(__name__)
 class SourceServices:
     """The on-demand source services of one running local sandbox."""
 
-    def __init__(self, backend: LocalBackend) -> None:
+    def __init__(self, backend: LocalSandbox) -> None:
         self.backend = backend
         self.layout = backend.layout
 
     @classmethod
     def of(cls, sandbox_name: str) -> SourceServices:
-        return cls(LocalBackend(sandbox_name))
+        return cls(LocalSandbox(sandbox_name))
 
     # ----------------------------------------------------------------------------------- settings
 
@@ -314,7 +314,7 @@ class LocalSourceHosting:
     what an episode publishes and the databases it creates are journaled until its ``close`` removed them
     (the garbage collector removes those of a process that died)."""
 
-    def __init__(self, backend: LocalBackend, journal: Journal | None = None) -> None:
+    def __init__(self, backend: LocalSandbox, journal: Journal | None = None) -> None:
         self.backend = backend
         self.journal = journal
 

@@ -248,9 +248,18 @@ class LocalEnvironments:
     def for_serving(self, env: EnvironmentInfo) -> EnvironmentInfo:
         if env.key == DEFAULT_KEY:
             return env
-        from mlsandbox.backends.local.serving.processes import server_requirements
-
         return self.build([*env.requirements, *server_requirements()])
+
+
+SERVER_PACKAGES = ("prometheus-client", "orjson", "httpx", "uvloop", "httptools", "fastapi", "uvicorn")
+"""What the model server imports besides what every environment has (MLflow, pandas, scikit-learn)."""
+
+
+def server_requirements() -> list[str]:
+    """The model server's packages pinned to the versions the sandbox itself runs it with."""
+    from importlib.metadata import version
+
+    return [f"{dist}=={version(dist)}" for dist in SERVER_PACKAGES]
 
 
 def _model(info: EnvInfo) -> EnvironmentInfo:

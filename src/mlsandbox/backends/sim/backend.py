@@ -17,7 +17,6 @@ from pydantic import Field
 
 from mlsandbox.backends.protocols import AuditLog, BackendConfig, ServiceStatus, Support
 from mlsandbox.backends.sim.audit import MemoryAuditLog
-from mlsandbox.backends.sim.calibration import load_calibration
 from mlsandbox.backends.sim.clock import VirtualClock
 from mlsandbox.backends.sim.config import MemoryConfigStore
 from mlsandbox.backends.sim.environments import SimEnvironments
@@ -29,6 +28,7 @@ from mlsandbox.backends.sim.sources import SimSourceHosting
 from mlsandbox.backends.sim.storage import MemoryObjectStore
 from mlsandbox.backends.sim.tracking import MemoryTracking
 from mlsandbox.backends.sim.world import SERVICES, SimWorld, addresses_for
+from mlsandbox.calibration.shipped import load_calibration
 from mlsandbox.errors import NotRunningError
 
 BACKEND = "sim"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar, cast
 
-from mlsandbox.backends.sim.calibration.model import AlgorithmModel, Calibration, FailureMode, LinearModel
+from mlsandbox.calibration.model import AlgorithmModel, Calibration, FailureMode, LinearModel
 
 _R = TypeVar("_R")
 

@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlsandbox.backends.sim.calibration.model import Calibration
 from mlsandbox.backends.sim.clock import VirtualClock
+from mlsandbox.calibration.model import Calibration
 from mlsandbox.errors import BackendError
 
 ServiceState = Literal["running", "killed", "frozen"]

@@ -58,6 +58,7 @@ from mlsandbox.backends.local.faults.service_control import LocalServiceControl
 from mlsandbox.backends.local.faults.toxiproxy import ToxiproxyControl, undo_network
 from mlsandbox.backends.local.gc_report import GcItem, GcKind
 from mlsandbox.backends.local.jobs import OWNER_ENV, LocalJobs, choose_limits, owner_marker
+from mlsandbox.backends.local.sandbox import LocalSandbox
 from mlsandbox.backends.protocols import NETWORK_FAULTS, Endpoints, HttpFault
 from mlsandbox.errors import BackendError, Unsupported
 
@@ -94,12 +95,12 @@ def _limits_note(limits: str, note: str = "") -> dict[str, str]:
 class LocalFaultControl:
     """The :class:`~mlsandbox.backends.protocols.FaultControl` of a local sandbox (see the module)."""
 
-    def __init__(self, backend: Any, client_endpoints: Endpoints, jobs: LocalJobs) -> None:
-        self.backend = backend  # a LocalBackend (not imported: it imports this module's package)
+    def __init__(self, backend: LocalSandbox, client_endpoints: Endpoints, jobs: LocalJobs) -> None:
+        self.backend = backend
         self.journal = Journal(backend.dir)
         self.jobs = jobs
         self._services = LocalServiceControl(backend, self.journal, client_endpoints)
-        state = backend._running_state()
+        state = backend.running_state()
         url = svc.toxiproxy_url(state.ports)
         self._network = ToxiproxyControl(url, self.journal) if url else None
         self._direct = state.endpoints
@@ -220,7 +221,7 @@ class LocalFaultControl:
             (key, entry) for key, entry in self.journal.entries().items() if not isinstance(entry, MADE)
         ]
         entries.sort(key=lambda kv: not isinstance(kv[1], UndoFrozen))
-        state = self.backend._running_state()
+        state = self.backend.running_state()
         for key, entry in entries:
             try:
                 if isinstance(entry, UndoKilled):
@@ -262,7 +263,7 @@ def unavailable_here() -> dict[str, str]:
 
 def undo_entry(entry: Any, state: Any) -> str:
     """Undo one journal entry on the sandbox whose state is ``state`` (a
-    :class:`~mlsandbox.backends.local.backend.SandboxState`); what was done. A killed service is left to
+    :class:`~mlsandbox.backends.local.sandbox.SandboxState`); what was done. A killed service is left to
     a restart (:func:`undo_stale_journals` restarts those of a gone process)."""
     from mlsandbox.backends.local import episode_journal as made
     from mlsandbox.paths import sandbox_dir
@@ -374,9 +375,7 @@ def _describe(entry: Any) -> tuple[GcKind, str]:
 def _restart_killed(service: str, state: Any) -> str:
     """Start a service that a gone process killed as a fault (it would otherwise stay down), and wait
     until it answers; its data and port are the same."""
-    from mlsandbox.backends.local.backend import LocalBackend
-
-    backend = LocalBackend(state.name)
+    backend = LocalSandbox(state.name)
     if service in svc.SOURCE_SERVICES:
         from mlsandbox.backends.local.sources import SourceServices
 

@@ -22,6 +22,7 @@ from mlsandbox import httpclients
 from mlsandbox.backends.local import services as svc
 from mlsandbox.backends.local import supervisor
 from mlsandbox.backends.local.faults.journal import Journal, UndoFrozen, UndoKilled
+from mlsandbox.backends.local.sandbox import LocalSandbox, SandboxState
 from mlsandbox.backends.local.supervisor import ProcessRecord
 from mlsandbox.backends.protocols import Endpoints, ServiceHealth
 from mlsandbox.errors import BackendError
@@ -32,13 +33,13 @@ PROBE_TIMEOUT_S = 5.0
 class LocalServiceControl:
     """Kill, freeze, thaw, restart, probe and read the logs of a local sandbox's services."""
 
-    def __init__(self, backend: Any, journal: Journal, client_endpoints: Endpoints) -> None:
-        self.backend = backend  # a LocalBackend (not imported: it imports this module's package)
+    def __init__(self, backend: LocalSandbox, journal: Journal, client_endpoints: Endpoints) -> None:
+        self.backend = backend
         self.journal = journal
         self.client_endpoints = client_endpoints
 
-    def _state(self) -> Any:
-        return self.backend._running_state()
+    def _state(self) -> SandboxState:
+        return self.backend.running_state()
 
     def names(self) -> list[str]:
         """The core services, plus the data-source servers (PostgreSQL, the API source) once started."""
@@ -46,9 +47,7 @@ class LocalServiceControl:
         return [*state.service_names(), *(n for n in svc.SOURCE_SERVICES if n in state.services)]
 
     def _sources(self) -> Any:
-        from mlsandbox.backends.local.sources import (
-            SourceServices,  # imports the backend module, which imports this package
-        )
+        from mlsandbox.backends.local.sources import SourceServices
 
         return SourceServices(self.backend)
 

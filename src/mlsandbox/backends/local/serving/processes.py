@@ -45,6 +45,7 @@ from mlsandbox.backends.local.jobs import (
     Cgroup,
     choose_limits,
 )
+from mlsandbox.backends.local.sandbox import home_key
 from mlsandbox.backends.protocols import Endpoints
 from mlsandbox.backends.protocols.serving import ServingError
 from mlsandbox.workloads.contract import endpoint_env, thread_env
@@ -101,17 +102,6 @@ class ServingProcess:
         return supervisor.get_process(self.record)
 
 
-SERVER_PACKAGES = ("prometheus-client", "orjson", "httpx", "uvloop", "httptools", "fastapi", "uvicorn")
-"""What the model server imports besides what every environment has (MLflow, pandas, scikit-learn)."""
-
-
-def server_requirements() -> list[str]:
-    """The model server's packages pinned to the versions the sandbox itself runs it with."""
-    from importlib.metadata import version
-
-    return [f"{dist}=={version(dist)}" for dist in SERVER_PACKAGES]
-
-
 def owner_marker() -> str:
     return f"{os.getpid()}-{supervisor.start_ticks(os.getpid())}"
 
@@ -124,8 +114,6 @@ class ProcessHost:
     """Starts, waits for and stops the serving processes of one episode."""
 
     def __init__(self, sandbox_dir: Path, sandbox_name: str, endpoints: Endpoints, episode_id: str) -> None:
-        from mlsandbox.backends.local.backend import home_key
-
         self.root = Path(sandbox_dir) / "serving" / episode_id
         self.sandbox_name = sandbox_name
         self.home = home_key()

@@ -1,4 +1,5 @@
-"""The provisional calibration's figures and texts that the in-process sweep does not measure.
+"""The calibration the fit starts from when none ships (:func:`base_document`): figures and texts that a
+sweep of in-process fits alone (``mlsandbox calibrate --section fit``) does not measure.
 
 Texts are the lines the code paths print (the trainer's log lines, the job runner's notes, the flows'
 log messages, the clients' error messages as the backends wrap them), written here from that code:
@@ -10,6 +11,8 @@ the calibration's notes. ``mlsandbox calibrate`` replaces all of it with what re
 from __future__ import annotations
 
 from typing import Any
+
+from mlsandbox.calibration.plan import TRAINER_DEFAULTS
 
 
 def t(text: str) -> dict[str, Any]:
@@ -65,8 +68,6 @@ def _algorithm(estimator: str, accepts_missing: bool, parallel: float, rss_per_k
 
 def base_document() -> dict[str, Any]:
     """Everything but ``meta`` and the fitted parts (see the module docstring)."""
-    from mlsandbox.backends.sim.calibration.sweep import TRAINER_DEFAULTS
-
     algorithms = {
         "logistic_regression": _algorithm("LogisticRegression", False, 0.0, 2.0),
         "random_forest": _algorithm("RandomForestClassifier", True, 0.0, 6.0),

@@ -1,8 +1,8 @@
 """The shipped calibration of the ``sim`` backend (see :mod:`.model` for what it holds).
 
-One JSON document per synthetic-data generator version, ``generator-<GENERATOR_VERSION>.json`` in this
-directory; :func:`load_calibration` reads the one matching the running generator (or a file given by
-path: ``SimConfig.calibration``) and checks it against the schema.
+One JSON document per synthetic-data generator version, ``data/generator-<GENERATOR_VERSION>.json``
+next to this module; :func:`load_calibration` reads the one matching the running generator (or a file
+given by path: ``SimConfig.calibration``) and checks it against the schema.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from mlsandbox.backends.sim.calibration.model import Calibration
+from mlsandbox.calibration.model import Calibration
 from mlsandbox.data.tabular import GENERATOR_VERSION
 from mlsandbox.errors import ConfigError
 
-DIRECTORY = Path(__file__).resolve().parent
+DIRECTORY = Path(__file__).resolve().parent / "data"
+"""Where the package ships its calibrations."""
 
 
 def default_path(generator_version: int = GENERATOR_VERSION) -> Path:

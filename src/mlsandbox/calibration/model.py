@@ -1,11 +1,11 @@
 """The calibration the ``sim`` backend reads: what real runs on the ``local`` backend measured, fitted.
 
-One :class:`Calibration` document (JSON, shipped in the package under ``backends/sim/calibration/``,
-one file per data generator version: ``generator-<GENERATOR_VERSION>.json``) holds every figure and
-text the simulator uses instead of running something: how a training job's outcome (validation and
-holdout AUC), CPU-seconds, wall time and peak memory follow from its algorithm, hyperparameters,
-resources and the rows it reads; when and how a job fails (divergence, missing values, bad
-hyperparameters, out of memory, timeouts, unreachable services) and the log lines it leaves; how a
+One :class:`Calibration` document (JSON, shipped in the package under ``calibration/data/``, one
+file per data generator version: ``generator-<GENERATOR_VERSION>.json``, read by :mod:`.shipped`) holds
+every figure and text the simulator uses instead of running something: how a training job's outcome
+(validation and holdout AUC), CPU-seconds, wall time and peak memory follow from its algorithm,
+hyperparameters, resources and the rows it reads; when and how a job fails (divergence, missing values,
+bad hyperparameters, out of memory, timeouts, unreachable services) and the log lines it leaves; how a
 model server's latency grows with load; how long flow runs and their tasks take and what they log; how
 long each operation on a service takes; and the error texts the real services and clients produce.
 ``mlsandbox calibrate`` rebuilds it from a sweep of real jobs (``meta.command`` says how).
