@@ -129,6 +129,7 @@ class Gateway:
                 rt,
                 seed=self.seed,
                 supplied=self._packs.supplied("fault_behaviours", self),
+                addresses=[p.addresses for p in self.catalog.packs],
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(self)

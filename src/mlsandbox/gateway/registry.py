@@ -37,6 +37,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from mlsandbox.faultkinds import FAULT_TYPES
+from mlsandbox.scenario.perturbations import plugin_fault_types
+
 if TYPE_CHECKING:
     from mlsandbox.gateway.dispatcher import Gateway
 
@@ -83,6 +86,10 @@ class ActionPack:
     ``environments.build``): a backend that refuses it answers the action with an ``unsupported`` error,
     and ``mlsandbox tools --backend NAME`` marks it. An action absent here needs only what every backend
     has (the world's own services)."""
+    addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Action type -> the fault kinds it addresses (it looks at or acts on what such a fault breaks: the
+    first one of them after an injection is the fault's time to detect). The perturbation engine is given
+    these declarations; each fault's behaviour then checks the action is about its target."""
     origin: str = "builtin"
 
     @property
@@ -149,6 +156,16 @@ def _check_pack(pack: Any, where: str) -> ActionPack:
     if unknown:
         raise PackError(
             f"action pack {pack.name!r}: capabilities name actions it lacks: {', '.join(unknown)}"
+        )
+    unknown = sorted(set(pack.addresses) - set(pack.types))
+    if unknown:
+        raise PackError(f"action pack {pack.name!r}: addresses name actions it lacks: {', '.join(unknown)}")
+    unknown = sorted({k for named in pack.addresses.values() for k in named} - set(FAULT_TYPES))
+    if unknown:  # a plug-in's fault kinds, or none
+        unknown = sorted(set(unknown) - set(plugin_fault_types()))
+    if unknown:
+        raise PackError(
+            f"action pack {pack.name!r}: addresses name unknown fault kinds: {', '.join(unknown)}"
         )
     return pack
 

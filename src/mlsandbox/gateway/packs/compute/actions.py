@@ -93,4 +93,7 @@ PACK = ActionPack(
         "list_environments": "environments",
         "create_environment": "environments.build",
     },
+    addresses=dict.fromkeys(
+        ("list_machines", "request_resources", "release_resources", "cancel_job"), ("pool_shrink",)
+    ),
 )

@@ -47,4 +47,5 @@ PACK = ActionPack(
     read_only=frozenset({"get_config"}),
     destructive=frozenset({"set_config"}),
     capabilities={"get_config": "config", "set_config": "config"},
+    addresses=dict.fromkeys(("get_config", "set_config"), ("wrong_endpoint", "rotated_credentials")),
 )

@@ -214,6 +214,25 @@ CORE_MODELS: tuple[type[ActionModel], ...] = (
     Submit,
 )
 
+_SERVICE_FAULTS = (
+    "kill_service",
+    "freeze_service",
+    "restart_service",
+    "crash_loop",
+    "disk_full",
+    "latency",
+    "bandwidth",
+    "timeout",
+    "reset_peer",
+    "endpoint_down",
+    "cpu_contention",
+    "http_errors",
+)
+"""The fault kinds the service actions address: a service's, an endpoint's, the bucket's (on minio), an
+HTTP service's."""
+_JOB_FAULTS = ("memory_limit", "cpu_throttle", "job_timeout", "cpu_contention", "divergent_learning_rate")
+"""The fault kinds the job actions address (on the jobs they touched)."""
+
 PACK = ActionPack(
     name="core",
     models=CORE_MODELS,
@@ -236,6 +255,12 @@ PACK = ActionPack(
         "restart_service": "faults.services",
         "retry_job": "jobs",
         "set_job_resources": "jobs.set_resources",
+    },
+    addresses={
+        **dict.fromkeys(("get_service_health", "restart_service"), _SERVICE_FAULTS),
+        **dict.fromkeys(("get_job", "retry_job", "set_job_resources"), _JOB_FAULTS),
+        "get_logs": tuple(dict.fromkeys((*_SERVICE_FAULTS, *_JOB_FAULTS))),
+        **dict.fromkeys(("check_data_quality", "clean_dataset"), ("missing_column",)),
     },
 )
 

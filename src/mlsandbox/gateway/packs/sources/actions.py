@@ -106,4 +106,8 @@ PACK = ActionPack(
         **dict.fromkeys(("list_sources", "preview_source", "ingest_source"), "sources"),
         **dict.fromkeys(("sample_dataset", "schema_diff", "drift_check"), "object_store"),
     },
+    addresses=dict.fromkeys(
+        ("preview_source", "ingest_source"),
+        ("late_batch", "missing_batch", "schema_change", "database_down", "rotated_credentials"),
+    ),
 )
