@@ -1,6 +1,7 @@
 """What each fault of the catalog does: ``inject``/``recover`` (both idempotent), its per-step effect, how
-it changes jobs started while it is active, which agent actions address it, and when its symptom is gone. Each fault kind names its behaviour class
-in its declaration (:mod:`mlsandbox.faultkinds`); :data:`BEHAVIOURS` is derived from those.
+it changes jobs started while it is active, which agent actions address it, and when its symptom is gone.
+Each fault kind names its behaviour class in its declaration (:mod:`mlsandbox.faultkinds`);
+:data:`BEHAVIOURS` is derived from those.
 
 The mechanisms themselves belong to the backend: behaviours call the declared operations of
 :class:`~mlsandbox.backends.protocols.FaultControl` (``ctx.control``, the runtime's ``faults``) and of the
