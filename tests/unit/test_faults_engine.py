@@ -22,6 +22,7 @@ from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.errors import ScenarioError
 from mlsandbox.faults.behaviours import BEHAVIOURS, FaultContext, behaviour_for
 from mlsandbox.faults.engine import PerturbationEngine, UnavailableFaultError
+from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.scenario.loader import parse_scenario
 from mlsandbox.scenario.perturbations import FAULT_TYPES, config_prefix
 from mlsandbox.workloads import fault_hook
@@ -34,6 +35,7 @@ def _engine(
     sc = parse_scenario(_with_plan(plan))
     rt = runtime or FakeRuntime(control or FakeControl(refuse={}))
     st = EpisodeState(episode_id="7-abc", scenario=sc, seed=7, sandbox="t", started_at=rt.clock.time())
+    kw.setdefault("addresses", [p.addresses for p in get_catalog().packs])  # what the gateway hands over
     eng = PerturbationEngine(list(sc.perturbations), st, rt, seed=7, **kw)
     return eng, st, rt
 

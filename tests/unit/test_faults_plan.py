@@ -11,6 +11,7 @@ from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.errors import ScenarioError
 from mlsandbox.faults.curriculum import LEVELS, apply_level
 from mlsandbox.faults.engine import PerturbationEngine, draw, preview_schedule
+from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.loader import parse_scenario
 from mlsandbox.scenario.perturbations import Perturbation
@@ -91,7 +92,14 @@ def _engine(
     sc = parse_scenario(_with_plan(plan, max_steps=max_steps))
     rt = FakeRuntime()
     st = EpisodeState(episode_id="e1", scenario=sc, seed=seed, sandbox="t", started_at=rt.clock.time())
-    eng = PerturbationEngine(list(sc.perturbations), st, rt, seed=seed, strict=strict)  # type: ignore[arg-type]
+    eng = PerturbationEngine(
+        list(sc.perturbations),
+        st,
+        rt,  # type: ignore[arg-type]
+        seed=seed,
+        strict=strict,
+        addresses=[p.addresses for p in get_catalog().packs],  # what the gateway hands over
+    )
     return eng, st, rt.faults
 
 

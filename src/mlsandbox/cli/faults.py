@@ -65,7 +65,7 @@ def curriculum_show(
 def catalog_rows(support: Support) -> list[dict[str, object]]:
     """Every fault type of the catalog with what ``support`` says of it: ``available`` (``yes``, ``no``,
     or ``partly`` when only some of its target kinds are refused) and the reason per refused target."""
-    from mlsandbox.scenario.perturbations import FAULT_MODELS, refusal
+    from mlsandbox.faultkinds import FAULT_MODELS, refusal
 
     rows: list[dict[str, object]] = []
     for model in FAULT_MODELS:

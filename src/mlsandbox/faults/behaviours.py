@@ -1,5 +1,7 @@
 """What each fault of the catalog does: ``inject``/``recover`` (both idempotent), its per-step effect, how
 it changes jobs started while it is active, which agent actions address it, and when its symptom is gone.
+Each fault kind names its behaviour class in its declaration (:mod:`mlsandbox.faultkinds`);
+:data:`BEHAVIOURS` is derived from those.
 
 The mechanisms themselves belong to the backend: behaviours call the declared operations of
 :class:`~mlsandbox.backends.protocols.FaultControl` (``ctx.control``, the runtime's ``faults``) and of the
@@ -8,8 +10,10 @@ store, the config faults through its config store; a pool shrink through the epi
 (:mod:`mlsandbox.world.compute`). A mechanism the backend refuses
 (:class:`~mlsandbox.errors.Unsupported`) makes the fault unavailable, with the backend's reason. Faults on a data source (``source:NAME``) need a
 mechanism of the layer above: whoever makes the engine supplies a :data:`Supplied` registry of behaviours
-for them (the gateway's sources pack does); without one they are unavailable. Nothing here is shown to
-the agent: it sees symptoms only.
+for them (the gateway's sources pack does); without one they are unavailable. Which action types address
+a fault kind is declared by the action packs and handed to the engine (:data:`Addresses`); a behaviour
+only checks that the action is about its target (the service, the job, the config key it acts on).
+Nothing here is shown to the agent: it sees symptoms only.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import json
 import logging
 import secrets
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -33,6 +37,7 @@ from mlsandbox.backends.protocols import (
 )
 from mlsandbox.data.formats import from_bytes, to_bytes
 from mlsandbox.errors import Unsupported
+from mlsandbox.faultkinds import BY_NAME, KINDS, NetworkEffect
 from mlsandbox.scenario import perturbations as P
 from mlsandbox.world.compute import Pool
 from mlsandbox.world.episode import EpisodeState
@@ -40,11 +45,22 @@ from mlsandbox.world.episode import EpisodeState
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-SERVICE_ACTIONS = ("get_service_health", "get_logs", "restart_service")
-CONFIG_ACTIONS = ("get_config", "set_config")
 LEARNING_RATE_PARAMS: dict[str, str] = {"mlp": "learning_rate_init"}
 """Trainer algorithms with a learning rate, and the name of its hyperparameter."""
-JOB_ACTIONS = ("get_job", "get_logs", "retry_job", "set_job_resources")
+
+Addresses = Mapping[str, Sequence[str]]
+"""What an action pack declares (its ``addresses``): action type -> the fault kinds it addresses (looks
+at or acts on the faulty component of)."""
+
+
+def addressed_by(declarations: Iterable[Addresses]) -> dict[str, frozenset[str]]:
+    """Fault kind -> the action types addressing it, from the packs' declarations."""
+    out: dict[str, set[str]] = {}
+    for declared in declarations:
+        for action_type, kinds in declared.items():
+            for kind in kinds:
+                out.setdefault(kind, set()).add(action_type)
+    return {kind: frozenset(actions) for kind, actions in out.items()}
 
 
 @dataclass
@@ -83,6 +99,8 @@ class Behaviour:
         """Agent-visible job ids this fault touched (for detection)."""
         self.injected_step: int | None = None
         """The step at whose boundary the engine injected it."""
+        self.addressed_by: frozenset[str] = frozenset()
+        """The action types declared to address this fault's kind (:func:`behaviour_for` sets them)."""
 
     @property
     def target_name(self) -> str:
@@ -98,8 +116,15 @@ class Behaviour:
         return spec
 
     def addresses(self, action: dict[str, Any]) -> bool:
-        """Whether the agent's action looks at or acts on the faulty component."""
+        """Whether the agent's action looks at or acts on the faulty component: an action type declared
+        to address the fault's kind (:attr:`addressed_by`), about the fault's target."""
         return False
+
+    def _declared(self, action: dict[str, Any]) -> bool:
+        return action.get("type") in self.addressed_by
+
+    def _about_service(self, action: dict[str, Any], service: str) -> bool:
+        return self._declared(action) and _service_arg(action) == service
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
         """Whether the symptom has gone while the fault is still injected (the agent mitigated it)."""
@@ -118,7 +143,7 @@ def _service_arg(action: dict[str, Any]) -> str | None:
 
 class _ServiceBehaviour(Behaviour):
     def addresses(self, action: dict[str, Any]) -> bool:
-        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+        return self._about_service(action, self.target_name)
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
         return ctx.control.services.health(self.target_name, timeout=1.0).healthy
@@ -165,9 +190,10 @@ class CrashLoop(KillService):
 
 class _JobBehaviour(Behaviour):
     def addresses(self, action: dict[str, Any]) -> bool:
-        return action.get("type") in JOB_ACTIONS and (
-            action.get("job_id") in self.affected_jobs or action.get("target") in self.affected_jobs
-        )
+        return self._declared(action) and self._about_affected_job(action)
+
+    def _about_affected_job(self, action: dict[str, Any]) -> bool:
+        return action.get("job_id") in self.affected_jobs or action.get("target") in self.affected_jobs
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
         """A job started after the injection succeeded."""
@@ -243,21 +269,16 @@ class DiskFull(Behaviour):
         ctx.control.set_bucket_quota(ctx.state.bucket, None)
 
     def addresses(self, action: dict[str, Any]) -> bool:
-        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == "minio"
+        return self._about_service(action, "minio")
 
 
 # ------------------------------------------------------------------------------------------------- network
 
 
-_TOXICS: dict[str, tuple[str, dict[str, str]]] = {
-    "latency": ("latency", {"latency": "latency_ms", "jitter": "jitter_ms"}),
-    "bandwidth": ("bandwidth", {"rate": "rate_kbps"}),
-    "timeout": ("timeout", {"timeout": "timeout_ms"}),
-    "reset_peer": ("reset_peer", {"timeout": "timeout_ms"}),
-}
-
-
 class Network(Behaviour):
+    """A network fault on an endpoint: its kind's toxic, or the endpoint's proxy disabled
+    (:attr:`~mlsandbox.faultkinds.FaultKind.network`)."""
+
     @property
     def toxic_name(self) -> str:
         return f"mlsandbox-{self.entry.name}"
@@ -265,24 +286,30 @@ class Network(Behaviour):
     def _network(self, ctx: FaultContext) -> NetworkControl:
         return _supported(lambda: ctx.control.network)
 
+    @property
+    def effect(self) -> NetworkEffect:
+        effect = BY_NAME[self.fault.type].network
+        assert effect is not None, f"fault kind {self.fault.type!r} declares no network effect"
+        return effect
+
     def inject(self, ctx: FaultContext) -> None:
         net = self._network(ctx)
-        if self.fault.type == "endpoint_down":
+        effect = self.effect
+        if effect.toxic is None:
             net.set_enabled(self.target_name, False)
             return
-        kind, attrs = _TOXICS[self.fault.type]
-        values = {k: getattr(self.fault, v) for k, v in attrs.items()}
-        net.add_toxic(self.target_name, self.toxic_name, kind, values, stream=self.fault.stream)
+        values = {k: getattr(self.fault, v) for k, v in effect.attributes.items()}
+        net.add_toxic(self.target_name, self.toxic_name, effect.toxic, values, stream=self.fault.stream)
 
     def recover(self, ctx: FaultContext) -> None:
         net = self._network(ctx)
-        if self.fault.type == "endpoint_down":
+        if self.effect.toxic is None:
             net.set_enabled(self.target_name, True)
         else:
             net.remove_toxic(self.target_name, self.toxic_name)
 
     def addresses(self, action: dict[str, Any]) -> bool:
-        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+        return self._about_service(action, self.target_name)
 
 
 # ---------------------------------------------------------------------------------------------------- task
@@ -328,7 +355,7 @@ class MissingColumn(_JobBehaviour):
 
     def addresses(self, action: dict[str, Any]) -> bool:
         dataset = action.get("dataset")
-        return action.get("type") in ("check_data_quality", "clean_dataset") and dataset in self.originals
+        return self._declared(action) and dataset in self.originals
 
 
 # ---------------------------------------------------------------------------------------------- contention
@@ -373,7 +400,7 @@ class CpuContention(_JobBehaviour):
 
     def addresses(self, action: dict[str, Any]) -> bool:
         if self.entry.target_kind == "service":
-            return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+            return self._about_service(action, self.target_name)
         return super().addresses(action)
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
@@ -401,7 +428,7 @@ class HttpErrors(Behaviour):
         ctx.control.clear_http_fault(self.target_name, episode_id=ctx.state.episode_id)
 
     def addresses(self, action: dict[str, Any]) -> bool:
-        return action.get("type") in SERVICE_ACTIONS and _service_arg(action) == self.target_name
+        return self._about_service(action, self.target_name)
 
 
 # -------------------------------------------------------------------------------------------------- config
@@ -453,7 +480,7 @@ class ConfigValue(Behaviour):
             store.set(name, self.original)
 
     def addresses(self, action: dict[str, Any]) -> bool:
-        return action.get("type") in CONFIG_ACTIONS and action.get("key") == self.target_name
+        return self._declared(action) and action.get("key") == self.target_name
 
     def symptom_gone(self, ctx: FaultContext) -> bool:
         return self.original is not None and self._store(ctx).get(self._name(ctx)) == self.original
@@ -486,9 +513,6 @@ class DivergentLearningRate(_JobBehaviour):
 
 
 # ---------------------------------------------------------------------------------------------- pool
-
-
-POOL_ACTIONS = ("list_machines", "request_resources", "release_resources", "cancel_job")
 
 
 class PoolShrink(_JobBehaviour):
@@ -535,7 +559,8 @@ class PoolShrink(_JobBehaviour):
         self.taken = None
 
     def addresses(self, action: dict[str, Any]) -> bool:
-        return action.get("type") in POOL_ACTIONS or super().addresses(action)
+        """An action declared to address it (the pool's), or any action about a job it held back."""
+        return self._declared(action) or self._about_affected_job(action)
 
 
 # ------------------------------------------------------------------------------------------ supplied
@@ -557,34 +582,16 @@ Supplied = Mapping[tuple[str, str], BehaviourFactory]
 :data:`~mlsandbox.scenario.perturbations.SUPPLIED_TARGET_KINDS`."""
 
 
-BEHAVIOURS: dict[str, type[Behaviour]] = {
-    "kill_service": KillService,
-    "freeze_service": FreezeService,
-    "restart_service": RestartService,
-    "crash_loop": CrashLoop,
-    "memory_limit": MemoryLimit,
-    "cpu_throttle": CpuThrottle,
-    "disk_full": DiskFull,
-    "latency": Network,
-    "bandwidth": Network,
-    "timeout": Network,
-    "reset_peer": Network,
-    "endpoint_down": Network,
-    "missing_column": MissingColumn,
-    "job_timeout": JobTimeout,
-    "cpu_contention": CpuContention,
-    "http_errors": HttpErrors,
-    "wrong_endpoint": ConfigValue,
-    "rotated_credentials": ConfigValue,
-    "divergent_learning_rate": DivergentLearningRate,
-    "late_batch": NotSupplied,
-    "missing_batch": NotSupplied,
-    "schema_change": NotSupplied,
-    "database_down": NotSupplied,
-    "pool_shrink": PoolShrink,
-}
-"""The engine's own behaviour of each fault type (:class:`NotSupplied` where only a supplied one works)."""
-assert set(BEHAVIOURS) == set(P.FAULT_TYPES), "every fault of the catalog has a behaviour"
+def _behaviour_class(name: str) -> type[Behaviour]:
+    found = globals().get(name)
+    if not (isinstance(found, type) and issubclass(found, Behaviour)):
+        raise LookupError(f"no behaviour class {name!r} in {__name__}")
+    return found
+
+
+BEHAVIOURS: dict[str, type[Behaviour]] = {k.name: _behaviour_class(k.behaviour) for k in KINDS}
+"""The engine's own behaviour of each fault kind, as its declaration names it (:class:`NotSupplied` where
+only a supplied one works)."""
 
 
 def supplied_missing(entry: P.Perturbation, supplied: Supplied | None) -> bool:
@@ -594,7 +601,19 @@ def supplied_missing(entry: P.Perturbation, supplied: Supplied | None) -> bool:
     )
 
 
-def behaviour_for(entry: P.Perturbation, supplied: Supplied | None = None) -> Behaviour:
+def behaviour_for(
+    entry: P.Perturbation,
+    supplied: Supplied | None = None,
+    addressed: Mapping[str, frozenset[str]] | None = None,
+) -> Behaviour:
+    """The behaviour of ``entry``'s fault: a supplied one, a plug-in's, or the engine's own; ``addressed``
+    (fault kind -> action types, :func:`addressed_by`) says which actions address it."""
+    behaviour = _make(entry, supplied)
+    behaviour.addressed_by = (addressed or {}).get(entry.fault.type, frozenset())
+    return behaviour
+
+
+def _make(entry: P.Perturbation, supplied: Supplied | None) -> Behaviour:
     factory = (supplied or {}).get((entry.fault.type, entry.target_kind))
     if factory is not None:
         return factory(entry)

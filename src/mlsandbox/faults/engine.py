@@ -5,7 +5,8 @@ carried out. A tick (1) notices faults whose symptom the agent made go away (a k
 a job that succeeded after a limit was cut) — a ``manual`` fault then counts as mitigated and is over;
 (2) recovers faults whose duration has run out (``auto``); (3) lets active faults act again (a crash loop
 kills the service it finds up); (4) injects the entries whose trigger fires. :meth:`observe_action` records
-the first action that addresses each fault (time to detect). :meth:`recover_all` undoes everything (episode
+the first action that addresses each fault (time to detect): the action packs declare which action types
+address which fault kinds, and whoever makes the engine hands their declarations over (``addresses``). :meth:`recover_all` undoes everything (episode
 end, close, reset); every ``inject``/``recover`` is idempotent and a failing one never breaks a step.
 
 Triggers are deterministic by seed: the draw of a probability trigger at step ``s`` is a function of
@@ -33,16 +34,20 @@ import hashlib
 import logging
 import random
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mlsandbox.backends.protocols import FaultControl, JobSpec, Runtime, Support, Ticker
 from mlsandbox.errors import ConfigError, Unsupported
+from mlsandbox.faultkinds import refusal
 from mlsandbox.faults.behaviours import (
+    Addresses,
     Behaviour,
     FaultContext,
     FaultUnavailable,
     Supplied,
+    addressed_by,
     behaviour_for,
     supplied_missing,
 )
@@ -133,14 +138,19 @@ class PerturbationEngine:
         timer: bool = True,
         supplied: Supplied | None = None,
         pool: Pool | None = None,
+        addresses: Iterable[Addresses] = (),
     ) -> None:
         """``control``: the fault mechanisms to use (default: ``runtime.faults``). ``timer``: time
         triggers and second durations also act between steps (tickers of ``runtime.clock``); without it
         only at step boundaries. ``supplied``: behaviours of faults whose mechanism lives above this
         layer, keyed by (fault type, target kind) (see :data:`~mlsandbox.faults.behaviours.Supplied`).
-        ``pool``: the episode's compute pool (what a ``pool_shrink`` fault acts on; None: it has none)."""
+        ``pool``: the episode's compute pool (what a ``pool_shrink`` fault acts on; None: it has none).
+        ``addresses``: the action packs' declarations of the fault kinds their actions address (see
+        :data:`~mlsandbox.faults.behaviours.Addresses`); without them no action addresses a fault."""
         self.state = state
         self.supplied: Supplied = dict(supplied or {})
+        self.addressed = addressed_by(addresses)
+        """Fault kind -> the action types addressing it."""
         self.seed = seed
         self.clock = runtime.clock
         self.control = runtime.faults if control is None else control
@@ -156,7 +166,7 @@ class PerturbationEngine:
         self._unavailable: dict[str, str] = {}
         """Entry name -> why its fault cannot be made real here."""
         for entry in plan:
-            why = P.unsupported_reason(entry, self.support)
+            why = refusal(entry.fault.type, entry.target_kind, self.support)
             if why is not None:
                 self._unavailable[entry.name] = why
         if strict:
@@ -371,7 +381,7 @@ class PerturbationEngine:
         self.records.append(rec)
         self.state.ground_truth.faults.append(rec)
         slot.record = rec
-        beh = behaviour_for(entry, self.supplied)
+        beh = behaviour_for(entry, self.supplied, self.addressed)
         beh.injected_step = self.state.step
         if entry.name in self._unavailable:
             rec.error = f"unavailable: {self._unavailable[entry.name]}"

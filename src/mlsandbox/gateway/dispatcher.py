@@ -136,6 +136,7 @@ class Gateway:
                 seed=self.seed,
                 supplied=self._packs.supplied("fault_behaviours", ctx),
                 pool=self.pool,
+                addresses=[p.addresses for p in self.catalog.packs],
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(ctx)

@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from mlsandbox.faultkinds import FAULT_TYPES
 from mlsandbox.plugins import entry_points_of, load_plugin, plugin_origin
+from mlsandbox.scenario.perturbations import plugin_fault_types
 
 if TYPE_CHECKING:
     from mlsandbox.gateway.context import EpisodeContext, Handler, Hook, Supplier
@@ -93,6 +95,10 @@ class PackAction:
     """The action may destroy or interrupt something (MCP destructive hint)."""
     handler: str | None = None
     """The name of its handler in the pack's implementation module (default ``handle_<type>``)."""
+    addresses: tuple[str, ...] = ()
+    """The fault kinds the action addresses (it looks at or acts on what such a fault breaks: the first
+    one of them after an injection is the fault's time to detect). The perturbation engine is given these
+    declarations; each fault's behaviour then checks the action is about its target."""
 
     @property
     def type(self) -> str:
@@ -137,6 +143,11 @@ class ActionPack:
     def capabilities(self) -> Mapping[str, str]:
         """Action type -> the Runtime capability it needs (actions that need none are absent)."""
         return {a.type: a.capability for a in self.actions if a.capability is not None}
+
+    @property
+    def addresses(self) -> Mapping[str, tuple[str, ...]]:
+        """Action type -> the fault kinds it addresses (actions that address none are absent)."""
+        return {a.type: a.addresses for a in self.actions if a.addresses}
 
     def action(self, action_type: str) -> PackAction:
         for a in self.actions:
@@ -204,6 +215,13 @@ def _check_pack(pack: Any, where: str) -> ActionPack:
         if f is None or not isinstance(f.default, str):
             name = getattr(m, "__name__", repr(m))
             raise PackError(f"action pack {pack.name!r}: model {name} has no literal 'type' field")
+    unknown = sorted({k for named in pack.addresses.values() for k in named} - set(FAULT_TYPES))
+    if unknown:  # a plug-in's fault kinds, or none
+        unknown = sorted(set(unknown) - set(plugin_fault_types()))
+    if unknown:
+        raise PackError(
+            f"action pack {pack.name!r}: addresses name unknown fault kinds: {', '.join(unknown)}"
+        )
     return pack
 
 

@@ -14,7 +14,9 @@ A plan is a list of :class:`Perturbation` entries inside a scenario (``perturbat
                                            #   mitigate it (the sandbox still undoes it at episode end)
 
 Only the models live here (the scenario layer parses and validates plans); the perturbation engine in
-:mod:`mlsandbox.faults` gives them effect. Every model forbids unknown fields; every fault has a ``type``.
+:mod:`mlsandbox.faults` gives them effect. The faults' parameters models are declared with their fault
+kinds (:mod:`mlsandbox.faultkinds`). Every model forbids unknown fields; every fault
+has a ``type``.
 Faults on a data source (``source:NAME``, a source the scenario declares under ``sources:``) act through
 mechanisms of the layer above the engine: the gateway's sources pack supplies them to the engine
 (:data:`SUPPLIED_TARGET_KINDS`).
@@ -26,12 +28,15 @@ import builtins
 import logging
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-if TYPE_CHECKING:
-    from mlsandbox.backends.protocols import Support
+from mlsandbox.faultkinds import FAULT_MODELS, FAULT_TYPES, SOURCE_KINDS, FaultParams, TargetKind
+from mlsandbox.faultkinds.base import SOURCE_NAME_RE
+from mlsandbox.faultkinds.data import LateBatchFault, SchemaChangeFault, _LakeBatchFault
+from mlsandbox.faultkinds.resources import PoolShrinkFault
+from mlsandbox.faultkinds.task import MissingColumnFault
 
 SERVICES: tuple[str, ...] = ("minio", "mlflow", "prefect-server", "prefect-worker")
 """Services a service fault may target."""
@@ -58,13 +63,11 @@ def config_prefix(episode_id: str) -> str:
 
 CONDITIONS: tuple[str, ...] = ("job_submitted", "job_running", "job_succeeded", "model_registered")
 """Conditions on episode state a ``when: {condition: ...}`` trigger may wait for."""
-TargetKind = Literal["service", "endpoint", "jobs", "bucket", "dataset", "config", "http", "source", "pool"]
 SUPPLIED_TARGET_KINDS: frozenset[str] = frozenset({"source"})
 """Target kinds whose fault mechanisms live above the fault engine (the gateway supplies them when it
 makes the engine); a plan using them runs only on an engine given those mechanisms."""
 _HTTP_NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 _log = logging.getLogger(__name__)
-_SOURCE_NAME_RE = r"^[a-z][a-z0-9_]{0,39}$"
 
 
 class _Model(BaseModel):
@@ -148,331 +151,11 @@ class Duration(_Model):
 # ---------------------------------------------------------------------------------------------- faults
 
 
-class _Fault(_Model):
-    targets: ClassVar[tuple[TargetKind, ...]] = ()
-    """Target kinds this fault acts on."""
-    default_target: ClassVar[str | None] = None
-    category: ClassVar[str] = ""
-    instant: ClassVar[bool] = False
-    """An instant fault (a restart) has no duration: it happens and is over."""
-
-
-class KillServiceFault(_Fault):
-    """SIGKILL of the service's process group; recovery restarts it."""
-
-    targets = ("service",)
-    category = "service"
-    type: Literal["kill_service"] = "kill_service"
-
-
-class FreezeServiceFault(_Fault):
-    """SIGSTOP of the service's process group (it hangs: connections open, nothing answers); SIGCONT."""
-
-    targets = ("service",)
-    category = "service"
-    type: Literal["freeze_service"] = "freeze_service"
-
-
-class RestartServiceFault(_Fault):
-    """An unplanned restart: SIGTERM, then the service starts again (requests fail meanwhile)."""
-
-    targets = ("service",)
-    category = "service"
-    instant = True
-    type: Literal["restart_service"] = "restart_service"
-
-
-class CrashLoopFault(_Fault):
-    """The service dies again at every step boundary while active, even after a restart."""
-
-    targets = ("service",)
-    category = "service"
-    type: Literal["crash_loop"] = "crash_loop"
-
-
-class MemoryLimitFault(_Fault):
-    """The memory limit of the episode's jobs is cut to ``memory_mb``: a job needing more is OOM-killed
-    by the kernel (exit 137). Applies to running jobs and to jobs started while the fault is active."""
-
-    targets = ("jobs",)
-    default_target = "jobs"
-    category = "resource"
-    type: Literal["memory_limit"] = "memory_limit"
-    memory_mb: int = Field(default=64, ge=8, le=8192)
-
-
-class CpuThrottleFault(_Fault):
-    """The CPU quota (cgroup ``cpu.cfs_quota_us``) of the episode's jobs is cut to ``cpus`` cores."""
-
-    targets = ("jobs",)
-    default_target = "jobs"
-    category = "resource"
-    type: Literal["cpu_throttle"] = "cpu_throttle"
-    cpus: float = Field(default=0.05, ge=0.01, le=2)
-
-
-class DiskFullFault(_Fault):
-    """A hard quota of ``quota_bytes`` on the episode's bucket (MinIO admin API): writes fail with the
-    real ``XMinioAdminBucketQuotaExceeded`` error."""
-
-    targets = ("bucket",)
-    default_target = "bucket"
-    category = "resource"
-    type: Literal["disk_full"] = "disk_full"
-    quota_bytes: int = Field(default=1, ge=1)
-
-
-class _NetworkFault(_Fault):
-    targets = ("endpoint",)
-    category = "network"
-    stream: Literal["upstream", "downstream"] = "downstream"
-
-
-class LatencyFault(_NetworkFault):
-    """Toxiproxy ``latency``: every chunk through the endpoint's proxy is delayed."""
-
-    type: Literal["latency"] = "latency"
-    latency_ms: int = Field(default=500, ge=1, le=60_000)
-    jitter_ms: int = Field(default=0, ge=0, le=60_000)
-
-
-class BandwidthFault(_NetworkFault):
-    """Toxiproxy ``bandwidth``: the endpoint's throughput is capped at ``rate_kbps`` KB/s."""
-
-    type: Literal["bandwidth"] = "bandwidth"
-    rate_kbps: int = Field(default=16, ge=1)
-
-
-class TimeoutFault(_NetworkFault):
-    """Toxiproxy ``timeout``: data stops flowing; connections close after ``timeout_ms`` (0: never)."""
-
-    type: Literal["timeout"] = "timeout"
-    timeout_ms: int = Field(default=0, ge=0)
-
-
-class ResetPeerFault(_NetworkFault):
-    """Toxiproxy ``reset_peer``: connections are reset (TCP RST) after ``timeout_ms``."""
-
-    type: Literal["reset_peer"] = "reset_peer"
-    timeout_ms: int = Field(default=0, ge=0)
-
-
-class EndpointDownFault(_NetworkFault):
-    """The endpoint's proxy is disabled: connections are refused."""
-
-    type: Literal["endpoint_down"] = "endpoint_down"
-
-
-class MissingColumnFault(_Fault):
-    """A feature column disappears from the dataset's raw objects (every format); restored on recovery."""
-
-    targets = ("dataset",)
-    category = "task"
-    type: Literal["missing_column"] = "missing_column"
-    column: str = Field(min_length=1)
-
-
-class JobTimeoutFault(_Fault):
-    """Jobs started while active are killed after ``timeout_s`` seconds (a too tight deadline)."""
-
-    targets = ("jobs",)
-    default_target = "jobs"
-    category = "task"
-    type: Literal["job_timeout"] = "job_timeout"
-    timeout_s: float = Field(default=3.0, gt=0)
-
-
-class CpuContentionFault(_Fault):
-    """``workers`` CPU burners (``mlsandbox.workloads.burn``) compete for the target's CPU: the burners and
-    the target's processes are pinned to one CPU (``pin``; else the burners spread over every CPU), so the
-    target gets a fraction of it and its work slows. Jobs started while active are pinned too."""
-
-    targets = ("jobs", "service")
-    default_target = "jobs"
-    category = "resource"
-    type: Literal["cpu_contention"] = "cpu_contention"
-    workers: int = Field(default=3, ge=1, le=32)
-    pin: bool = True
-
-
-class HttpErrorsFault(_Fault):
-    """One of the sandbox's own HTTP services (a model server, an API data source) answers ``error_rate``
-    of its requests with ``status`` and delays every request by ``delay_ms``, through the service's
-    internal fault hook (a control file the agent cannot reach). Targets: ``http:NAME`` of a service that
-    registered its hook."""
-
-    targets = ("http",)
-    category = "service"
-    type: Literal["http_errors"] = "http_errors"
-    error_rate: float = Field(default=0.5, ge=0, le=1)
-    status: int = Field(default=503, ge=500, le=599)
-    delay_ms: int = Field(default=0, ge=0, le=60_000)
-
-
-class WrongEndpointFault(_Fault):
-    """The episode's config store points an endpoint key (``config:s3_endpoint_url`` or
-    ``config:mlflow_tracking_uri``) at a wrong address (``url``; default: a closed local port): clients
-    reading their config fail with the real connection error."""
-
-    targets = ("config",)
-    default_target = "config:s3_endpoint_url"
-    category = "config"
-    type: Literal["wrong_endpoint"] = "wrong_endpoint"
-    url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
-
-
-class RotatedCredentialsFault(_Fault):
-    """The credentials were rotated and the episode's config store holds a stale one
-    (``config:s3_secret_access_key`` or ``config:s3_access_key_id``): clients fail with the object
-    store's real authentication error (``SignatureDoesNotMatch`` / ``InvalidAccessKeyId``). On an api or
-    postgres ``source:NAME``: the source's token or password is changed on the server and in the secret
-    store; the agent's connector keeps the old one (HTTP 401 / login refused) until it refreshes its
-    credentials. A rotation is not undone: on a source it takes no duration."""
-
-    targets = ("config", "source")
-    default_target = "config:s3_secret_access_key"
-    category = "config"
-    type: Literal["rotated_credentials"] = "rotated_credentials"
-
-
-class DivergentLearningRateFault(_Fault):
-    """Jobs started while active get a default learning rate of ``learning_rate`` (the training defaults
-    went bad): an ``mlp`` job's loss diverges (inf, then NaN) and it fails with its log saying so. A job
-    whose hyperparameters set the learning rate explicitly is left alone; algorithms without a learning
-    rate are unaffected."""
-
-    targets = ("jobs",)
-    default_target = "jobs"
-    category = "task"
-    type: Literal["divergent_learning_rate"] = "divergent_learning_rate"
-    learning_rate: float = Field(default=1e6, gt=0)
-
-
-class _LakeBatchFault(_Fault):
-    targets = ("source",)
-    category = "data"
-    batch: int = Field(ge=0, description="The lake batch (0 = the first) the fault acts on.")
-
-
-class LateBatchFault(_LakeBatchFault):
-    """A lake source's ``batch`` arrives ``steps`` steps later than scheduled (``list_sources`` shows it
-    overdue meanwhile). Recovery before it arrived puts its schedule back: it arrives at the next step."""
-
-    type: Literal["late_batch"] = "late_batch"
-    steps: int = Field(default=3, ge=1, le=10_000)
-
-
-class MissingBatchFault(_LakeBatchFault):
-    """A lake source's ``batch`` does not arrive while the fault is active (overdue in ``list_sources``,
-    ``not_found`` when ingested); on recovery it arrives at the next step boundary."""
-
-    type: Literal["missing_batch"] = "missing_batch"
-
-
-class SchemaChangeFault(_LakeBatchFault):
-    """A lake source's ``batch`` arrives with ``column`` renamed (to ``new_name``), dropped or retyped (to
-    ``new_type``): ingesting it with the earlier batches fails with ``schema_mismatch``. Recovery before
-    the batch arrived cancels the change; a batch that arrived changed stays as it arrived."""
-
-    type: Literal["schema_change"] = "schema_change"
-    change: Literal["rename", "drop", "retype"]
-    column: str = Field(min_length=1)
-    new_name: str | None = Field(default=None, pattern=_SOURCE_NAME_RE)
-    new_type: Literal["string", "float", "int"] = "string"
-
-    @model_validator(mode="after")
-    def _new_name(self) -> SchemaChangeFault:
-        if self.change == "rename" and self.new_name is None:
-            raise ValueError("a schema_change rename needs new_name")
-        if self.change != "rename" and self.new_name is not None:
-            raise ValueError(f"new_name applies to a rename, not a {self.change}")
-        return self
-
-
-class DatabaseDownFault(_Fault):
-    """The PostgreSQL server of a postgres ``source:NAME`` is stopped (a real outage: every connection is
-    refused); recovery starts it again on the same data. The server is shared by the sandbox's
-    episodes."""
-
-    targets = ("source",)
-    category = "data"
-    type: Literal["database_down"] = "database_down"
-
-
-class PoolShrinkFault(_Fault):
-    """``cpus`` cores and ``memory_mb`` MiB are taken out of the episode's compute pool (lost capacity):
-    running jobs go on, new jobs queue and reservations are refused while they do not fit; recovery gives
-    the capacity back and queued jobs that fit start. Needs a pool with a capacity in that dimension."""
-
-    targets = ("pool",)
-    default_target = "pool"
-    category = "resource"
-    type: Literal["pool_shrink"] = "pool_shrink"
-    cpus: float = Field(default=0.0, ge=0, le=1024)
-    memory_mb: int = Field(default=0, ge=0, le=16_777_216)
-
-    @model_validator(mode="after")
-    def _something(self) -> PoolShrinkFault:
-        if self.cpus <= 0 and self.memory_mb <= 0:
-            raise ValueError("pool_shrink takes cpus or memory_mb (or both) greater than 0")
-        return self
-
-
-FAULT_MODELS: tuple[type[_Fault], ...] = (
-    KillServiceFault,
-    FreezeServiceFault,
-    RestartServiceFault,
-    CrashLoopFault,
-    MemoryLimitFault,
-    CpuThrottleFault,
-    DiskFullFault,
-    LatencyFault,
-    BandwidthFault,
-    TimeoutFault,
-    ResetPeerFault,
-    EndpointDownFault,
-    MissingColumnFault,
-    JobTimeoutFault,
-    CpuContentionFault,
-    HttpErrorsFault,
-    WrongEndpointFault,
-    RotatedCredentialsFault,
-    DivergentLearningRateFault,
-    LateBatchFault,
-    MissingBatchFault,
-    SchemaChangeFault,
-    DatabaseDownFault,
-    PoolShrinkFault,
-)
-FAULT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in FAULT_MODELS)
-
-BuiltinFault = Annotated[
-    KillServiceFault
-    | FreezeServiceFault
-    | RestartServiceFault
-    | CrashLoopFault
-    | MemoryLimitFault
-    | CpuThrottleFault
-    | DiskFullFault
-    | LatencyFault
-    | BandwidthFault
-    | TimeoutFault
-    | ResetPeerFault
-    | EndpointDownFault
-    | MissingColumnFault
-    | JobTimeoutFault
-    | CpuContentionFault
-    | HttpErrorsFault
-    | WrongEndpointFault
-    | RotatedCredentialsFault
-    | DivergentLearningRateFault
-    | LateBatchFault
-    | MissingBatchFault
-    | SchemaChangeFault
-    | DatabaseDownFault
-    | PoolShrinkFault,
-    Field(discriminator="type"),
-]
+BuiltinFault: TypeAlias = FaultParams
+"""A built-in fault: statically any parameters model; at run time the union of every declared kind's
+(:data:`~mlsandbox.faultkinds.FAULT_MODELS`), told apart by ``type``."""
+if not TYPE_CHECKING:
+    BuiltinFault = Annotated[Union[FAULT_MODELS], Field(discriminator="type")]  # noqa: UP007
 
 
 def plugin_fault_types() -> dict[str, type]:
@@ -487,7 +170,7 @@ def plugin_fault_types() -> dict[str, type]:
     return {k: v for k, v in found.items() if k not in FAULT_TYPES}
 
 
-class PluginFault(_Fault):
+class PluginFault(FaultParams):
     """A fault type of a plug-in (:func:`plugin_fault_types`); its parameters sit next to ``type`` and
     are checked by the plug-in's ``Params`` model (:attr:`params`)."""
 
@@ -615,7 +298,7 @@ class Perturbation(_Model):
             )
         if kind == "dataset" and not name:
             raise ValueError(f"target {target!r} names no dataset: use dataset:NAME")
-        if kind == "source" and not re.match(_SOURCE_NAME_RE, name):
+        if kind == "source" and not re.match(SOURCE_NAME_RE, name):
             raise ValueError(
                 f"target {target!r} names no source: use source:NAME (a source the scenario declares)"
             )
@@ -701,56 +384,6 @@ def check_plan(
             _check_pool_shrink(p.fault, where, compute)
 
 
-# ------------------------------------------------------------------------------------ what a backend does
-
-
-def capabilities_of(fault_type: str, target_kind: str) -> tuple[str, ...]:
-    """The runtime capabilities a fault of ``fault_type`` on a ``target_kind`` target acts through, besides
-    the backend's mechanism for the fault type itself (``fault:TYPE``): a source fault needs the data
-    sources, a config fault the config store, a dataset fault the object store, a job fault the jobs, the
-    others fault control; a pool shrink acts on the world's compute pool and a plug-in's fault on what it
-    chooses, so they need nothing declared here."""
-    if target_kind == "source":
-        return ("sources",)
-    if target_kind == "config":
-        return ("config",)
-    if target_kind == "dataset":
-        return ("object_store",)
-    if target_kind == "pool" or fault_type not in FAULT_TYPES:
-        return ()
-    if fault_type in ("job_timeout", "divergent_learning_rate"):
-        return ("jobs",)
-    return ("faults",)
-
-
-def refusal(fault_type: str, target_kind: str, support: Support) -> str | None:
-    """Why the backend described by ``support`` cannot make a ``fault_type`` fault on a ``target_kind``
-    target real, or None when it can."""
-    why = support.reason(f"fault:{fault_type}")
-    if why is not None:
-        return why
-    for capability in capabilities_of(fault_type, target_kind):
-        why = support.reason(capability)
-        if why is not None:
-            return f"it needs {capability}, which the {support.backend} backend refuses: {why}"
-    return None
-
-
-def unsupported_reason(entry: Perturbation, support: Support) -> str | None:
-    """Why the backend described by ``support`` cannot make ``entry``'s fault real, or None."""
-    return refusal(entry.fault.type, entry.target_kind, support)
-
-
-_SOURCE_KINDS: dict[str, tuple[str, ...]] = {
-    "late_batch": ("lake",),
-    "missing_batch": ("lake",),
-    "schema_change": ("lake",),
-    "database_down": ("postgres",),
-    "rotated_credentials": ("api", "postgres"),
-}
-"""Fault type -> the kinds of source it acts on."""
-
-
 def _check_source_fault(
     p: Perturbation, where: str, sources: dict[str, Any], datasets: dict[str, list[str]], max_steps: int
 ) -> None:
@@ -759,7 +392,7 @@ def _check_source_fault(
     if src is None:
         known = ", ".join(sorted(sources)) or "the scenario declares none"
         raise ValueError(f"{where} targets source {p.target_name!r}, which is not a source ({known})")
-    kinds = _SOURCE_KINDS[fault.type]
+    kinds = SOURCE_KINDS[fault.type]
     if src.type not in kinds:
         raise ValueError(
             f"{where}: fault {fault.type!r} acts on {' or '.join(kinds)} sources; "

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from mlsandbox.backends.protocols.common import Model
+from mlsandbox.faultkinds import NETWORK_FAULTS as NETWORK_FAULTS
 
-NETWORK_FAULTS: tuple[str, ...] = ("latency", "bandwidth", "timeout", "reset_peer", "endpoint_down")
-"""The fault types acting through :attr:`FaultControl.network`."""
+# NETWORK_FAULTS: the fault types acting through :attr:`FaultControl.network` (from their declarations).
 
 
 class ServiceHealth(Model):

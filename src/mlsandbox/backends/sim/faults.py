@@ -32,14 +32,16 @@ from typing import TYPE_CHECKING, Any
 from mlsandbox.backends.protocols import HttpFault, NoSuchTarget, ServiceHealth, Unsupported
 from mlsandbox.backends.sim.jobs import MACHINE_CPUS, SimJobs
 from mlsandbox.backends.sim.world import ENDPOINTS, SERVICES, SimWorld
+from mlsandbox.faultkinds import TOXIC_TYPES
 
 if TYPE_CHECKING:
     from mlsandbox.backends.sim.sources import SimSourceHosting
     from mlsandbox.backends.sim.storage import MemoryObjectStore
 
 PROBE_TIMEOUT_S = 5.0
-TOXIC_KINDS = ("latency", "bandwidth", "timeout", "reset_peer")
-"""The network faults simulated here (Toxiproxy's other toxics are refused, not faked)."""
+TOXIC_KINDS = TOXIC_TYPES
+"""The toxics simulated here: those the network faults declare (Toxiproxy's other toxics are refused, not
+faked)."""
 
 
 @dataclass

@@ -51,8 +51,9 @@ from mlsandbox.backends.kube.faults.native import (
 )
 from mlsandbox.backends.kube.faults.native import recover_all as recover_all_native
 from mlsandbox.backends.kube.jobs import JOB_API, KubeJobs
-from mlsandbox.backends.protocols import NETWORK_FAULTS, Endpoints, HttpFault, ServiceHealth
+from mlsandbox.backends.protocols import Endpoints, HttpFault, ServiceHealth
 from mlsandbox.errors import Unsupported
+from mlsandbox.faultkinds import made_by, refused_on
 
 BACKEND = "kube"
 JOB_LIMITS_ANNOTATION = "mlsandbox.dev/original-limits"
@@ -61,19 +62,12 @@ SERVICES = ("minio", "mlflow", "prefect-server", "prefect-worker")
 PROXIED = ("minio", "mlflow")
 """The endpoints network faults apply to (as the local backend's Toxiproxy proxies)."""
 
-NO_RESET_PEER = "Chaos Mesh has no TCP-reset action (use timeout or endpoint_down)"
-NO_HTTP_FAULT = (
-    "the HTTP services' fault hooks are inside their pods, and Chaos Mesh's HTTPChaos cannot fail a "
-    "share of the requests with a status"
-)
-UNAVAILABLE: dict[str, str] = {"reset_peer": NO_RESET_PEER, "http_errors": NO_HTTP_FAULT}
-"""Fault types the kube backend refuses whatever its cluster has."""
-NEEDS_CHAOS_MESH: tuple[str, ...] = (
-    "freeze_service",
-    *(f for f in NETWORK_FAULTS if f != "reset_peer"),
-    "cpu_contention",
-)
-"""Fault types made real by Chaos Mesh objects."""
+UNAVAILABLE: dict[str, str] = refused_on(BACKEND)
+"""Fault types the kube backend refuses whatever its cluster has (as their declarations say)."""
+NO_RESET_PEER = UNAVAILABLE["reset_peer"]
+NO_HTTP_FAULT = UNAVAILABLE["http_errors"]
+NEEDS_CHAOS_MESH: tuple[str, ...] = made_by(BACKEND, "chaos-mesh")
+"""Fault types made real by Chaos Mesh objects (as their declarations say)."""
 NO_CHAOS_MESH = (
     "the Chaos Mesh CRDs (chaos-mesh.org) are not installed in the cluster (make sandbox-up installs them)"
 )

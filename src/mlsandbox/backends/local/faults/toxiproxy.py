@@ -15,9 +15,10 @@ from mlsandbox import httpclients
 from mlsandbox.backends.local import services as svc
 from mlsandbox.backends.local.faults.journal import Journal, UndoProxyDisabled, UndoToxic
 from mlsandbox.errors import BackendError
+from mlsandbox.faultkinds import TOXIC_TYPES
 
-TOXIC_KINDS = ("latency", "bandwidth", "timeout", "reset_peer", "slow_close", "slicer", "limit_data")
-"""Toxiproxy's toxic types."""
+TOXIC_KINDS = TOXIC_TYPES
+"""The Toxiproxy toxic types the network faults declare (the sandbox's network makes no others)."""
 
 
 class ToxiproxyControl:

@@ -76,10 +76,10 @@ class CreateEnvironment(ActionModel):
 PACK = ActionPack(
     name="compute",
     actions=(
-        PackAction(ListMachines, read_only=True),
-        PackAction(RequestResources),
-        PackAction(ReleaseResources),
-        PackAction(CancelJob, capability="jobs", destructive=True),
+        PackAction(ListMachines, read_only=True, addresses=("pool_shrink",)),
+        PackAction(RequestResources, addresses=("pool_shrink",)),
+        PackAction(ReleaseResources, addresses=("pool_shrink",)),
+        PackAction(CancelJob, capability="jobs", destructive=True, addresses=("pool_shrink",)),
         PackAction(GetQueue, read_only=True),
         PackAction(ListEnvironments, capability="environments", read_only=True),
         PackAction(CreateEnvironment, capability="environments.build"),

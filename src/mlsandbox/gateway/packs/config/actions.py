@@ -39,11 +39,14 @@ class SetConfig(ActionModel):
     )
 
 
+_CONFIG_FAULTS = ("wrong_endpoint", "rotated_credentials")
+"""The fault kinds the config actions address."""
+
 PACK = ActionPack(
     name="config",
     actions=(
-        PackAction(GetConfig, capability="config", read_only=True),
-        PackAction(SetConfig, capability="config", destructive=True),
+        PackAction(GetConfig, capability="config", read_only=True, addresses=_CONFIG_FAULTS),
+        PackAction(SetConfig, capability="config", destructive=True, addresses=_CONFIG_FAULTS),
     ),
     implementation="mlsandbox.gateway.packs.config.handlers",
     description="The episode's config store (Prefect variables): inspect and fix endpoints and credentials.",

@@ -226,22 +226,45 @@ class Submit(ActionModel):
     type: Literal["submit"] = "submit"
 
 
+_SERVICE_FAULTS = (
+    "kill_service",
+    "freeze_service",
+    "restart_service",
+    "crash_loop",
+    "disk_full",
+    "latency",
+    "bandwidth",
+    "timeout",
+    "reset_peer",
+    "endpoint_down",
+    "cpu_contention",
+    "http_errors",
+)
+"""The fault kinds the service actions address: a service's, an endpoint's, the bucket's (on minio), an
+HTTP service's."""
+_JOB_FAULTS = ("memory_limit", "cpu_throttle", "job_timeout", "cpu_contention", "divergent_learning_rate")
+"""The fault kinds the job actions address (on the jobs they touched)."""
+_LOG_FAULTS = tuple(dict.fromkeys((*_SERVICE_FAULTS, *_JOB_FAULTS)))
+"""The fault kinds reading logs addresses (a service's or a job's)."""
+
 PACK = ActionPack(
     name="core",
     actions=(
         PackAction(ListDatasets, capability="object_store", read_only=True),
-        PackAction(CheckDataQuality, capability="object_store", read_only=True),
-        PackAction(CleanDataset, capability="object_store"),
+        PackAction(
+            CheckDataQuality, capability="object_store", read_only=True, addresses=("missing_column",)
+        ),
+        PackAction(CleanDataset, capability="object_store", addresses=("missing_column",)),
         PackAction(TrainModel, capability="jobs"),
-        PackAction(GetJob, capability="jobs", read_only=True),
+        PackAction(GetJob, capability="jobs", read_only=True, addresses=_JOB_FAULTS),
         PackAction(ListRuns, capability="tracking", read_only=True),
         PackAction(RegisterModel, capability="tracking"),
         PackAction(Wait),
-        PackAction(GetLogs, capability="jobs", read_only=True),
-        PackAction(GetServiceHealth, capability="faults.services", read_only=True),
-        PackAction(RestartService, capability="faults.services", destructive=True),
-        PackAction(RetryJob, capability="jobs"),
-        PackAction(SetJobResources, capability="jobs.set_resources"),
+        PackAction(GetLogs, capability="jobs", read_only=True, addresses=_LOG_FAULTS),
+        PackAction(GetServiceHealth, capability="faults.services", read_only=True, addresses=_SERVICE_FAULTS),
+        PackAction(RestartService, capability="faults.services", destructive=True, addresses=_SERVICE_FAULTS),
+        PackAction(RetryJob, capability="jobs", addresses=_JOB_FAULTS),
+        PackAction(SetJobResources, capability="jobs.set_resources", addresses=_JOB_FAULTS),
         PackAction(Submit),
     ),
     implementation="mlsandbox.gateway.packs.core.handlers",

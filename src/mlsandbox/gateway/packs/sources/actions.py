@@ -94,14 +94,17 @@ class DriftCheck(ActionModel):
     current: DatasetName
 
 
+_SOURCE_FAULTS = ("late_batch", "missing_batch", "schema_change", "database_down", "rotated_credentials")
+"""The fault kinds the source actions address."""
+
 PACK = ActionPack(
     name="sources",
     # Lake sources need only the object store; which API or PostgreSQL sources a backend hosts is said by
     # ``sources.api`` and ``sources.postgres`` (an episode with a refused one does not start).
     actions=(
         PackAction(ListSources, capability="sources", read_only=True),
-        PackAction(PreviewSource, capability="sources", read_only=True),
-        PackAction(IngestSource, capability="sources"),
+        PackAction(PreviewSource, capability="sources", read_only=True, addresses=_SOURCE_FAULTS),
+        PackAction(IngestSource, capability="sources", addresses=_SOURCE_FAULTS),
         PackAction(SampleDataset, capability="object_store", read_only=True),
         PackAction(SchemaDiff, capability="object_store", read_only=True),
         PackAction(DriftCheck, capability="object_store", read_only=True),
