@@ -27,7 +27,7 @@ from mlsandbox.faultkinds import (
     capabilities_of,
 )
 from mlsandbox.faults.behaviours import BEHAVIOURS, Behaviour, addressed_by
-from mlsandbox.gateway.registry import ActionPack, PackError, _check_pack, get_catalog
+from mlsandbox.gateway.registry import PackError, _check_pack, get_catalog
 from mlsandbox.scenario import perturbations as P
 
 GROUPS = [
