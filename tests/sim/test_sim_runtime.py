@@ -322,7 +322,7 @@ def test_serving_queues_requests_and_its_scrapes_parse_as_the_model_servers(rt: 
     row = generate_tabular(load_builtin("churn-clean-small").datasets[0], 5).holdout.drop(columns=["label"])
     body = orjson.dumps({"instances": json.loads(row.head(1).to_json(orient="records"))})
     alone = serving.request("churn", "/predict", body, timeout_s=10.0)
-    assert alone.status == 200 and alone.elapsed_s is not None
+    assert alone.status == 200 and alone.elapsed_s is not None, alone.body
     assert set(orjson.loads(alone.body)) == {"predictions", "probabilities", "model", "version"}
     burst: list[Any] = []  # five clients at the same moment (as production traffic sends them)
     rt.clock.after(

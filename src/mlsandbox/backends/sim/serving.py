@@ -379,16 +379,17 @@ class SimEpisodeServing:
             if n == 0:
                 raise RequestError(422, [_err(["body"], "no rows to predict", "too_short")])
             try:
-                import pyarrow as pa
+                import pandas as pd
 
-                table = pa.table(
-                    {
-                        c: pa.array(cols[c], type=pa.float64() if k == "number" else pa.string())
-                        for c, k in served.columns
-                    }
+                # the frame the model server scores (its batcher's): numbers as float64, the rest as given
+                frame = pd.DataFrame(
+                    {c: cols[c] for c, _ in served.columns}, columns=[c for c, _ in served.columns]
                 )
-                labels, proba = served.predict(table)
-            except (ValueError, TypeError, pa.ArrowException) as e:
+                for c, kind in served.columns:
+                    if kind == "number":
+                        frame[c] = frame[c].astype("float64")
+                labels, proba = served.predict(frame)
+            except (ValueError, TypeError) as e:
                 raise RequestError(400, f"the model cannot score this input: {e}") from None
         except RequestError as e:
             return e.status, orjson.dumps({"detail": e.detail}), 0, by_entity, fetch_s
