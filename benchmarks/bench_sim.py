@@ -183,16 +183,22 @@ class RuleMix:
 # ------------------------------------------------------------------------------------------ benches
 
 
+def _episode(env: Any, last: LastObservation, mix: Any, *, seed: int) -> None:
+    env.reset(seed=seed)
+    mix.reset(env, last)
+    mask = env.action_masks()
+    while True:
+        _, _, terminated, truncated, _ = env.step(mix.act(env, last, mask))
+        mask = env.action_masks()
+        if terminated or truncated:
+            return
+
+
 def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[str, Any]:
     env, last = rl_env(f"bench-{mix.name}")
     try:
-        warm = 0
-        env.reset(seed=10_000_000 + seed0)  # warm-up: imports and first touches, its own seed
-        while warm < 60:
-            _, _, term, trunc, _ = env.step(int(np.flatnonzero(env.action_masks())[0]))
-            warm += 1
-            if term or trunc:
-                break
+        for w in range(3):  # warm-up: imports and first touches, seeds of their own
+            _episode(env, last, mix, seed=10_000_000 + seed0 + w)
         load_before = load()
         resets: list[float] = []
         per_type: dict[str, list[float]] = {}
