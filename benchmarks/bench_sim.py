@@ -201,8 +201,11 @@ def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[st
             _episode(env, last, mix, seed=10_000_000 + seed0 + w)
         load_before = load()
         resets: list[float] = []
+        resets_cpu: list[float] = []
         per_type: dict[str, list[float]] = {}
+        per_type_cpu: dict[str, list[float]] = {}
         step_ms: list[float] = []
+        step_cpu: list[float] = []
         policy_s = 0.0
         steps = 0
         lengths: list[int] = []
@@ -210,10 +213,11 @@ def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[st
         cpu0 = time.process_time()
         ep = 0
         while ep < episodes and time.perf_counter() - t_start < seconds:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             env.reset(seed=seed0 + ep)
             mask = env.action_masks()
             resets.append((time.perf_counter() - t0) * 1000)
+            resets_cpu.append((time.process_time() - c0) * 1000)
             p0 = time.perf_counter()
             mix.reset(env, last)
             policy_s += time.perf_counter() - p0
@@ -221,13 +225,15 @@ def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[st
             while True:
                 p0 = time.perf_counter()
                 index = mix.act(env, last, mask)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 policy_s += t0 - p0
                 _, _, terminated, truncated, _ = env.step(index)
                 mask = env.action_masks()
-                ms = (time.perf_counter() - t0) * 1000
+                ms, cpu_ms = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
                 step_ms.append(ms)
+                step_cpu.append(cpu_ms)
                 per_type.setdefault(env.slot_types[index], []).append(ms)
+                per_type_cpu.setdefault(env.slot_types[index], []).append(cpu_ms)
                 n += 1
                 if terminated or truncated:
                     break
@@ -246,11 +252,15 @@ def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[st
         "env_steps_per_s": round(steps / env_s, 1),
         "loop_steps_per_s": round(steps / wall, 1),
         "steps_per_cpu_s": round(steps / cpu, 1) if cpu else None,
+        "env_steps_per_cpu_s": round(steps * 1000 / (sum(resets_cpu) + sum(step_cpu)), 1),
         "resets_per_s": round(len(resets) / (sum(resets) / 1000), 1),
         "reset_ms_new_seed": summary(resets),
+        "reset_cpu_ms_new_seed": summary(resets_cpu),
         "step_ms": summary(step_ms),
+        "step_cpu_ms": summary(step_cpu),
         "policy_ms_per_step": round(policy_s * 1000 / max(1, steps), 3),
         "per_action_ms": {t: summary(v) for t, v in sorted(per_type.items())},
+        "per_action_cpu_ms": {t: summary(v) for t, v in sorted(per_type_cpu.items())},
         "wall_s": round(wall, 2),
         "load_average_1m": [load_before, load()],
         "target_steps_per_s": TARGET_STEPS_PER_S,
@@ -266,15 +276,20 @@ def bench_repeated_reset(n: int) -> dict[str, Any]:
     try:
         env.reset(seed=7)
         load_before = load()
-        times = []
+        times, cpu = [], []
         for _ in range(n):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             env.reset(seed=7)
             env.action_masks()
             times.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
     finally:
         env.close()
-    return {"reset_ms_same_seed": summary(times), "load_average_1m": [load_before, load()]}
+    return {
+        "reset_ms_same_seed": summary(times),
+        "reset_cpu_ms_same_seed": summary(cpu),
+        "load_average_1m": [load_before, load()],
+    }
 
 
 def bench_cached(seconds: float) -> dict[str, Any]:
@@ -365,6 +380,10 @@ def _check_profile() -> None:
         raise SystemExit("the mixed profile differs from bench_interfaces.VECTOR_PROFILE: update it here")
 
 
+def _pair(s: dict[str, Any]) -> str:
+    return f"{s['p50']:.2f} / {s['p95']:.2f}"
+
+
 def report(figures: dict[str, Any]) -> None:
     m = figures["machine"]
     console.print(
@@ -384,24 +403,24 @@ def report(figures: dict[str, Any]) -> None:
 
     row("episodes / steps", lambda v: f"{v['episodes']} / {v['steps']}")
     row(f"env-steps/s (target >= {TARGET_STEPS_PER_S:,})", lambda v: f"{v['env_steps_per_s']:,.0f}")
+    row("env-steps per CPU-second", lambda v: f"{v['env_steps_per_cpu_s']:,.0f}")
     row("loop steps/s (policy included)", lambda v: f"{v['loop_steps_per_s']:,.0f}")
     row("resets/s", lambda v: f"{v['resets_per_s']:,.1f}")
     row(
         f"reset p50 / p95 ms, new seed (target p50 <= {TARGET_RESET_NEW_MS:g})",
-        lambda v: f"{v['reset_ms_new_seed']['p50']:.2f} / {v['reset_ms_new_seed']['p95']:.2f}",
+        lambda v: _pair(v["reset_ms_new_seed"]) + " (CPU " + _pair(v["reset_cpu_ms_new_seed"]) + ")",
     )
     row(
         "step p50 / p95 ms (mask included)",
-        lambda v: f"{v['step_ms']['p50']:.3f} / {v['step_ms']['p95']:.3f}",
+        lambda v: _pair(v["step_ms"]) + " (CPU " + _pair(v["step_cpu_ms"]) + ")",
     )
     row("load average during", lambda v: " -> ".join(str(x) for x in v["load_average_1m"]))
     types = sorted({t for v in mixes.values() for t in v["per_action_ms"]})
     for t in types:
         row(
-            f"  {t} p50 / p95 ms",
+            f"  {t} p50 / p95 ms (CPU)",
             lambda v, t=t: (
-                f"{v['per_action_ms'][t]['p50']:.3f} / {v['per_action_ms'][t]['p95']:.3f}"
-                f" (n={v['per_action_ms'][t]['n']})"
+                f"{_pair(v['per_action_ms'][t])} ({_pair(v['per_action_cpu_ms'][t])}) n={v['per_action_ms'][t]['n']}"
                 if t in v["per_action_ms"]
                 else "-"
             ),
@@ -411,7 +430,8 @@ def report(figures: dict[str, Any]) -> None:
         r = figures["repeated_seed"]["reset_ms_same_seed"]
         console.print(
             f"reset with a repeated seed (wrappers, mask included): p50 {r['p50']:.2f} ms, p95 {r['p95']:.2f} ms "
-            f"(target p50 <= {TARGET_RESET_SAME_MS:g} ms)"
+            f"(target p50 <= {TARGET_RESET_SAME_MS:g} ms); CPU "
+            f"{_pair(figures['repeated_seed']['reset_cpu_ms_same_seed'])} ms"
         )
     if "cached_path" in figures:
         c = figures["cached_path"]
