@@ -1,37 +1,62 @@
-"""The sim backend's speed: env steps per second on one core, a rule-agent episode, vectorised envs.
+"""The sim backend's speed as RL uses it: through the RL wrappers, a new seed each episode, resets included.
 
-- **steps/s on one core**: one in-process env (``backend="sim"``) pinned to one CPU, stepping the mixed
-  action profile of ``bench_interfaces.py`` (listing, profiling and cleaning data on real rows, tracker
-  queries, health probes, logs, an invalid action, a wait) for ``--steps`` steps. Target >= 2,000.
-- **a rule-agent episode** of ``tabular-quality-basic`` (reset included: the data generated and written,
-  then inspect, clean twice, train, wait, register, submit, grade), pinned to one CPU, each episode with
-  its own seed (nothing carried over but the process's imports) and again with one seed (what repeated
-  episodes of one variant cost). Target <= 20 ms.
-- **make_vec**: ``gymnasium.make_vec(..., vectorization_mode="async", backend="sim")`` with 1, 2, 4 and 8
-  envs on the mixed profile: env-steps/s and the speed-up over one env (each env is its own sim sandbox,
-  so the envs share nothing; the speed-up is bounded by the machine's cores).
+The env is :func:`~mlsandbox.env.wrappers.make_rl_env` (``DiscreteActions`` around ``FlatObservation``
+around ``MLSandboxEnv(backend="sim")``) on ``tabular-quality-basic``; every step also asks for
+``action_masks()`` (what MaskablePPO does). Two action mixes:
 
-Prints the figures and saves ``.bench/sim.json``. Usage: ``python benchmarks/bench_sim.py [--steps N]
-[--episodes N] [--vector-steps N] [--only steps episode vector]``.
+- **random**: a uniformly random valid slot under the action mask (the project's random policy over slots);
+- **rule**: the rule agent's (:class:`~mlsandbox.agents.rule_agent.RuleAgent`) choices, each mapped to the
+  wrapper's slot with the same action (it reads the structured observation the inner env returned).
+
+Each episode resets with a seed never used before in the process, so nothing generated for one episode is
+reused by the next. Figures per mix: env-steps/s (steps over the time spent in ``reset``, ``step`` and
+``action_masks``; the policy's own time is left out and reported apart), resets/s, reset p50/p95 with a
+new seed, per action type p50/p95 ms (``train_model`` is the training surrogate's cost). Also the reset
+p50/p95 with a repeated seed, and beside them the old figure, labelled **cached path (repeated actions on
+the same data)**: the raw env repeating the eight actions of ``bench_interfaces.VECTOR_PROFILE`` on one
+episode's data, whose data actions hit the results cached by the data's digest.
+
+The process is pinned to CPU 0 and BLAS/OpenMP/Arrow run single-threaded. The machine is shared: the load
+average is printed and saved with the figures. Prints a table and saves ``.bench/sim.json``.
+Usage: ``python benchmarks/bench_sim.py [--seconds S] [--episodes N] [--mix random rule]
+[--repeat-resets N] [--cached-seconds S]`` (defaults: about one minute).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import statistics
-import time
-from pathlib import Path
-from typing import Any
 
-from machine import describe as describe_machine
-from rich.console import Console
-from rich.table import Table
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_var] = "1"  # before numpy (or anything that loads a BLAS) is imported
+try:
+    os.sched_setaffinity(0, {0})
+    PINNED: int | None = 0
+except (AttributeError, OSError):
+    PINNED = None
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+from machine import describe as describe_machine  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "sim.json"
 SCENARIO = "tabular-quality-basic"
-console = Console()
+CACHED_LABEL = "cached path (repeated actions on the same data)"
+TARGET_STEPS_PER_S = 1000
+TARGET_RESET_NEW_MS = 20.0
+TARGET_RESET_SAME_MS = 2.0
+WAIT_SECONDS = (5.0, 30.0)
+"""The wait slots: the wrapper's default and the rule agent's own wait."""
+console = Console(width=120)
 
 VECTOR_PROFILE: list[dict[str, Any]] = [
     {"type": "list_datasets"},
@@ -51,145 +76,284 @@ VECTOR_PROFILE: list[dict[str, Any]] = [
 """The mixed action profile of ``bench_interfaces.py`` (its ``VECTOR_PROFILE``), checked equal in main."""
 
 
-def pin_one_core() -> int | None:
-    """Pin this process to one CPU (the last one it may use); None where affinity is not available."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[-1]})
-    except (AttributeError, OSError):
-        return None
+def single_threaded() -> None:
+    """BLAS/OpenMP pools (threadpoolctl) and Arrow's pools at one thread each."""
     import pyarrow as pa
 
-    pa.set_cpu_count(1)  # Arrow's own thread pool, sized for the machine otherwise
-    return cpus[-1]
+    threadpool_limits(1)
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
 
 
-def bench_steps(steps: int) -> dict[str, Any]:
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return float(np.percentile(np.asarray(values), q))
+
+
+def summary(values: list[float]) -> dict[str, float | int]:
+    return {"n": len(values), "p50": round(pct(values, 50), 3), "p95": round(pct(values, 95), 3)}
+
+
+# ------------------------------------------------------------------------------------------ the env
+
+
+class LastObservation(gym.Wrapper[Any, Any, Any, Any]):
+    """Passes everything through and keeps the inner env's last structured observation (its JSON text),
+    for the rule agent, which reads structured observations."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.text = "{}"
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        self.text = obs["text"]
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.text = obs["text"]
+        return obs, reward, terminated, truncated, info
+
+
+def rl_env(sandbox: str) -> tuple[Any, LastObservation]:
+    """What :func:`~mlsandbox.env.wrappers.make_rl_env` builds (``wait_seconds`` :data:`WAIT_SECONDS`),
+    with :class:`LastObservation` between the inner env and the wrappers."""
+    from mlsandbox.env.gym_env import MLSandboxEnv
+    from mlsandbox.env.wrappers import DiscreteActions, FlatObservation
+
+    last = LastObservation(MLSandboxEnv(SCENARIO, backend="sim", sandbox=sandbox))
+    env = DiscreteActions(FlatObservation(last), wait_seconds=WAIT_SECONDS)
+    return env, last
+
+
+def slot_of(env: Any, action: dict[str, Any]) -> int | None:
+    """The valid slot whose action is ``action`` (the slot's fields equal; a wait: the nearest length)."""
+    best: tuple[float, int] | None = None
+    for i, (slot, ok) in enumerate(env.slots()):
+        if not ok or slot["type"] != action["type"]:
+            continue
+        if slot["type"] == "wait":
+            gap = abs(float(slot["seconds"]) - float(action.get("seconds", 0)))
+            best = min(best or (gap, i), (gap, i))
+        elif all(action.get(k) == v for k, v in slot.items()):
+            return i
+    return None if best is None else best[1]
+
+
+class RandomMix:
+    name = "random"
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, env: Any, last: LastObservation) -> None:
+        pass
+
+    def act(self, env: Any, last: LastObservation, mask: np.ndarray) -> int:
+        return int(self.rng.choice(np.flatnonzero(mask)))
+
+
+class RuleMix:
+    name = "rule"
+
+    def __init__(self, seed: int) -> None:
+        from mlsandbox.agents.rule_agent import RuleAgent
+
+        self.agent = RuleAgent()
+        self.unmapped = 0
+
+    def reset(self, env: Any, last: LastObservation) -> None:
+        self.agent.reset(json.loads(last.text))
+
+    def act(self, env: Any, last: LastObservation, mask: np.ndarray) -> int:
+        action = self.agent.act(json.loads(last.text))
+        slot = slot_of(env, action)
+        if slot is None:  # not expressible in the slots: submit (ends the episode)
+            self.unmapped += 1
+            slot = env.slot_types.index("submit")
+        return slot
+
+
+# ------------------------------------------------------------------------------------------ benches
+
+
+def _episode(env: Any, last: LastObservation, mix: Any, *, seed: int) -> None:
+    env.reset(seed=seed)
+    mix.reset(env, last)
+    mask = env.action_masks()
+    while True:
+        _, _, terminated, truncated, _ = env.step(mix.act(env, last, mask))
+        mask = env.action_masks()
+        if terminated or truncated:
+            return
+
+
+def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[str, Any]:
+    env, last = rl_env(f"bench-{mix.name}")
+    try:
+        for w in range(3):  # warm-up: imports and first touches, seeds of their own
+            _episode(env, last, mix, seed=10_000_000 + seed0 + w)
+        load_before = load()
+        resets: list[float] = []
+        resets_cpu: list[float] = []
+        per_type: dict[str, list[float]] = {}
+        per_type_cpu: dict[str, list[float]] = {}
+        step_ms: list[float] = []
+        step_cpu: list[float] = []
+        policy_s = 0.0
+        steps = 0
+        lengths: list[int] = []
+        t_start = time.perf_counter()
+        cpu0 = time.process_time()
+        ep = 0
+        while ep < episodes and time.perf_counter() - t_start < seconds:
+            t0, c0 = time.perf_counter(), time.process_time()
+            env.reset(seed=seed0 + ep)
+            mask = env.action_masks()
+            resets.append((time.perf_counter() - t0) * 1000)
+            resets_cpu.append((time.process_time() - c0) * 1000)
+            p0 = time.perf_counter()
+            mix.reset(env, last)
+            policy_s += time.perf_counter() - p0
+            n = 0
+            while True:
+                p0 = time.perf_counter()
+                index = mix.act(env, last, mask)
+                t0, c0 = time.perf_counter(), time.process_time()
+                policy_s += t0 - p0
+                _, _, terminated, truncated, _ = env.step(index)
+                mask = env.action_masks()
+                ms, cpu_ms = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+                step_ms.append(ms)
+                step_cpu.append(cpu_ms)
+                per_type.setdefault(env.slot_types[index], []).append(ms)
+                per_type_cpu.setdefault(env.slot_types[index], []).append(cpu_ms)
+                n += 1
+                if terminated or truncated:
+                    break
+            steps += n
+            lengths.append(n)
+            ep += 1
+        wall = time.perf_counter() - t_start
+        cpu = time.process_time() - cpu0
+    finally:
+        env.close()
+    env_s = (sum(resets) + sum(step_ms)) / 1000
+    out: dict[str, Any] = {
+        "episodes": ep,
+        "steps": steps,
+        "episode_length_p50": statistics.median(lengths) if lengths else 0,
+        "env_steps_per_s": round(steps / env_s, 1),
+        "loop_steps_per_s": round(steps / wall, 1),
+        "steps_per_cpu_s": round(steps / cpu, 1) if cpu else None,
+        "env_steps_per_cpu_s": round(steps * 1000 / (sum(resets_cpu) + sum(step_cpu)), 1),
+        "resets_per_s": round(len(resets) / (sum(resets) / 1000), 1),
+        "reset_ms_new_seed": summary(resets),
+        "reset_cpu_ms_new_seed": summary(resets_cpu),
+        "step_ms": summary(step_ms),
+        "step_cpu_ms": summary(step_cpu),
+        "policy_ms_per_step": round(policy_s * 1000 / max(1, steps), 3),
+        "per_action_ms": {t: summary(v) for t, v in sorted(per_type.items())},
+        "per_action_cpu_ms": {t: summary(v) for t, v in sorted(per_type_cpu.items())},
+        "wall_s": round(wall, 2),
+        "load_average_1m": [load_before, load()],
+        "target_steps_per_s": TARGET_STEPS_PER_S,
+        "target_met": steps / env_s >= TARGET_STEPS_PER_S,
+    }
+    if isinstance(mix, RuleMix):
+        out["unmapped_actions"] = mix.unmapped
+    return out
+
+
+def bench_repeated_reset(n: int) -> dict[str, Any]:
+    env, _ = rl_env("bench-reset")
+    try:
+        env.reset(seed=7)
+        load_before = load()
+        times, cpu = [], []
+        for _ in range(n):
+            t0, c0 = time.perf_counter(), time.process_time()
+            env.reset(seed=7)
+            env.action_masks()
+            times.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
+    finally:
+        env.close()
+    return {
+        "reset_ms_same_seed": summary(times),
+        "reset_cpu_ms_same_seed": summary(cpu),
+        "load_average_1m": [load_before, load()],
+    }
+
+
+def bench_cached(seconds: float) -> dict[str, Any]:
     from mlsandbox.env import MLSandboxEnv
     from mlsandbox.scenario import load_builtin
 
-    scenario = load_builtin(SCENARIO).model_copy(update={"max_steps": steps + 100})
-    env = MLSandboxEnv(scenario, backend="sim", sandbox="bench-steps")
+    scenario = load_builtin(SCENARIO).model_copy(update={"max_steps": 10_000_000})
+    env = MLSandboxEnv(scenario, backend="sim", sandbox="bench-cached")
     try:
         env.reset(seed=1)
         k = len(VECTOR_PROFILE)
-        for i in range(2 * k):  # warm-up: first touches of each code path
+        for i in range(2 * k):  # warm-up: first touches of each code path (and the cached results)
             env.step(VECTOR_PROFILE[i % k])
-        per_action: dict[str, list[float]] = {}
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        for i in range(steps):
-            action = VECTOR_PROFILE[i % k]
-            s = time.perf_counter()
-            env.step(action)
-            per_action.setdefault(_label(action), []).append((time.perf_counter() - s) * 1000)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    finally:
-        env.close()
-    return {
-        "steps": steps,
-        "steps_per_s": round(steps / wall, 1),
-        "steps_per_cpu_s": round(steps / cpu, 1),
-        "step_p50_ms_by_action": {a: round(statistics.median(v), 3) for a, v in per_action.items()},
-        "target_steps_per_s": 2000,
-        "target_met": steps / wall >= 2000,
-    }
-
-
-def _label(action: dict[str, Any]) -> str:
-    t = action["type"]
-    return f"{t}(invalid)" if t == "wait" and not isinstance(action.get("seconds"), int | float) else t
-
-
-def bench_episode(episodes: int) -> dict[str, Any]:
-    from mlsandbox.agents.rule_agent import RuleAgent
-    from mlsandbox.agents.runner import run_episode
-    from mlsandbox.env import MLSandboxEnv
-
-    env = MLSandboxEnv(SCENARIO, backend="sim", sandbox="bench-episode")
-    try:
-        run_episode(env, RuleAgent(), seed=10_000)  # warm-up: imports, first touches
-        fresh, same, phases, fresh_cpu, same_cpu = [], [], [], [], []
-        for s in range(episodes):
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = run_episode(env, RuleAgent(), seed=20_000 + s)
-            fresh.append((time.perf_counter() - t0) * 1000)
-            fresh_cpu.append((time.process_time() - c0) * 1000)
-            assert res.success, res.grade
-            phases.append(
-                {
-                    "reset_ms": res.reset_info["timings"]["reset_s"] * 1000,
-                    "steps_ms": sum(r.info["timings"]["step_s"] for r in res.steps) * 1000,
-                }
-            )
-        for _ in range(episodes):
-            t0, c0 = time.perf_counter(), time.process_time()
-            run_episode(env, RuleAgent(), seed=7)
-            same.append((time.perf_counter() - t0) * 1000)
-            same_cpu.append((time.process_time() - c0) * 1000)
-        steps = len(res.steps)
-    finally:
-        env.close()
-    p50 = statistics.median(fresh)
-    return {
-        "episodes": episodes,
-        "steps": steps,
-        "episode_ms_p50_new_seed": round(p50, 2),
-        "episode_ms_min_new_seed": round(min(fresh), 2),
-        "episode_ms_p50_same_seed": round(statistics.median(same), 2),
-        "episode_cpu_ms_p50_new_seed": round(statistics.median(fresh_cpu), 2),
-        "episode_cpu_ms_p50_same_seed": round(statistics.median(same_cpu), 2),
-        "reset_ms_p50": round(statistics.median(p["reset_ms"] for p in phases), 2),
-        "steps_ms_p50": round(statistics.median(p["steps_ms"] for p in phases), 2),
-        "target_ms": 20,
-        "target_met": p50 <= 20,
-    }
-
-
-def bench_vector(num_envs: int, steps: int) -> dict[str, Any]:
-    import gymnasium as gym
-
-    import mlsandbox  # noqa: F401  (registers the env)
-    from mlsandbox.scenario import load_builtin
-
-    scenario = load_builtin(SCENARIO).model_copy(update={"max_steps": steps + 100})
-    envs = gym.make_vec("mlsandbox/MLSandbox-v0", num_envs=num_envs, vectorization_mode="async",
-                        scenario=scenario, backend="sim", sandbox="bench-vec")  # fmt: skip
-    try:
-        envs.reset(seed=1)
-        k = len(VECTOR_PROFILE)
-        for w in range(2 * k):
-            envs.step([json.dumps(VECTOR_PROFILE[(w + i) % k]) for i in range(num_envs)])
+        load_before = load()
+        steps = 0
         t0 = time.perf_counter()
-        for j in range(steps):
-            envs.step([json.dumps(VECTOR_PROFILE[(j + 3 * i) % k]) for i in range(num_envs)])
+        while time.perf_counter() - t0 < seconds:
+            for action in VECTOR_PROFILE:
+                env.step(action)
+            steps += k
         wall = time.perf_counter() - t0
     finally:
-        envs.close()
-    return {"num_envs": num_envs, "vector_steps": steps, "env_steps_per_s": round(num_envs * steps / wall, 1)}
+        env.close()
+    return {
+        "label": CACHED_LABEL,
+        "steps": steps,
+        "env_steps_per_s": round(steps / wall, 1),
+        "load_average_1m": [load_before, load()],
+    }
+
+
+# ------------------------------------------------------------------------------------------ main
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=4000)
-    parser.add_argument("--episodes", type=int, default=20)
-    parser.add_argument("--vector-steps", type=int, default=400)
-    parser.add_argument("--only", nargs="*", choices=("steps", "episode", "vector"), default=None)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="time per mix (default 20)")
+    parser.add_argument("--episodes", type=int, default=100_000, help="at most this many episodes per mix")
+    parser.add_argument("--mix", nargs="*", choices=("random", "rule"), default=["random", "rule"])
+    parser.add_argument("--repeat-resets", type=int, default=200, help="resets with one seed (default 200)")
+    parser.add_argument(
+        "--cached-seconds", type=float, default=5.0, help="time on the cached path (default 5)"
+    )
     args = parser.parse_args()
-    only = set(args.only or ("steps", "episode", "vector"))
+    single_threaded()
     _check_profile()
-    figures: dict[str, Any] = {"machine": describe_machine(), "backend": "sim"}
-    if "vector" in only:  # first, before this process is pinned (each worker is a process of its own)
-        rows = [bench_vector(n, args.vector_steps) for n in (1, 2, 4, 8)]
-        one = rows[0]["env_steps_per_s"]
-        for r in rows:
-            r["speedup_vs_1"] = round(r["env_steps_per_s"] / one, 2)
-        figures["vector"] = {"rows": rows, "cpus": os.cpu_count()}
-    core = pin_one_core()
-    figures["pinned_cpu"] = core
-    if "steps" in only:
-        figures["steps"] = bench_steps(args.steps)
-    if "episode" in only:
-        figures["episode"] = bench_episode(args.episodes)
+    figures: dict[str, Any] = {
+        "machine": describe_machine(),
+        "backend": "sim",
+        "scenario": SCENARIO,
+        "pinned_cpu": PINNED,
+        "shared_machine": True,
+        "mixes": {},
+    }
+    mixes = {"random": RandomMix(0), "rule": RuleMix(0)}
+    for i, name in enumerate(args.mix):
+        figures["mixes"][name] = bench_mix(
+            mixes[name], seconds=args.seconds, episodes=args.episodes, seed0=1_000_000 * (i + 1)
+        )
+    if args.repeat_resets > 0:
+        figures["repeated_seed"] = bench_repeated_reset(args.repeat_resets)
+    if args.cached_seconds > 0:
+        figures["cached_path"] = bench_cached(args.cached_seconds)
+    figures["load_average_1m_end"] = load()
     report(figures)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(figures, indent=2))
@@ -216,34 +380,65 @@ def _check_profile() -> None:
         raise SystemExit("the mixed profile differs from bench_interfaces.VECTOR_PROFILE: update it here")
 
 
+def _pair(s: dict[str, Any]) -> str:
+    return f"{s['p50']:.2f} / {s['p95']:.2f}"
+
+
 def report(figures: dict[str, Any]) -> None:
-    console.print(f"machine: {figures['machine']['cpus']} CPUs, reference {figures['machine']['reference_ms']} ms, "
-                  f"load {figures['machine']['load_average_1m']}; pinned to CPU {figures.get('pinned_cpu')}")  # fmt: skip
-    if "steps" in figures:
-        s = figures["steps"]
-        table = Table(title=f"sim, one core, mixed profile: {s['steps_per_s']:.0f} steps/s (target >= 2,000: "
-                      f"{'met' if s['target_met'] else 'NOT met'}); {s['steps_per_cpu_s']:.0f} per CPU-second")  # fmt: skip
-        table.add_column("action")
-        table.add_column("p50 ms", justify="right")
-        for a, v in s["step_p50_ms_by_action"].items():
-            table.add_row(a, f"{v:.3f}")
-        console.print(table)
-    if "episode" in figures:
-        e = figures["episode"]
-        console.print(
-            f"rule episode of {SCENARIO} ({e['steps']} steps), one core: p50 {e['episode_ms_p50_new_seed']:.1f} ms "
-            f"wall, {e['episode_cpu_ms_p50_new_seed']:.1f} ms CPU with a new seed each (reset "
-            f"{e['reset_ms_p50']:.1f} ms + steps {e['steps_ms_p50']:.1f} ms); {e['episode_ms_p50_same_seed']:.1f} ms "
-            f"wall, {e['episode_cpu_ms_p50_same_seed']:.1f} ms CPU with one seed (target <= 20 ms: "
-            f"{'met' if e['target_met'] else 'NOT met'})"
+    m = figures["machine"]
+    console.print(
+        f"machine: {m['cpus']} CPUs ({m['cpu_model']}), reference workload {m['reference_ms']} ms; "
+        f"pinned to CPU {figures['pinned_cpu']}, BLAS/OpenMP/Arrow single-threaded. The machine is SHARED: "
+        f"load average (1 min) {m['load_average_1m']} at start, {figures['load_average_1m_end']} at end; "
+        "figures move with it."
+    )
+    mixes = figures["mixes"]
+    table = Table(title=f"sim through the RL wrappers, {SCENARIO}, a new seed each episode, resets included")
+    table.add_column("figure")
+    for name in mixes:
+        table.add_column(name, justify="right")
+
+    def row(label: str, get: Any) -> None:
+        table.add_row(label, *(get(v) for v in mixes.values()))
+
+    row("episodes / steps", lambda v: f"{v['episodes']} / {v['steps']}")
+    row(f"env-steps/s (target >= {TARGET_STEPS_PER_S:,})", lambda v: f"{v['env_steps_per_s']:,.0f}")
+    row("env-steps per CPU-second", lambda v: f"{v['env_steps_per_cpu_s']:,.0f}")
+    row("loop steps/s (policy included)", lambda v: f"{v['loop_steps_per_s']:,.0f}")
+    row("resets/s", lambda v: f"{v['resets_per_s']:,.1f}")
+    row(
+        f"reset p50 / p95 ms, new seed (target p50 <= {TARGET_RESET_NEW_MS:g})",
+        lambda v: _pair(v["reset_ms_new_seed"]) + " (CPU " + _pair(v["reset_cpu_ms_new_seed"]) + ")",
+    )
+    row(
+        "step p50 / p95 ms (mask included)",
+        lambda v: _pair(v["step_ms"]) + " (CPU " + _pair(v["step_cpu_ms"]) + ")",
+    )
+    row("load average during", lambda v: " -> ".join(str(x) for x in v["load_average_1m"]))
+    types = sorted({t for v in mixes.values() for t in v["per_action_ms"]})
+    for t in types:
+        row(
+            f"  {t} p50 / p95 ms (CPU)",
+            lambda v, t=t: (
+                f"{_pair(v['per_action_ms'][t])} ({_pair(v['per_action_cpu_ms'][t])}) n={v['per_action_ms'][t]['n']}"
+                if t in v["per_action_ms"]
+                else "-"
+            ),
         )
-    if "vector" in figures:
-        table = Table(title=f"make_vec (async), sim, mixed profile, {figures['vector']['cpus']} CPUs")
-        for col in ("N", "env-steps/s", "speed-up"):
-            table.add_column(col, justify="right")
-        for r in figures["vector"]["rows"]:
-            table.add_row(str(r["num_envs"]), f"{r['env_steps_per_s']:.0f}", f"{r['speedup_vs_1']:.2f}x")
-        console.print(table)
+    console.print(table)
+    if "repeated_seed" in figures:
+        r = figures["repeated_seed"]["reset_ms_same_seed"]
+        console.print(
+            f"reset with a repeated seed (wrappers, mask included): p50 {r['p50']:.2f} ms, p95 {r['p95']:.2f} ms "
+            f"(target p50 <= {TARGET_RESET_SAME_MS:g} ms); CPU "
+            f"{_pair(figures['repeated_seed']['reset_cpu_ms_same_seed'])} ms"
+        )
+    if "cached_path" in figures:
+        c = figures["cached_path"]
+        console.print(
+            f"{c['label']}: {c['env_steps_per_s']:,.0f} env-steps/s (raw env, the eight actions of "
+            "bench_interfaces.VECTOR_PROFILE repeated on one episode's data; not what RL sees)"
+        )
 
 
 if __name__ == "__main__":

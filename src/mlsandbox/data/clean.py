@@ -85,9 +85,11 @@ def _impute(df: pd.DataFrame, strategy: Strategy, target: str | None) -> tuple[p
     return out, {"cells_imputed": imputed, "fill_values": fill_values, "skipped_all_missing": skipped}
 
 
-def _fences_for(series: pd.Series) -> tuple[float, float] | None:
-    fences = iqr_fences(series.to_numpy(dtype=np.float64, na_value=np.nan))
-    if fences is None or simple_dtype(series) != "int":
+def _fences(x: np.ndarray, integer: bool) -> tuple[float, float] | None:
+    """The 1.5-IQR fences of a column's values (NaN where missing); an integer column's narrowed to the
+    integers inside them."""
+    fences = iqr_fences(x)
+    if fences is None or not integer:
         return fences
     return float(math.ceil(fences[0])), float(math.floor(fences[1]))
 
@@ -100,11 +102,13 @@ def _clip(df: pd.DataFrame, target: str | None) -> tuple[pd.DataFrame, dict[str,
         series = out[name]
         if not is_numeric(series):
             continue
-        fences = _fences_for(series)
+        x = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        fences = _fences(x, simple_dtype(series) == "int")
         if fences is None:
             continue
         lo, hi = fences
-        count = int(((series < lo) | (series > hi)).sum())
+        with np.errstate(invalid="ignore"):
+            count = int(np.count_nonzero((x < lo) | (x > hi)))  # missing values are never outside
         fences_used[str(name)] = [number(lo), number(hi)]
         if count:
             if simple_dtype(series) == "int":

@@ -26,7 +26,10 @@ Reading back gives the values written: missing stays missing (NaN), string colum
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+import threading
+from collections import OrderedDict
 from typing import get_args
 
 import numpy as np
@@ -36,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from mlsandbox.data.randomness import parallel_map
+from mlsandbox.data.randomness import SERIAL_BELOW_ROWS, parallel_map, serial_if
 from mlsandbox.data.spec import FileFormat as Format
 
 FORMATS: tuple[Format, ...] = get_args(Format)
@@ -249,6 +252,11 @@ def _parse_timestamps(df: pd.DataFrame) -> pd.DataFrame:
 def to_bytes(df: pd.DataFrame | pa.Table, fmt: Format) -> bytes:
     """Serialise a frame or Arrow table (a frame's index is not written)."""
     fmt = _check(fmt)
+    with serial_if(len(df) < SERIAL_BELOW_ROWS):
+        return _to_bytes(df, fmt)
+
+
+def _to_bytes(df: pd.DataFrame | pa.Table, fmt: Format) -> bytes:
     if fmt == "csv":
         return _csv_bytes(df)
     if fmt == "parquet":
@@ -264,9 +272,39 @@ def to_bytes(df: pd.DataFrame | pa.Table, fmt: Format) -> bytes:
     return formats_jsonl.write(_plain(df))
 
 
+PARSED_KEPT = 16
+"""Frames :func:`from_bytes` keeps, by the digest of the bytes they were parsed from (least recently
+used out first), so the same bytes read again (profiled, then cleaned several ways) are parsed once."""
+PARSED_MAX_BYTES = 16 << 20
+"""Bytes larger than this are parsed each time (their frames would hold too much memory)."""
+_PARSED: OrderedDict[tuple[bytes, str], pd.DataFrame] = OrderedDict()
+_PARSED_LOCK = threading.Lock()
+
+
 def from_bytes(data: bytes, fmt: Format) -> pd.DataFrame:
-    """Parse bytes written by :func:`to_bytes` (or any ordinary file of the format) into a frame."""
+    """Parse bytes written by :func:`to_bytes` (or any ordinary file of the format) into a frame.
+
+    Each call returns a frame of its own: a frame parsed from the same bytes before is copied (see
+    :data:`PARSED_KEPT`), which is what parsing them again gives."""
     fmt = _check(fmt)
+    if len(data) > PARSED_MAX_BYTES:
+        return _from_bytes(data, fmt)
+    key = (hashlib.blake2b(data, digest_size=16).digest(), fmt)
+    with _PARSED_LOCK:
+        hit = _PARSED.get(key)
+        if hit is not None:
+            _PARSED.move_to_end(key)
+    if hit is not None:
+        return hit.copy(deep=True)
+    frame = _from_bytes(data, fmt)
+    with _PARSED_LOCK:
+        _PARSED[key] = frame.copy(deep=True)
+        while len(_PARSED) > PARSED_KEPT:
+            _PARSED.popitem(last=False)
+    return frame
+
+
+def _from_bytes(data: bytes, fmt: Format) -> pd.DataFrame:
     if fmt == "csv":
         return _parse_timestamps(pd.read_csv(io.BytesIO(data)))
     if fmt == "parquet":

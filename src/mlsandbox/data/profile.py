@@ -132,15 +132,19 @@ def _top_counts(series: pd.Series, k: int) -> tuple[int, list[tuple[Any, int]]]:
     counts = series.dropna().value_counts(sort=False)
     distinct = len(counts)
     if distinct > k:
-        threshold = counts.nlargest(k).min()
-        above, ties = counts[counts > threshold], counts[counts == threshold]
-        need = k - len(above)
-        if len(ties) > max(_PYTHON_TIES, need):
+        values = counts.to_numpy()
+        threshold = np.partition(values, distinct - k)[distinct - k]  # the k-th largest count
+        tied = values == threshold
+        need = k - int(np.count_nonzero(values > threshold))
+        if int(np.count_nonzero(tied)) > max(_PYTHON_TIES, need):
+            above, ties = counts[values > threshold], counts[tied]
             text = pa.array(ties.index.astype(str), type=pa.large_string())
             chosen = pc.select_k_unstable(pa.table({"key": text}), k=need, sort_keys=[("key", "ascending")])
             chosen = chosen.to_numpy()
             ties = ties.iloc[np.sort(chosen)]
-        counts = pd.concat([above, ties])
+            counts = pd.concat([above, ties])
+        else:  # the same pairs as above and ties one after the other: the sort below orders them alike
+            counts = counts[values >= threshold]
     pairs = sorted(((_label(v), int(c)) for v, c in counts.items()), key=lambda vc: (-vc[1], str(vc[0])))
     return distinct, pairs[:k]
 

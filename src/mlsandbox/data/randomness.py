@@ -5,15 +5,25 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TypeVar
 
 import numpy as np
 
 from mlsandbox.data.seeds import check_seed
 
-__all__ = ["check_seed", "parallel_map", "rng_for", "sorted_sample", "workers"]
+__all__ = [
+    "SERIAL_BELOW_ROWS",
+    "check_seed",
+    "parallel_map",
+    "rng_for",
+    "serial_if",
+    "sorted_sample",
+    "workers",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -36,10 +46,28 @@ def workers() -> int:
     return max(1, min(4, cpus))
 
 
+SERIAL_BELOW_ROWS = 50_000
+"""Tables of fewer rows are generated and written serially: for them a thread pool (its threads started,
+the GIL handed back and forth) costs more than the work it shares out."""
+
+_SERIAL: ContextVar[bool] = ContextVar("mlsandbox_data_serial", default=False)
+
+
+@contextmanager
+def serial_if(small: bool) -> Iterator[None]:
+    """Within the block, :func:`parallel_map` runs serially when ``small`` (or an outer block said so)."""
+    token = _SERIAL.set(_SERIAL.get() or small)
+    try:
+        yield
+    finally:
+        _SERIAL.reset(token)
+
+
 def parallel_map(fn: Callable[[T], R], items: Iterable[T], min_items: int = 2) -> list[R]:
-    """``[fn(x) for x in items]`` on a small thread pool, in order; serial for few items."""
+    """``[fn(x) for x in items]`` on a small thread pool, in order; serial for few items, on one CPU and
+    inside ``serial_if(True)``."""
     items = list(items)
-    if len(items) < min_items or workers() == 1:
+    if len(items) < min_items or _SERIAL.get() or workers() == 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=workers()) as pool:
         return list(pool.map(fn, items))

@@ -23,7 +23,8 @@ so adding or removing a column leaves the other columns' values (and their defec
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -40,7 +41,14 @@ from mlsandbox.data.columns import (
 )
 from mlsandbox.data.defects import OUTLIER_STD_RANGE, Injector, rows_to_lists
 from mlsandbox.data.frames import build_table, to_frame
-from mlsandbox.data.randomness import check_seed, parallel_map, rng_for
+from mlsandbox.data.randomness import (
+    SERIAL_BELOW_ROWS,
+    check_seed,
+    parallel_map,
+    rng_for,
+    serial_if,
+    workers,
+)
 from mlsandbox.data.spec import (
     BooleanColumn,
     CategoricalColumn,
@@ -324,6 +332,21 @@ def _holdout(
     return holdout, build_table(spec, holdout, y_holdout), y_holdout, quality
 
 
+class _Inline:
+    """An executor that runs what it is given at once, on the calling thread (small tables, one CPU)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        done.set_result(fn(*args))
+        return done
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
 def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
     """Generate the training data (with defects), the clean holdout and the ground-truth manifest.
 
@@ -333,12 +356,19 @@ def generate_tabular(spec: TabularDataset, seed: int) -> GeneratedTabular:
     their labels on a second thread while the defects are chosen (the labels come from the clean
     features, and the defects need them only for label noise and duplicates); then three things at once:
     the training table, the holdout (it needs only the intercept) and the defect records' row lists (the
-    one step that holds the GIL throughout).
+    one step that holds the GIL throughout). Tables under :data:`SERIAL_BELOW_ROWS` rows, and any table
+    on one CPU, are made on the calling thread, in the same order.
     """
     check_seed(seed)
+    small = spec.rows + spec.holdout_rows < SERIAL_BELOW_ROWS or workers() == 1
+    with serial_if(small):
+        return _generate(spec, seed, _Inline() if small else ThreadPoolExecutor(2, "tabular"))
+
+
+def _generate(spec: TabularDataset, seed: int, executor: ThreadPoolExecutor | _Inline) -> GeneratedTabular:
     train = draw_split(spec, seed, "train", spec.rows)
     eta_train = _linear_predictor(spec, train)  # from the clean values, before the defects change them
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tabular") as pool:
+    with executor as pool:
         labelled = pool.submit(_train_labels, spec, seed, eta_train)
         injector = Injector(spec, seed, train, lambda: labelled.result()[1].copy())
         defects = injector.run()

@@ -294,7 +294,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
                 self._index.append((tpl, i))
         self.action_space = spaces.Discrete(len(self._index))
         self._slots_cache: tuple[tuple[Any, ...], list[Slot]] | None = None
-        self._valid_cache: dict[tuple[int, str], bool] = {}
+        self._valid_cache: dict[tuple[int, Any], bool] = {}
 
     # ----------------------------------------------------------------------------------------- slots
 
@@ -330,7 +330,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
 
     def _acceptable(self, action: dict[str, Any], scenario: Any) -> bool:
         """Whether the action validates and no hard constraint of the scenario forbids it."""
-        key = (id(scenario), json.dumps(action, sort_keys=True, default=str))
+        key = (id(scenario), _content_key(action))
         hit = self._valid_cache.get(key)
         if hit is None:
             try:
@@ -375,6 +375,16 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         info["masked_choice"] = not ok
         info["action_mask"] = self.action_masks()
         return obs, float(reward), terminated, truncated, info
+
+
+def _content_key(action: dict[str, Any]) -> Any:
+    """A hashable key equal for actions of equal content (each value's type counts: 1, 1.0 and True differ)."""
+    try:
+        key = tuple(sorted((k, type(v), v) for k, v in action.items()))
+        hash(key)
+    except TypeError:  # a nested value (a list or a dict): its JSON text
+        return json.dumps(action, sort_keys=True, default=str)
+    return key
 
 
 def _violates(scenario: Any, action: dict[str, Any]) -> bool:
