@@ -88,7 +88,7 @@ def trained_run(sandbox: Any, runtime: Any) -> Iterator[str]:
         while local.state.jobs[job["job_id"]].state not in ("succeeded", "failed", "cancelled"):
             assert time.monotonic() < deadline, "the training job did not finish"
             time.sleep(0.5)
-            local.refresh_jobs()
+            local.episode.refresh_jobs()
         done = _ok(local, {"type": "get_job", "job_id": job["job_id"]})
         assert done["state"] == "succeeded", done
         yield done["run_id"]
