@@ -103,7 +103,7 @@ def test_plugins_lists_every_entry_point_with_origin_and_status(plugin_path: str
         assert rows[key]["status"] == "ok" and rows[key]["origin"] == "mlsandbox-plugin-example 0.1.0"
     missing = rows[("mlsandbox.scenarios", "missing")]
     assert missing["status"] == "error" and missing["origin"] == "mlsandbox-plugin-broken 0.0.1"
-    assert "plug-in 'missing' (mlsandbox_plugin_broken:nowhere" in missing["detail"]
+    assert "plug-in 'missing' left out (mlsandbox_plugin_broken:nowhere" in missing["detail"]
     assert "AttributeError" in missing["detail"]
     assert "expected a callable" in rows[("mlsandbox.reward_terms", "not_callable")]["detail"]
     assert "ModuleNotFoundError" in rows[("mlsandbox.reward_terms", "import_fails")]["detail"]
