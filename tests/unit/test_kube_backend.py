@@ -339,7 +339,7 @@ def test_up_without_an_answering_api_server_says_what_to_run(tmp_path: Any) -> N
     config = Configuration()
     config.host = "http://127.0.0.1:9"  # discard port: nothing answers
     backend = KubeBackend("demo", api_client=ApiClient(config))
-    with pytest.raises(NotRunningError, match="make sandbox-up"):
+    with pytest.raises(NotRunningError, match="mlsandbox cluster up"):
         backend.up()
     assert backend.is_alive() is False
     assert {s.state for s in backend.status()} == {"stopped"}

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from mlsandbox import __version__
 from mlsandbox.cli.calibration import register as register_calibration_commands
+from mlsandbox.cli.cluster import cluster_app
 from mlsandbox.cli.common import (
     BackendOpt,
     LevelOpt,
@@ -45,6 +46,7 @@ register_fault_commands(app)  # curriculum show, faults catalog
 register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
 register_calibration_commands(app)  # calibrate, fidelity
 app.add_typer(kube_app, name="kube")
+app.add_typer(cluster_app, name="cluster")  # mlsandbox cluster up|down|status (make sandbox-up)
 app.add_typer(operator_app, name="operator")
 app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.cli.watch)
 app.command("console")(console_command)  # web console (mlsandbox.console)
@@ -232,11 +234,12 @@ def gc(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Remove what crashed runs left behind: sandboxes, processes, cgroups, faults, episode resources."""
-    from mlsandbox.backends.kube import controlplane
+    from mlsandbox.backends.kube import cluster_state
     from mlsandbox.backends.local.gc import GcItem, collect_garbage_report
 
     items = collect_garbage_report()
-    items += [GcItem(kind="control_plane", what=line) for line in controlplane.collect_garbage()]
+    # Local clusters, control planes and real nodes whose owner died.
+    items += [GcItem(kind="control_plane", what=line) for line in cluster_state.collect_garbage()]
     if as_json:
         console.print_json(json.dumps([i.model_dump() for i in items]))
     else:

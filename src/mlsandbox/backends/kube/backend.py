@@ -30,8 +30,17 @@ from mlsandbox.backends.kube.faults.control import SERVICES, KubeFaultControl
 from mlsandbox.backends.protocols import BackendConfig, BackendType, Endpoints, ServiceStatus, Support
 from mlsandbox.errors import BackendError, NotRunningError
 
+from . import cluster_state
 from .cluster import ApiRefused, Cluster, TransientApiError
-from .runtime import BACKEND, STATIC_UNSUPPORTED, KubeRuntime, client_endpoints, workload_endpoints
+from .runtime import (
+    BACKEND,
+    IMAGE_ENV,
+    SERVER_IMAGE_ENV,
+    STATIC_UNSUPPORTED,
+    KubeRuntime,
+    client_endpoints,
+    workload_endpoints,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +48,7 @@ CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
 DEFAULT_CONTROL_NAMESPACE = "mlsandbox"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 SANDBOX_API = ("mlsandbox.dev/v1alpha1", "Sandbox")
-_HINT = "run `make sandbox-up` (kind cluster, chart, operator and a Sandbox)"
+_HINT = "run `mlsandbox cluster up` (or `make sandbox-up`: a local cluster, the chart, the operator and a Sandbox)"
 
 
 def sandbox_namespace(control_namespace: str, name: str) -> str:
@@ -68,16 +77,32 @@ class KubeBackend:
         server_image: str | None = None,
     ) -> None:
         self.name: str = paths.validate_sandbox_name(name or paths.default_sandbox_name())
+        # Given no other cluster (no API client; no kubeconfig, or the recorded one, here or in
+        # $KUBECONFIG): the cluster `mlsandbox cluster up` left running on this machine, if any, with its
+        # endpoints and images.
+        recorded = cluster_state.recorded_client() if api_client is None else None
+        named = {str(kubeconfig or ""), os.environ.get("KUBECONFIG", "")} - {""}
+        if recorded is not None and named - {recorded.kubeconfig}:
+            recorded = None
+        self.recorded = recorded
         self.control_namespace = (
-            control_namespace or os.environ.get(CONTROL_NAMESPACE_ENV) or DEFAULT_CONTROL_NAMESPACE
+            control_namespace
+            or os.environ.get(CONTROL_NAMESPACE_ENV)
+            or (recorded.control_namespace if recorded else None)
+            or DEFAULT_CONTROL_NAMESPACE
         )
         self.namespace = namespace or sandbox_namespace(self.control_namespace, self.name)
+        if kubeconfig is None and recorded is not None:
+            kubeconfig = recorded.kubeconfig
         self._kubeconfig = str(kubeconfig) if kubeconfig is not None else None
         self._api_client = api_client
         self._cluster: Cluster | None = None
         self._endpoints = endpoints
-        self.image = image
-        self.server_image = server_image
+        self._recorded_endpoints = recorded.endpoints if recorded else None
+        self.image = image or os.environ.get(IMAGE_ENV) or (recorded.image if recorded else None)
+        self.server_image = (
+            server_image or os.environ.get(SERVER_IMAGE_ENV) or (recorded.server_image if recorded else None)
+        )
 
     def __repr__(self) -> str:
         return f"KubeBackend(name={self.name!r}, namespace={self.namespace!r})"
@@ -199,7 +224,7 @@ class KubeBackend:
         if check:
             self.up()
         credentials = self._credentials()
-        endpoints = self._endpoints or client_endpoints(credentials)
+        endpoints = self._endpoints or client_endpoints(credentials, defaults=self._recorded_endpoints)
         services = self._service_names()
         inside = workload_endpoints(self.control_namespace, services, endpoints)
         return KubeRuntime(
@@ -245,7 +270,7 @@ class KubeBackend:
         return out
 
     def _urls(self) -> dict[str, str]:
-        e = self._endpoints or client_endpoints()
+        e = self._endpoints or client_endpoints(defaults=self._recorded_endpoints)
         return {"minio": e.s3_url, "mlflow": e.mlflow_url, "prefect-server": e.prefect_api_url}
 
     def fault_control(self) -> KubeFaultControl:
@@ -280,9 +305,11 @@ class KubeBackendConfig(BackendConfig):
     namespace: str | None = None
     """The sandbox's namespace (default: the operator's name for it)."""
     kubeconfig: str | None = None
-    """The cluster's kubeconfig (default: ``$KUBECONFIG``, then ``~/.kube/config``)."""
+    """The cluster's kubeconfig (default: ``$KUBECONFIG``, then the cluster ``mlsandbox cluster up``
+    left running, then ``~/.kube/config``)."""
     endpoints: Endpoints | None = None
-    """How this client reaches the chart's services (default: the kind NodePorts, overridden by
+    """How this client reaches the chart's services (default: what ``mlsandbox cluster up`` recorded, or
+    else the kind NodePorts, overridden by
     ``MLSANDBOX_KUBE_*``, with the S3 keys of the chart's MinIO Secret)."""
     image: str | None = None
     """The trainer image of Jobs and flow runs."""
