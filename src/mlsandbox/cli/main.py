@@ -210,7 +210,8 @@ app.command("ls", hidden=True, help="The same as `mlsandbox sandboxes`.")(sandbo
 def _print_status(backend: Any) -> None:
     rows = backend.status()
     table = Table(title=f"sandbox {backend.name}")
-    for col in ("service", "state", "url", "pid", "rss", "uptime"):
+    where = any(s.detail for s in rows)  # kube: pod, node, restarts instead of a pid
+    for col in ("service", "state", "url", "where" if where else "pid", "rss", "uptime"):
         table.add_column(col, overflow="fold")
     total = 0
     for s in rows:
@@ -220,12 +221,12 @@ def _print_status(backend: Any) -> None:
             s.name,
             f"[{color}]{s.state}[/]",
             s.url or "-",
-            str(s.pid or "-"),
+            (s.detail or "-") if where else str(s.pid or "-"),
             _human_bytes(s.rss_bytes),
             "-" if s.uptime_s is None else f"{s.uptime_s:.0f} s",
         )
     if rows:
-        table.add_row("[bold]total[/]", "", "", "", _human_bytes(total), "")
+        table.add_row("[bold]total[/]", "", "", "", _human_bytes(total) if total else "-", "")
     console.print(table)
 
 

@@ -18,6 +18,7 @@ What is installed once per cluster (``make sandbox-up``: the chart's MinIO, MLfl
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -178,14 +179,58 @@ class KubeBackend:
         by_component = {
             ((d.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL): d for d in deployments
         }
+        pods = self._service_pods()
+        nodes = {str((p.get("spec") or {}).get("nodeName") or "") for ps in pods.values() for p in ps}
+        memory = self._pod_memory(nodes - {""})
         urls = self._urls()
         rows = []
         for name in SERVICES:
             dep = by_component.get(name)
             rows.append(
-                ServiceStatus(name=name, state=_deployment_state(dep), url=urls.get(name) if dep else None)
+                ServiceStatus(
+                    name=name,
+                    state=_deployment_state(dep),
+                    url=urls.get(name) if dep else None,
+                    **_pod_facts(pods.get(name, []), memory),
+                )
             )
         return rows
+
+    def _service_pods(self) -> dict[str, list[dict[str, Any]]]:
+        """The chart's running pods by component."""
+        try:
+            pods = self.cluster.list("v1", "Pod", self.control_namespace)
+        except (TransientApiError, ApiRefused):
+            return {}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            component = ((pod.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL)
+            if component and (pod.get("status") or {}).get("phase") == "Running":
+                out.setdefault(component, []).append(pod)
+        return out
+
+    def _pod_memory(self, nodes: set[str]) -> dict[str, int]:
+        """Working-set bytes of each pod (``namespace/name``) on ``nodes``, from each kubelet's summary
+        (``/stats/summary`` through the API server); {} where a kubelet does not answer (kwok)."""
+        import json
+
+        out: dict[str, int] = {}
+        for node in sorted(nodes):
+            try:
+                response: Any = self.cluster.core.connect_get_node_proxy_with_path(
+                    node, "stats/summary", _preload_content=False, _request_timeout=5
+                )
+                summary = json.loads(response.data)
+            except Exception:  # no kubelet behind the node, no permission: no figures
+                continue
+            for pod in summary.get("pods") or []:
+                ref = pod.get("podRef") or {}
+                used = sum(
+                    int((c.get("memory") or {}).get("workingSetBytes") or 0)
+                    for c in pod.get("containers") or []
+                )
+                out[f"{ref.get('namespace')}/{ref.get('name')}"] = used
+        return out
 
     def runtime(self) -> KubeRuntime:
         """Operations over the sandbox; :class:`NotRunningError` when it is not ready."""
@@ -276,6 +321,39 @@ class KubeBackend:
     def fault_control(self) -> KubeFaultControl:
         """The sandbox's fault control without the readiness check (for recovery after a crash)."""
         return self._runtime(check=False).faults
+
+
+def _pod_facts(pods: list[dict[str, Any]], memory: dict[str, int]) -> dict[str, Any]:
+    """``detail`` (pod, node, restarts), ``uptime_s`` (the pod's age) and ``rss_bytes`` (its containers'
+    working set) of a service's running pods (the first one's age; every replica's memory)."""
+    import datetime as dt
+
+    if not pods:
+        return {}
+    first = pods[0]
+    meta, status = first.get("metadata") or {}, first.get("status") or {}
+    restarts = sum(
+        c.get("restartCount") or 0
+        for p in pods
+        for c in (p.get("status") or {}).get("containerStatuses") or []
+    )
+    more = f" (+{len(pods) - 1})" if len(pods) > 1 else ""
+    facts: dict[str, Any] = {
+        "detail": f"pod {meta.get('name')}{more} on {(first.get('spec') or {}).get('nodeName') or '-'}, "
+        f"{restarts} restart(s)"
+    }
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        started = dt.datetime.fromisoformat(str(status.get("startTime")).replace("Z", "+00:00"))
+        facts["uptime_s"] = max(0.0, (dt.datetime.now(dt.UTC) - started).total_seconds())
+    used = [
+        memory[key]
+        for p in pods
+        if (key := f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}")
+        in memory
+    ]
+    if used:
+        facts["rss_bytes"] = sum(used)
+    return facts
 
 
 def _deployment_state(
