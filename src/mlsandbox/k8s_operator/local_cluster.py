@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mlsandbox import paths
 from mlsandbox.backends.kube import cluster_state as cs
-from mlsandbox.backends.kube import controlplane, node
+from mlsandbox.backends.kube import controlplane, node, node_images
 from mlsandbox.backends.kube.client import KubernetesApi
 from mlsandbox.backends.kube.runtime import DEFAULT_IMAGE, DEFAULT_SERVER_IMAGE, KIND_ENDPOINTS
 from mlsandbox.backends.kube.schemas import CHART_DIR, REPO_ROOT, tool
@@ -268,8 +268,11 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
     cs.write(state)
     cluster: NodeCluster | None = None
     cp: controlplane.ControlPlane | None = None
+    engine_started = False
     try:
-        node.check_prerequisites()
+        _ensure_tools(progress)
+        chaos = chaos_mesh_built() if options.chaos_mesh is None else options.chaos_mesh
+        engine_started = _ensure_docker_if_building(progress, chaos)
         with progress.step("control plane (etcd, kube-apiserver, controller manager, scheduler)"):
             cp = controlplane.start(kwok=False)
         state.control_plane = str(cp.root)
@@ -281,7 +284,6 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
         cs.write(state)
         with progress.step("images (operator, MinIO, MLflow, Prefect, trainer, model server)"):
             real.import_images(dict.fromkeys([*CHART_IMAGES, *EPISODE_IMAGES]), say)
-        chaos = chaos_mesh_built() if options.chaos_mesh is None else options.chaos_mesh
         if chaos:
             from . import chaos_node
 
@@ -293,6 +295,10 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
                 "Chaos Mesh: not built on this machine (scripts/build-chaos-mesh.sh, about 40 minutes once): "
                 "its fault types are refused, native faults work"
             )
+        if engine_started:
+            with progress.step("stopping the docker engine started for the images"):
+                _script("docker-engine.sh", "--stop", say=say)
+            engine_started = False
         with progress.step("chart (MinIO, MLflow, Prefect server and worker, operator)"):
             cluster.install_chart(timeout=options.timeout)
         env = cluster.client_env()
@@ -324,10 +330,78 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
             cluster.stop()
         elif cp is not None:
             cp.stop()
+        if engine_started:
+            _script("docker-engine.sh", "--stop", say=say)
         cs.state_path(options.name).unlink(missing_ok=True)
         cs.state_path(options.name).with_suffix(".kubeconfig").unlink(missing_ok=True)
         raise
     return LocalCluster(state, cluster)
+
+
+TOOLS_SCRIPT = ("install-kube-tools.sh", "--with-control-plane", "--with-node")
+
+
+def _script(name: str, *args: str, say: Callable[[str], None]) -> None:
+    """Run ``scripts/<name>`` of the checkout, each line of its output said; :class:`ClusterError` with
+    its last lines when it fails."""
+    script = REPO_ROOT / "scripts" / name
+    if not script.is_file():
+        raise ClusterError(f"scripts/{name} is part of a checkout of mlsandbox: run it from one")
+    proc = subprocess.Popen(
+        [str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = [*tail[-19:], line]
+        say(line)
+    if proc.wait() != 0:
+        raise ClusterError(f"scripts/{name} {' '.join(args)} failed:\n" + "\n".join(tail))
+
+
+def _ensure_tools(progress: Progress) -> None:
+    """The control plane's and the node's binaries and packages; built when missing (the first time:
+    30 to 50 minutes of Go builds on two cores), said so."""
+    try:
+        for name in controlplane.BINARIES:
+            if name != "kwok":
+                controlplane.binary(name)
+        node.check_prerequisites()
+    except MissingToolError as missing:
+        progress.say(f"{missing}")
+        title = (
+            "Kubernetes tools: scripts/install-kube-tools.sh --with-control-plane --with-node (built from "
+            "source with Go: 30-50 minutes the first time, cached after)"
+        )
+        with progress.step(title):
+            _script(*TOOLS_SCRIPT, say=progress.say)
+        node.check_prerequisites()
+
+
+def _ensure_docker_if_building(progress: Progress, chaos: bool) -> bool:
+    """Start a docker engine (``scripts/docker-engine.sh``) when an image must be built and none answers;
+    whether it was started here (then it is stopped once the images are in)."""
+    imported = node_images.imported_keys(node.containerd_root().parent / "images.json")
+    wanted = node_images.by_name(dict.fromkeys([*node.DEFAULT_IMAGES, *CHART_IMAGES, *EPISODE_IMAGES]))
+    stale = [image.name for image in wanted if imported.get(image.name) != node_images.key(image)]
+    if chaos:
+        from . import chaos_node
+
+        imported = node_images.imported_keys(node.containerd_root().parent / "chaos-images.json")
+        stale += [i.name for i in chaos_node.images() if imported.get(i.name) != node_images.key(i)]
+    if not stale:
+        return False
+    progress.say(f"images to build (their inputs changed or they were never built): {', '.join(stale)}")
+    if _run(["docker", "version", "--format", "{{.Server.Version}}"]).returncode == 0:
+        return False
+    with progress.step("docker engine, to build the images (scripts/docker-engine.sh)"):
+        _script("docker-engine.sh", say=progress.say)
+    return True
 
 
 def _spec(options: UpOptions) -> dict[str, Any]:
