@@ -61,8 +61,12 @@ undo_script() {
     /^\*/ { t = substr($0, 2); order[++n] = t; next }
     /^:/ {
       split(substr($0, 2), f, " ")
-      if (!((t "/" f[1]) in had)) { if (f[1] ~ /^DOCKER/) { flush[t] = flush[t] "-F " f[1] "\n"; drop[t] = drop[t] "-X " f[1] "\n"; mine[t "/" f[1]] = 1 } }
-      else if (f[2] != "-" && policy[t "/" f[1]] != f[2]) { pol[t] = pol[t] "-P " f[1] " " policy[t "/" f[1]] "\n" }
+      if (!((t "/" f[1]) in had) && f[1] ~ /^DOCKER/) { flush[t] = flush[t] "-F " f[1] "\n"; drop[t] = drop[t] "-X " f[1] "\n"; mine[t "/" f[1]] = 1 }
+      else if (f[2] != "-") {
+        # A built-in chain: its policy as recorded, or the default (ACCEPT) when its table was not there.
+        was = ((t "/" f[1]) in had) ? policy[t "/" f[1]] : "ACCEPT"
+        if (was != f[2]) { pol[t] = pol[t] "-P " f[1] " " was "\n" }
+      }
       next
     }
     /^-A / {
@@ -88,6 +92,18 @@ restore_machine() {
       printf '%s\n' "$script" | "$family-restore" --noflush || say "$family: could not undo dockerd's rules"
     fi
   done
+  # Tables dockerd made (none was there before) and left empty go too (nf_tables keeps a table once made).
+  if command -v nft >/dev/null 2>&1; then
+    for family in iptables ip6tables; do
+      [[ -f "$BEFORE/$family" ]] && "$family" -V 2>/dev/null | grep -q nf_tables || continue
+      "$family-save" 2>/dev/null | awk -v before="$BEFORE/$family" '
+        BEGIN { while ((getline line < before) > 0) if (line ~ /^\*/) had[substr(line, 2)] = 1 }
+        /^\*/ { t = substr($0, 2); if (!(t in had)) { seen[t] = 1; empty[t] = 1 }; next }
+        /^-A / || (/^:/ && $2 != "ACCEPT") { if (t in seen) empty[t] = 0 }
+        END { for (t in empty) if (empty[t]) print t }' |
+        while read -r table; do nft delete table "$([[ $family == iptables ]] && echo ip || echo ip6)" "$table" || true; done
+    done
+  fi
   if ip link show docker0 >/dev/null 2>&1 && ! grep -qx docker0 "$BEFORE/links" 2>/dev/null; then
     ip link delete docker0 || true
   fi
