@@ -196,7 +196,7 @@ class LocalCluster:
             try:
                 lines = self.node_cluster.stop()
             finally:
-                cs.state_path(self.state.name).unlink(missing_ok=True)
+                cs.forget(self.state.name)
             return lines
         return cs.remove(self.state)
 
@@ -227,10 +227,13 @@ def up(
     if choice.engine is None:
         raise ClusterError(choice.reason)
     existing = cs.read(options.name)
-    if existing is not None:
+    resumable = (
+        existing is not None and existing.engine == "kind" == choice.engine and existing.phase == "starting"
+    )
+    if existing is not None and not resumable:
         if existing.owner is None or existing.owner.alive():
             raise ClusterError(
-                f"cluster {options.name!r} ({existing.engine}) is recorded as running: "
+                f"cluster {options.name!r} ({existing.engine}, {existing.phase}) is recorded: "
                 f"`mlsandbox cluster down --name {options.name}` first"
             )
         for line in cs.remove(existing):
@@ -332,8 +335,7 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
             cp.stop()
         if engine_started:
             _script("docker-engine.sh", "--stop", say=say)
-        cs.state_path(options.name).unlink(missing_ok=True)
-        cs.state_path(options.name).with_suffix(".kubeconfig").unlink(missing_ok=True)
+        cs.forget(options.name)
         raise
     return LocalCluster(state, cluster)
 
@@ -515,15 +517,13 @@ def _up_kind(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
         )
         if options.sandbox:
             with progress.step(f"Sandbox {options.sandbox} (scenario {options.scenario})"):
-                create_ready_sandbox(api, options.sandbox, _spec(options) | {"budget": {}})
+                create_ready_sandbox(api, options.sandbox, _spec(options))
             state.client.sandbox = options.sandbox
         state.steps = dict(progress.timings)
         state.phase = "running"
         cs.write(state)
     except BaseException:
-        cs.state_path(name).unlink(
-            missing_ok=True
-        )  # the kind cluster stays: `kind delete cluster` removes it
+        # The record stays (phase starting): `up` again carries on, `down` deletes the kind cluster.
         raise
     return LocalCluster(state)
 

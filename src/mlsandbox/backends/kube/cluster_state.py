@@ -225,9 +225,14 @@ def remove(state: ClusterState) -> list[str]:
     elif state.kind_cluster:
         lines += _delete_kind(state.kind_cluster)
     _stop_owner(state)
-    for path in (state_path(state.name), state_path(state.name).with_suffix(".kubeconfig")):
-        path.unlink(missing_ok=True)
+    forget(state.name)
     return lines
+
+
+def forget(name: str) -> None:
+    """Remove the record of the cluster ``name`` and the kubeconfig written beside it."""
+    for path in (state_path(name), state_path(name).with_suffix(".kubeconfig")):
+        path.unlink(missing_ok=True)
 
 
 def _delete_kind(name: str) -> list[str]:
