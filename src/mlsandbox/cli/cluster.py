@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from mlsandbox.cli.common import make_console
@@ -62,7 +63,7 @@ def _rich_progress() -> Any:
             self.timings[title] = round(time.monotonic() - began, 1)
             console.print(f"[green]✓[/] {title} [dim]({self.timings[title]:.1f} s)[/]", highlight=False)
 
-    return RichProgress(lambda line: console.print(f"    [dim]{line}[/]", highlight=False))
+    return RichProgress(lambda line: console.print(f"    [dim]{escape(line)}[/]", highlight=False))
 
 
 def _interrupt_on_sigterm() -> None:
@@ -159,7 +160,7 @@ def down(name: ClusterNameOpt = None) -> None:
         print_error(err_console, exc)
         raise typer.Exit(1) from None
     for line in lines:
-        console.print(f"  removed {line}", highlight=False)
+        console.print(f"  removed {escape(line)}", highlight=False)
     console.print(f"cluster down in {time.monotonic() - began:.1f} s")
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -195,6 +196,8 @@ class LocalCluster:
         if self.node_cluster is not None and not self.state.detached:
             try:
                 lines = self.node_cluster.stop()
+                if self.state.docker_started:
+                    cs.stop_docker_engine(lines.append)
             finally:
                 cs.forget(self.state.name)
             return lines
@@ -271,11 +274,14 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
     cs.write(state)
     cluster: NodeCluster | None = None
     cp: controlplane.ControlPlane | None = None
-    engine_started = False
     try:
         _ensure_tools(progress)
         chaos = chaos_mesh_built() if options.chaos_mesh is None else options.chaos_mesh
-        engine_started = _ensure_docker_if_building(progress, chaos)
+        # A docker engine started to build images changes the machine (its bridge, chains, forwarding)
+        # before the node takes its snapshot: it stops after the node has gone (`down`), so that each
+        # puts back what it found.
+        state.docker_started = _ensure_docker_if_building(progress, chaos)
+        cs.write(state)
         with progress.step("control plane (etcd, kube-apiserver, controller manager, scheduler)"):
             cp = controlplane.start(kwok=False)
         state.control_plane = str(cp.root)
@@ -298,10 +304,6 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
                 "Chaos Mesh: not built on this machine (scripts/build-chaos-mesh.sh, about 40 minutes once): "
                 "its fault types are refused, native faults work"
             )
-        if engine_started:
-            with progress.step("stopping the docker engine started for the images"):
-                _script("docker-engine.sh", "--stop", say=say)
-            engine_started = False
         with progress.step("chart (MinIO, MLflow, Prefect server and worker, operator)"):
             cluster.install_chart(timeout=options.timeout)
         env = cluster.client_env()
@@ -333,8 +335,8 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
             cluster.stop()
         elif cp is not None:
             cp.stop()
-        if engine_started:
-            _script("docker-engine.sh", "--stop", say=say)
+        if state.docker_started:
+            cs.stop_docker_engine(say)
         cs.forget(options.name)
         raise
     return LocalCluster(state, cluster)
@@ -358,8 +360,8 @@ def _script(name: str, *args: str, say: Callable[[str], None]) -> None:
     )
     assert proc.stdout is not None
     tail: list[str] = []
-    for line in proc.stdout:
-        line = line.rstrip()
+    for raw in proc.stdout:
+        line = re.sub(r"\x1b\[[0-9;]*m", "", raw).rstrip()
         tail = [*tail[-19:], line]
         say(line)
     if proc.wait() != 0:
@@ -398,7 +400,9 @@ def _ensure_docker_if_building(progress: Progress, chaos: bool) -> bool:
         stale += [i.name for i in chaos_node.images() if imported.get(i.name) != node_images.key(i)]
     if not stale:
         return False
-    progress.say(f"images to build (their inputs changed or they were never built): {', '.join(stale)}")
+    progress.say(
+        f"images to build or import (new inputs, or not in the node's containerd yet): {', '.join(stale)}"
+    )
     if _run(["docker", "version", "--format", "{{.Server.Version}}"]).returncode == 0:
         return False
     with progress.step("docker engine, to build the images (scripts/docker-engine.sh)"):

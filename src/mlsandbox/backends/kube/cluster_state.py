@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -98,6 +100,9 @@ class ClusterState(BaseModel):
     node_ip: str | None = None
     kind_cluster: str | None = None
     chaos_mesh: bool = False
+    docker_started: bool = False
+    """A docker engine was started to build images (``scripts/docker-engine.sh``): stopped once the node
+    is gone, which puts back what it changed."""
     steps: dict[str, float] = Field(default_factory=dict)
     """Seconds each step of ``up`` took, in order."""
     client: ClientSettings | None = None
@@ -224,6 +229,8 @@ def remove(state: ClusterState) -> list[str]:
             lines.append(f"control plane: {stopped} process(es) stopped")
     elif state.kind_cluster:
         lines += _delete_kind(state.kind_cluster)
+    if state.docker_started:
+        stop_docker_engine(lines.append)
     _stop_owner(state)
     forget(state.name)
     return lines
@@ -233,6 +240,19 @@ def forget(name: str) -> None:
     """Remove the record of the cluster ``name`` and the kubeconfig written beside it."""
     for path in (state_path(name), state_path(name).with_suffix(".kubeconfig")):
         path.unlink(missing_ok=True)
+
+
+def stop_docker_engine(say: Callable[[str], None]) -> None:
+    """``scripts/docker-engine.sh --stop``: the engine that script started goes, and what it changed on
+    the machine is put back (nothing happens to an engine it did not start)."""
+    from .schemas import REPO_ROOT
+
+    script = REPO_ROOT / "scripts" / "docker-engine.sh"
+    if not script.is_file():
+        return
+    done = subprocess.run([str(script), "--stop"], capture_output=True, text=True, check=False)
+    for line in (done.stdout + done.stderr).splitlines():
+        say("docker engine: " + re.sub(r"\x1b\[[0-9;]*m|\[docker-engine\]\s*", "", line).strip())
 
 
 def _delete_kind(name: str) -> list[str]:
