@@ -293,11 +293,19 @@ def test_flows_in_an_environment_and_flow_runs_are_charged(runtime: Any, sandbox
         params = {"dataset": "customers", "batch": "2026-11-26", "model_name": "churn"}
         good = finished(g, ok(g, {**score, "parameters": {**params, "version": 1}})["flow_run_id"])
         assert good["state"] == "Completed", good["logs"][-15:]
-        bad = finished(g, ok(g, {**score, "parameters": {**params, "version": 2}})["flow_run_id"])
+        fr_bad = ok(g, {**score, "parameters": {**params, "version": 2}})["flow_run_id"]
+        bad = finished(g, fr_bad)
         assert bad["state"] == "Failed", bad["logs"][-15:]
         assert "scoring failed in the environment" in (bad["message"] or "") or any(
             "scoring failed in the environment" in line for line in bad["logs"]
         ), bad
+        # Its last log lines (the library's traceback) reach the server shortly after its final state.
+        deadline = time.monotonic() + 60
+        while not any(any(n in line for n in LIBRARY_ERRORS) for line in bad["logs"]):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(2)
+            bad = ok(g, {"type": "get_flow_run", "flow_run_id": fr_bad, "log_lines": 200})
         assert any(any(n in line for n in LIBRARY_ERRORS) for line in bad["logs"]), bad["logs"][-15:]
 
         # Every run is charged its CPU seconds at the budget's price, failed ones too.
