@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mlsandbox.cli.common import human_bytes, make_console
+from mlsandbox.cli.common import make_console
 from mlsandbox.errors import MLSandboxError
 from mlsandbox.terminal import print_error
 
@@ -33,6 +33,17 @@ ClusterNameOpt = Annotated[
     str | None,
     typer.Option("--name", envvar="MLSANDBOX_CLUSTER", help="The cluster's name (default: mlsandbox)."),
 ]
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _rich_progress() -> Any:
@@ -185,9 +196,9 @@ def status(
         table.add_column(col, overflow="fold")
     for c in report.components:
         color = {"running": "green", "starting": "yellow"}.get(c.state, "red")
-        table.add_row(c.name, c.kind, f"[{color}]{c.state}[/]", c.detail, human_bytes(c.memory_bytes))
+        table.add_row(c.name, c.kind, f"[{color}]{c.state}[/]", c.detail, _human_bytes(c.memory_bytes))
     if report.memory_bytes:
-        table.add_row("[bold]total[/]", "", "", "processes and pods", human_bytes(report.memory_bytes))
+        table.add_row("[bold]total[/]", "", "", "processes and pods", _human_bytes(report.memory_bytes))
     console.print(table)
     if any(c.state != "running" for c in report.components):
         raise typer.Exit(1)

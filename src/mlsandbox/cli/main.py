@@ -20,7 +20,6 @@ from mlsandbox.cli.common import (
     NameOpt,
     NoStartOpt,
     agent_help,
-    human_bytes,
     make_console,
     with_level,
 )
@@ -80,6 +79,17 @@ def _sigterm_as_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 # ------------------------------------------------------------------------------------------- lifecycle
@@ -212,11 +222,11 @@ def _print_status(backend: Any) -> None:
             f"[{color}]{s.state}[/]",
             s.url or "-",
             (s.detail or "-") if where else str(s.pid or "-"),
-            human_bytes(s.rss_bytes),
+            _human_bytes(s.rss_bytes),
             "-" if s.uptime_s is None else f"{s.uptime_s:.0f} s",
         )
     if rows:
-        table.add_row("[bold]total[/]", "", "", "", human_bytes(total) if total else "-", "")
+        table.add_row("[bold]total[/]", "", "", "", _human_bytes(total) if total else "-", "")
     console.print(table)
 
 
