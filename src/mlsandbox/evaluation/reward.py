@@ -100,8 +100,6 @@ Grader = Callable[[EpisodeState, Tracking], Grade]
 
 def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade:
     """Grade the latest registered version of the goal's model on the hidden holdout."""
-    from sklearn.metrics import roc_auc_score  # imported when grading: keeps importing this module quick
-
     goal = state.scenario.goal
     versions = [v for (n, v) in state.registered if n == goal.model_name]
     if not versions:
@@ -112,6 +110,11 @@ def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade
     x, y = holdout.drop(columns=[target]), holdout[target].to_numpy()
     try:
         model = tracking.load_model(state.registry_name(goal.model_name), version)
+        # Imported after the load (and so when grading: importing this module stays quick): a tracker
+        # may still be importing scikit-learn in a background thread until its load returns, and a
+        # second import of it under way at the same time sees a partially initialised package.
+        from sklearn.metrics import roc_auc_score
+
         proba = np.asarray(model.predict_proba(x))[:, 1]
         auc = float(roc_auc_score(y, proba))
     except Exception as e:  # a model that cannot score the holdout earns nothing

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from mlsandbox.backends.protocols import Tracking
 from mlsandbox.evaluation.reward import Grade
@@ -57,6 +56,8 @@ def grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
     x, y = holdout.drop(columns=[target]), holdout[target].to_numpy()
     try:
         model = tracking.load_model(state.registry_name(goal.model_name), version)
+        from sklearn.metrics import roc_auc_score  # after the load: see grade_registered_model_auc
+
         auc = float(roc_auc_score(y, np.asarray(model.predict_proba(x))[:, 1]))
     except Exception as e:  # a model that cannot score the holdout earns nothing
         log.info("grading failed: %s", e)

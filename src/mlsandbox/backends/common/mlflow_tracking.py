@@ -265,6 +265,7 @@ class MLflowTracking:
 
     def load_model(self, name: str, version: str) -> Any:
         """Download the version's artifacts from this server and load them (sklearn flavor, else pyfunc)."""
+        _wait_warm()
         import mlflow.artifacts
 
         with self._errors(f"model {name!r} version {version}"):
@@ -342,6 +343,8 @@ _TORCH_BLOCKER = _ThreadImportBlocker(frozenset({"torch"}))
 
 
 _WARMED = threading.Event()
+_WARM_THREADS: list[threading.Thread] = []
+"""The warm-up thread once started (a load waits for it: see :func:`_wait_warm`)."""
 
 
 def _warm_model_loading() -> None:
@@ -359,7 +362,18 @@ def _warm_model_loading() -> None:
             import mlflow.sklearn  # noqa: F401
             import sklearn.metrics  # noqa: F401
 
-    threading.Thread(target=warm, name="mlsandbox-warm-model-loading", daemon=True).start()
+    thread = threading.Thread(target=warm, name="mlsandbox-warm-model-loading", daemon=True)
+    _WARM_THREADS.append(thread)
+    thread.start()
+
+
+def _wait_warm(timeout_s: float = 300.0) -> None:
+    """Wait for the warm-up imports to end before importing the same packages here: scikit-learn's
+    package imports itself in a cycle, and two threads importing it at once can leave one of them with a
+    partially initialised module (``ImportError: cannot import name ...``)."""
+    for thread in list(_WARM_THREADS):
+        if thread is not threading.current_thread():
+            thread.join(timeout_s)
 
 
 def _import_skops_without_torch() -> None:
