@@ -7,7 +7,7 @@
 #                  a real control plane for the operator and kube-backend tests, nodes and pods simulated by kwok)
 #   - kubelet, kube-proxy, kubectl, coredns, kube-router, crictl  (only with --with-node: a real node on this
 #                  machine, mlsandbox.backends.kube.node; as root it also installs Debian's containerd,
-#                  runc, containernetworking-plugins, iptables, conntrack and ipset when missing)
+#                  runc, containernetworking-plugins, iptables, conntrack, ipset and nftables when missing)
 # Built with `go install` at the versions pinned in versions.env (no prebuilt downloads: the Go module proxy
 # is the only source this needs). The six Kubernetes binaries come from one `go build` (--with-control-plane
 # and --with-node share it). A second run only compares version stamps and takes milliseconds.
@@ -148,7 +148,7 @@ build_kubernetes() {
 # Debian's container runtime and the kernel tools the node uses, installed with apt when a command is
 # missing (as root); elsewhere the error names the packages.
 NODE_PACKAGES=(containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge
-  iptables:iptables conntrack:conntrack ipset:ipset)
+  iptables:iptables conntrack:conntrack ipset:ipset nftables:nft)
 install_node_packages() {
   local missing=() entry pkg cmd
   for entry in "${NODE_PACKAGES[@]}"; do
@@ -157,7 +157,7 @@ install_node_packages() {
     else command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg"); fi
   done
   if ((${#missing[@]} == 0)); then
-    say "containerd, runc, CNI plugins, iptables, conntrack, ipset present"
+    say "containerd, runc, CNI plugins, iptables, conntrack, ipset, nft present"
     return 0
   fi
   [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1 \

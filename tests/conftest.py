@@ -140,22 +140,36 @@ def node_session() -> Iterator[NodeSession]:
     _node_session.stop()
 
 
+def start_node_session_cluster(session: NodeSession) -> NodeCluster:
+    """The session's cluster, brought up by what ``mlsandbox cluster up`` runs (the built-in real node:
+    control plane, node, images, the chart), owned by this process and recorded under a name of this
+    session (``t<pid>``); no Sandbox (the tests make theirs) and no Chaos Mesh (its test installs it)."""
+    from mlsandbox.k8s_operator.local_cluster import Progress, UpOptions, running
+
+    options = UpOptions(
+        name=session_sandbox_name(), engine="node", sandbox=None, chaos_mesh=False, detach=False
+    )
+    progress = Progress()
+    local = session.context.enter_context(running(options, progress))
+    assert local.node_cluster is not None
+    print(f"node cluster up: {progress.timings}")
+    return local.node_cluster
+
+
 @pytest.fixture(scope="session")
 def node_cluster(node_session: NodeSession) -> NodeCluster:
-    """A control plane and one real node, Ready with CoreDNS (shared by the session)."""
-    from mlsandbox.k8s_operator.node_testbed import node_cluster as start_node_cluster
-
+    """A control plane and one real node, Ready with CoreDNS, the chart installed and the images episodes
+    run imported (shared by the session)."""
     if node_session.cluster is None:
-        node_session.cluster = node_session.context.enter_context(start_node_cluster())
+        node_session.cluster = start_node_session_cluster(node_session)
     return node_session.cluster
 
 
 @pytest.fixture(scope="session")
 def kube_node_cluster(node_cluster: NodeCluster) -> NodeCluster:
-    """The shared node with the chart installed (once per session) and every image episodes run."""
-    if not node_cluster.chart_installed:
-        seconds = node_cluster.install_chart()
-        print(f"chart installed in {seconds:.1f} s")
+    """The shared node with the chart installed and every image episodes run (``node_cluster`` has them:
+    it is what ``mlsandbox cluster up`` brings up)."""
+    assert node_cluster.chart_installed
     return node_cluster
 
 
@@ -196,30 +210,17 @@ class NodeSandbox:
         return backend
 
 
-NODE_SANDBOX_BUDGET = {"cpu": "3", "memory": "6Gi", "maxPods": 30}
-"""What the episodes on the node need at most at once: a training job or a flow run, model replicas and the
-feature service (requests = limits)."""
-
-
 def make_node_sandbox(
     cluster: NodeCluster, name: str, scenario: str = "tabular-quality-basic"
 ) -> NodeSandbox:
     """A Sandbox ``name`` in the chart's namespace, once Ready (the operator in its pod made its namespace,
-    quota, policies and RBAC)."""
+    quota, policies and RBAC), as ``mlsandbox cluster up`` makes its own (the same budget)."""
+    from mlsandbox.k8s_operator.local_cluster import SANDBOX_BUDGET, create_ready_sandbox
     from mlsandbox.k8s_operator.resources import sandbox_namespace_name
     from mlsandbox.k8s_operator.testbed import CONTROL_NAMESPACE
 
-    cluster.create_sandbox(
-        CONTROL_NAMESPACE, name, {"scenario": scenario, "seed": 1, "budget": NODE_SANDBOX_BUDGET}
-    )
-
-    def ready() -> bool:
-        status = (cluster.sandbox(CONTROL_NAMESPACE, name) or {}).get("status") or {}
-        return any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-        )
-
-    cluster.wait(f"Sandbox {name} Ready", ready, 180)
+    spec = {"scenario": scenario, "seed": 1, "budget": SANDBOX_BUDGET}
+    create_ready_sandbox(cluster.api, name, spec, timeout=180)
     return NodeSandbox(cluster, name, sandbox_namespace_name(CONTROL_NAMESPACE, name), cluster.client_env())
 
 

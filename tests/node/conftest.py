@@ -1,9 +1,11 @@
 """The real-node tier: one control plane and one real node on this machine, shared by every test.
 
 ``node_cluster`` (session, in tests/conftest.py so that tests/conformance shares it) is a
-:class:`~mlsandbox.k8s_operator.node_testbed.NodeCluster`: the control plane, the node (containerd,
-kubelet, kube-proxy, kube-router, CoreDNS) and helpers; ``kube_node_cluster`` is the same cluster with the
-chart installed (MinIO, MLflow, Prefect server and worker, the operator) and the episodes' images;
+:class:`~mlsandbox.k8s_operator.node_testbed.NodeCluster` brought up by what ``mlsandbox cluster up``
+runs (:func:`mlsandbox.k8s_operator.local_cluster.up`, the built-in real node, owned by the session): the
+control plane, the node (containerd, kubelet, kube-proxy, kube-router, CoreDNS), the chart (MinIO,
+MLflow, Prefect server and worker, the operator) and the episodes' images; ``kube_node_cluster`` is the
+same cluster;
 ``node_sandbox`` a Ready Sandbox there with the environment a client needs — what a test of the kube
 backend on real pods asks for. Images come from :mod:`mlsandbox.backends.kube.node_images` (built when
 their inputs change, cached after).

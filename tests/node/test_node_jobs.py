@@ -76,6 +76,8 @@ def test_training_jobs_run_the_trainer_image_and_the_kernel_oom_kills_one_over_i
         # job-2: killed by the kernel at its 128 MiB limit; the kubelet's reason reaches the agent.
         assert killed["state"] == "failed" and killed["exit_code"] == 137, killed
         assert "OOMKilled" in killed["log_tail"] and "memory limit 128 MiB" in killed["log_tail"], killed
+        # What the agent reads is the job's own output, not GitPython's warning that the image has no git.
+        assert "git executable" not in killed["log_tail"].lower(), killed["log_tail"]
         pod = rt.jobs.pod(gw.state.jobs["job-2"].backend_id)
         assert pod is not None
         state = terminated(pod)

@@ -74,10 +74,10 @@ def _nothing(left: dict[str, Any]) -> bool:
 
 
 def test_down_leaves_nothing_behind(node_session: Session) -> None:
-    from mlsandbox.k8s_operator.node_testbed import node_cluster
+    from tests.conftest import start_node_session_cluster
 
     if node_session.cluster is None:  # run alone: make a node to take down
-        node_session.cluster = node_session.context.enter_context(node_cluster())
+        node_session.cluster = start_node_session_cluster(node_session)
     cluster = node_session.cluster
     # What this node left is measured against the machine as it found it (its snapshot, taken under the
     # node lock before it changed anything), not against a state some other node may have been in.

@@ -339,8 +339,30 @@ def test_up_without_an_answering_api_server_says_what_to_run(tmp_path: Any) -> N
     config = Configuration()
     config.host = "http://127.0.0.1:9"  # discard port: nothing answers
     backend = KubeBackend("demo", api_client=ApiClient(config))
-    with pytest.raises(NotRunningError, match="make sandbox-up"):
+    with pytest.raises(NotRunningError, match="mlsandbox cluster up"):
         backend.up()
     assert backend.is_alive() is False
     assert {s.state for s in backend.status()} == {"stopped"}
     backend.down()  # nothing to do, no error
+
+
+def test_status_shows_the_pod_its_node_restarts_age_and_memory() -> None:
+    import datetime as dt
+
+    from mlsandbox.backends.kube.backend import _pod_facts
+
+    started = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=90)).isoformat().replace("+00:00", "Z")
+
+    def pod(name: str, restarts: int) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": "mlsandbox"},
+            "spec": {"nodeName": "node-0"},
+            "status": {"startTime": started, "containerStatuses": [{"restartCount": restarts}]},
+        }
+
+    facts = _pod_facts(
+        [pod("minio-1", 1), pod("minio-2", 2)], {"mlsandbox/minio-1": 100, "mlsandbox/minio-2": 50}
+    )
+    assert facts["detail"] == "pod minio-1 (+1) on node-0, 3 restart(s)"
+    assert facts["rss_bytes"] == 150 and 85 < facts["uptime_s"] < 120
+    assert _pod_facts([], {}) == {}

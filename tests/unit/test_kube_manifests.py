@@ -90,6 +90,11 @@ def test_training_job_runs_the_same_command_as_the_local_backend() -> None:
     assert env["MLSANDBOX_JOB_ID"] == "train-3"
 
 
+def test_training_job_keeps_gitpython_quiet_so_the_log_tail_is_the_jobs_own() -> None:
+    job = training_job(spec(), namespace="ns", image="img:1", endpoints=ENDPOINTS)
+    assert env_of(job)["GIT_PYTHON_REFRESH"] == "quiet"
+
+
 def test_training_job_requests_equal_limits_and_no_retries() -> None:
     job = training_job(spec(), namespace="ns", image="img:1", endpoints=ENDPOINTS)
     resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]

@@ -15,7 +15,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlsandbox.agents.scripted import Obs, ReferenceAgent, Script, cleaning_plan, deliverable
+from mlsandbox.agents.scripted import Obs, ReferenceAgent, cleaning_plan
 
 
 @dataclass(frozen=True)
@@ -79,31 +79,18 @@ class ProbeAgent(ReferenceAgent):
         self.probe = probe
         self.name = f"probe:{probe.name}"
 
-    def script(self, first: Obs) -> Script:
-        model, names = deliverable(first)
-        if not names:
-            return
-        dataset = names[0]
-        if self.probe.dataset == "other":
-            listed = yield {"type": "list_datasets"}
-            others = [
-                str(d.get("name"))
-                for d in (listed.get("result") or {}).get("datasets", [])
-                if d.get("name") not in names
-            ]
-            dataset = others[0] if others else dataset
-        obs = yield from self.do({"type": "check_data_quality", "dataset": dataset})
-        profile = (obs.get("result") or {}).get("profile") or {} if obs.get("ok") else {}
-        for strategy in self._cleaning(profile):
-            obs = yield from self.do({"type": "clean_dataset", "dataset": dataset, "strategy": strategy})
-            if obs.get("ok"):
-                dataset = obs["result"]["dataset"]
-        run_id = yield from self.train(dataset)
-        if run_id is None:
-            return
-        yield from self.do({"type": "register_model", "run_id": run_id, "name": model})
+    def choose_dataset(self, names: list[str]) -> Generator[dict[str, Any], Obs, str]:
+        if self.probe.dataset != "other":
+            return names[0]
+        listed = yield {"type": "list_datasets"}
+        others = [
+            str(d.get("name"))
+            for d in (listed.get("result") or {}).get("datasets", [])
+            if d.get("name") not in names
+        ]
+        return others[0] if others else names[0]
 
-    def _cleaning(self, profile: dict[str, Any]) -> list[str]:
+    def cleaning(self, profile: dict[str, Any]) -> list[str]:
         plan = cleaning_plan(profile)
         if self.probe.cleaning == "none":
             return []

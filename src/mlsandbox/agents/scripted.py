@@ -88,17 +88,26 @@ class ReferenceAgent(ScriptedAgent):
         model, names = deliverable(first)
         if not names:
             return
-        dataset = names[0]
+        dataset = yield from self.choose_dataset(names)
         obs = yield from self.do({"type": "check_data_quality", "dataset": dataset})
-        if obs.get("ok"):
-            for strategy in cleaning_plan((obs.get("result") or {}).get("profile") or {}):
-                obs = yield from self.do({"type": "clean_dataset", "dataset": dataset, "strategy": strategy})
-                if obs.get("ok"):
-                    dataset = obs["result"]["dataset"]
+        profile = ((obs.get("result") or {}).get("profile") or {}) if obs.get("ok") else None
+        for strategy in [] if profile is None else self.cleaning(profile):
+            obs = yield from self.do({"type": "clean_dataset", "dataset": dataset, "strategy": strategy})
+            if obs.get("ok"):
+                dataset = obs["result"]["dataset"]
         run_id = yield from self.train(dataset)
         if run_id is None:
             return
         yield from self.do({"type": "register_model", "run_id": run_id, "name": model})
+
+    def choose_dataset(self, names: list[str]) -> Generator[dict[str, Any], Obs, str]:
+        """The dataset to work on: the one the goal names (no step)."""
+        return names[0]
+        yield {}  # a generator (never reached)
+
+    def cleaning(self, profile: dict[str, Any]) -> list[str]:
+        """The cleaning strategies to apply, in order, given the data profile."""
+        return cleaning_plan(profile)
 
     # -------------------------------------------------------------------------------- building blocks
 

@@ -124,7 +124,20 @@ __all__ = [
     "backend_help",
     "backend_option",
     "check_backend",
+    "human_bytes",
     "make_console",
     "sandbox_option",
     "with_level",
 ]
+
+
+def human_bytes(n: int | None) -> str:
+    """A byte count for a table: B, KiB, MiB or GiB; "-" when unknown."""
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"

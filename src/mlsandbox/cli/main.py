@@ -13,12 +13,14 @@ from rich.table import Table
 
 from mlsandbox import __version__
 from mlsandbox.cli.calibration import register as register_calibration_commands
+from mlsandbox.cli.cluster import cluster_app
 from mlsandbox.cli.common import (
     BackendOpt,
     LevelOpt,
     NameOpt,
     NoStartOpt,
     agent_help,
+    human_bytes,
     make_console,
     with_level,
 )
@@ -45,6 +47,7 @@ register_fault_commands(app)  # curriculum show, faults catalog
 register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
 register_calibration_commands(app)  # calibrate, fidelity
 app.add_typer(kube_app, name="kube")
+app.add_typer(cluster_app, name="cluster")  # mlsandbox cluster up|down|status (make sandbox-up)
 app.add_typer(operator_app, name="operator")
 app.command("watch")(watch_command)  # live dashboard of an episode (mlsandbox.cli.watch)
 app.command("console")(console_command)  # web console (mlsandbox.console)
@@ -77,17 +80,6 @@ def _sigterm_as_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def _human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
 
 
 # ------------------------------------------------------------------------------------------- lifecycle
@@ -208,7 +200,8 @@ app.command("ls", hidden=True, help="The same as `mlsandbox sandboxes`.")(sandbo
 def _print_status(backend: Any) -> None:
     rows = backend.status()
     table = Table(title=f"sandbox {backend.name}")
-    for col in ("service", "state", "url", "pid", "rss", "uptime"):
+    where = any(s.detail for s in rows)  # kube: pod, node, restarts instead of a pid
+    for col in ("service", "state", "url", "where" if where else "pid", "rss", "uptime"):
         table.add_column(col, overflow="fold")
     total = 0
     for s in rows:
@@ -218,12 +211,12 @@ def _print_status(backend: Any) -> None:
             s.name,
             f"[{color}]{s.state}[/]",
             s.url or "-",
-            str(s.pid or "-"),
-            _human_bytes(s.rss_bytes),
+            (s.detail or "-") if where else str(s.pid or "-"),
+            human_bytes(s.rss_bytes),
             "-" if s.uptime_s is None else f"{s.uptime_s:.0f} s",
         )
     if rows:
-        table.add_row("[bold]total[/]", "", "", "", _human_bytes(total), "")
+        table.add_row("[bold]total[/]", "", "", "", human_bytes(total) if total else "-", "")
     console.print(table)
 
 
@@ -232,12 +225,12 @@ def gc(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Remove what crashed runs left behind: sandboxes, processes, cgroups, faults, episode resources."""
-    from mlsandbox.backends.kube import controlplane, node
+    from mlsandbox.backends.kube import cluster_state
     from mlsandbox.backends.local.gc import GcItem, collect_garbage_report
 
     items = collect_garbage_report()
-    lines = node.collect_garbage() + controlplane.collect_garbage()  # a node before its control plane
-    items += [GcItem(kind="control_plane", what=line) for line in lines]
+    # Local clusters, real nodes and control planes whose owner died (a node before its control plane).
+    items += [GcItem(kind="control_plane", what=line) for line in cluster_state.collect_garbage()]
     if as_json:
         console.print_json(json.dumps([i.model_dump() for i in items]))
     else:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlsandbox.backends.protocols import EnvironmentInfo, JobSpec, JobStatus, Runtime
-from mlsandbox.data.formats import from_bytes
 from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.gateway.context import EpisodeService
 from mlsandbox.gateway.registry import PackRuntime
@@ -92,12 +91,7 @@ class Episode:
 
     def read(self, rec: DatasetRecord) -> Any:
         data = self.backend_call(lambda: self.runtime.object_store.get_object(self.state.bucket, rec.key))
-        try:
-            return from_bytes(data, rec.fmt)
-        except Exception as e:
-            raise ActionError(
-                "unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}"
-            ) from None
+        return rec.frame(data)
 
     def job(self, job_id: str) -> JobRecord:
         job = self.state.jobs.get(job_id)

@@ -1,4 +1,5 @@
-"""The chart on a real node of this machine: for the real-node test tier and ``bench_kube``.
+"""The chart on a real node of this machine: for ``mlsandbox cluster up`` (which brings it up:
+:mod:`.local_cluster`), the real-node test tier (the same) and ``bench_kube``.
 
 :class:`NodeCluster` is a control plane (``controlplane.start(kwok=False)``), a node
 (:mod:`mlsandbox.backends.kube.node`: containerd, kubelet, kube-proxy, kube-router, CoreDNS) and, once
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from mlsandbox.backends.kube import controlplane, node, node_images
@@ -32,7 +33,8 @@ NODE_PORTS = {"minio": 30900, "mlflow": 30500, "prefect": 30420}
 
 
 class NodeCluster(Testbed):
-    """A control plane, a real node and (after :meth:`install_chart`) the chart. Use :func:`node_cluster`."""
+    """A control plane, a real node and (after :meth:`install_chart`) the chart. Use
+    :func:`.local_cluster.up`."""
 
     def __init__(self, cp: controlplane.ControlPlane, real_node: node.Node) -> None:
         super().__init__(cp, operator_token="")
@@ -173,24 +175,6 @@ class NodeCluster(Testbed):
             return self.node.stop()
         finally:
             self.cp.stop()
-
-
-@contextlib.contextmanager
-def node_cluster(
-    *, images: Iterable[str] = node.DEFAULT_IMAGES, say: Callable[[str], None] = print
-) -> Iterator[NodeCluster]:
-    """A control plane and a Ready node with CoreDNS (the chart is installed on demand)."""
-    cp = controlplane.start(kwok=False)
-    try:
-        real = node.start(cp, images=images, say=say)
-    except BaseException:
-        cp.stop()
-        raise
-    cluster = NodeCluster(cp, real)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def pod_ready(pod: Any) -> bool:

@@ -37,6 +37,18 @@ class DatasetRecord:
     origin: str  # "scenario" or "clean_dataset"
     parent: str | None = None
 
+    def frame(self, data: bytes) -> Any:
+        """The dataset's bytes as a frame; an ``unreadable_data`` error when they are not of its format."""
+        from mlsandbox.data.formats import from_bytes
+        from mlsandbox.errors import ActionError
+
+        try:
+            return from_bytes(data, self.fmt)
+        except Exception as e:
+            raise ActionError(
+                "unreadable_data", f"dataset {self.key!r} cannot be read as {self.fmt}: {e}"
+            ) from None
+
 
 @dataclass
 class JobRecord:

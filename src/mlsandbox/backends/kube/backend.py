@@ -18,6 +18,7 @@ What is installed once per cluster (``make sandbox-up``: the chart's MinIO, MLfl
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -30,8 +31,17 @@ from mlsandbox.backends.kube.faults.control import SERVICES, KubeFaultControl
 from mlsandbox.backends.protocols import BackendConfig, BackendType, Endpoints, ServiceStatus, Support
 from mlsandbox.errors import BackendError, NotRunningError
 
+from . import cluster_state
 from .cluster import ApiRefused, Cluster, TransientApiError
-from .runtime import BACKEND, STATIC_UNSUPPORTED, KubeRuntime, client_endpoints, workload_endpoints
+from .runtime import (
+    BACKEND,
+    IMAGE_ENV,
+    SERVER_IMAGE_ENV,
+    STATIC_UNSUPPORTED,
+    KubeRuntime,
+    client_endpoints,
+    workload_endpoints,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +49,7 @@ CONTROL_NAMESPACE_ENV = "MLSANDBOX_CONTROL_NAMESPACE"
 DEFAULT_CONTROL_NAMESPACE = "mlsandbox"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 SANDBOX_API = ("mlsandbox.dev/v1alpha1", "Sandbox")
-_HINT = "run `make sandbox-up` (kind cluster, chart, operator and a Sandbox)"
+_HINT = "run `mlsandbox cluster up` (or `make sandbox-up`: a local cluster, the chart, the operator and a Sandbox)"
 
 
 def sandbox_namespace(control_namespace: str, name: str) -> str:
@@ -68,16 +78,32 @@ class KubeBackend:
         server_image: str | None = None,
     ) -> None:
         self.name: str = paths.validate_sandbox_name(name or paths.default_sandbox_name())
+        # Given no other cluster (no API client; no kubeconfig, or the recorded one, here or in
+        # $KUBECONFIG): the cluster `mlsandbox cluster up` left running on this machine, if any, with its
+        # endpoints and images.
+        recorded = cluster_state.recorded_client() if api_client is None else None
+        named = {str(kubeconfig or ""), os.environ.get("KUBECONFIG", "")} - {""}
+        if recorded is not None and named - {recorded.kubeconfig}:
+            recorded = None
+        self.recorded = recorded
         self.control_namespace = (
-            control_namespace or os.environ.get(CONTROL_NAMESPACE_ENV) or DEFAULT_CONTROL_NAMESPACE
+            control_namespace
+            or os.environ.get(CONTROL_NAMESPACE_ENV)
+            or (recorded.control_namespace if recorded else None)
+            or DEFAULT_CONTROL_NAMESPACE
         )
         self.namespace = namespace or sandbox_namespace(self.control_namespace, self.name)
+        if kubeconfig is None and recorded is not None:
+            kubeconfig = recorded.kubeconfig
         self._kubeconfig = str(kubeconfig) if kubeconfig is not None else None
         self._api_client = api_client
         self._cluster: Cluster | None = None
         self._endpoints = endpoints
-        self.image = image
-        self.server_image = server_image
+        self._recorded_endpoints = recorded.endpoints if recorded else None
+        self.image = image or os.environ.get(IMAGE_ENV) or (recorded.image if recorded else None)
+        self.server_image = (
+            server_image or os.environ.get(SERVER_IMAGE_ENV) or (recorded.server_image if recorded else None)
+        )
 
     def __repr__(self) -> str:
         return f"KubeBackend(name={self.name!r}, namespace={self.namespace!r})"
@@ -153,14 +179,58 @@ class KubeBackend:
         by_component = {
             ((d.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL): d for d in deployments
         }
+        pods = self._service_pods()
+        nodes = {str((p.get("spec") or {}).get("nodeName") or "") for ps in pods.values() for p in ps}
+        memory = self._pod_memory(nodes - {""})
         urls = self._urls()
         rows = []
         for name in SERVICES:
             dep = by_component.get(name)
             rows.append(
-                ServiceStatus(name=name, state=_deployment_state(dep), url=urls.get(name) if dep else None)
+                ServiceStatus(
+                    name=name,
+                    state=_deployment_state(dep),
+                    url=urls.get(name) if dep else None,
+                    **_pod_facts(pods.get(name, []), memory),
+                )
             )
         return rows
+
+    def _service_pods(self) -> dict[str, list[dict[str, Any]]]:
+        """The chart's running pods by component."""
+        try:
+            pods = self.cluster.list("v1", "Pod", self.control_namespace)
+        except (TransientApiError, ApiRefused):
+            return {}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            component = ((pod.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL)
+            if component and (pod.get("status") or {}).get("phase") == "Running":
+                out.setdefault(component, []).append(pod)
+        return out
+
+    def _pod_memory(self, nodes: set[str]) -> dict[str, int]:
+        """Working-set bytes of each pod (``namespace/name``) on ``nodes``, from each kubelet's summary
+        (``/stats/summary`` through the API server); {} where a kubelet does not answer (kwok)."""
+        import json
+
+        out: dict[str, int] = {}
+        for node in sorted(nodes):
+            try:
+                response: Any = self.cluster.core.connect_get_node_proxy_with_path(
+                    node, "stats/summary", _preload_content=False, _request_timeout=5
+                )
+                summary = json.loads(response.data)
+            except Exception:  # no kubelet behind the node, no permission: no figures
+                continue
+            for pod in summary.get("pods") or []:
+                ref = pod.get("podRef") or {}
+                used = sum(
+                    int((c.get("memory") or {}).get("workingSetBytes") or 0)
+                    for c in pod.get("containers") or []
+                )
+                out[f"{ref.get('namespace')}/{ref.get('name')}"] = used
+        return out
 
     def runtime(self) -> KubeRuntime:
         """Operations over the sandbox; :class:`NotRunningError` when it is not ready."""
@@ -199,7 +269,7 @@ class KubeBackend:
         if check:
             self.up()
         credentials = self._credentials()
-        endpoints = self._endpoints or client_endpoints(credentials)
+        endpoints = self._endpoints or client_endpoints(credentials, defaults=self._recorded_endpoints)
         services = self._service_names()
         inside = workload_endpoints(self.control_namespace, services, endpoints)
         return KubeRuntime(
@@ -245,12 +315,45 @@ class KubeBackend:
         return out
 
     def _urls(self) -> dict[str, str]:
-        e = self._endpoints or client_endpoints()
+        e = self._endpoints or client_endpoints(defaults=self._recorded_endpoints)
         return {"minio": e.s3_url, "mlflow": e.mlflow_url, "prefect-server": e.prefect_api_url}
 
     def fault_control(self) -> KubeFaultControl:
         """The sandbox's fault control without the readiness check (for recovery after a crash)."""
         return self._runtime(check=False).faults
+
+
+def _pod_facts(pods: list[dict[str, Any]], memory: dict[str, int]) -> dict[str, Any]:
+    """``detail`` (pod, node, restarts), ``uptime_s`` (the pod's age) and ``rss_bytes`` (its containers'
+    working set) of a service's running pods (the first one's age; every replica's memory)."""
+    import datetime as dt
+
+    if not pods:
+        return {}
+    first = pods[0]
+    meta, status = first.get("metadata") or {}, first.get("status") or {}
+    restarts = sum(
+        c.get("restartCount") or 0
+        for p in pods
+        for c in (p.get("status") or {}).get("containerStatuses") or []
+    )
+    more = f" (+{len(pods) - 1})" if len(pods) > 1 else ""
+    facts: dict[str, Any] = {
+        "detail": f"pod {meta.get('name')}{more} on {(first.get('spec') or {}).get('nodeName') or '-'}, "
+        f"{restarts} restart(s)"
+    }
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        started = dt.datetime.fromisoformat(str(status.get("startTime")).replace("Z", "+00:00"))
+        facts["uptime_s"] = max(0.0, (dt.datetime.now(dt.UTC) - started).total_seconds())
+    used = [
+        memory[key]
+        for p in pods
+        if (key := f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}")
+        in memory
+    ]
+    if used:
+        facts["rss_bytes"] = sum(used)
+    return facts
 
 
 def _deployment_state(
@@ -280,9 +383,11 @@ class KubeBackendConfig(BackendConfig):
     namespace: str | None = None
     """The sandbox's namespace (default: the operator's name for it)."""
     kubeconfig: str | None = None
-    """The cluster's kubeconfig (default: ``$KUBECONFIG``, then ``~/.kube/config``)."""
+    """The cluster's kubeconfig (default: ``$KUBECONFIG``, then the cluster ``mlsandbox cluster up``
+    left running, then ``~/.kube/config``)."""
     endpoints: Endpoints | None = None
-    """How this client reaches the chart's services (default: the kind NodePorts, overridden by
+    """How this client reaches the chart's services (default: what ``mlsandbox cluster up`` recorded, or
+    else the kind NodePorts, overridden by
     ``MLSANDBOX_KUBE_*``, with the S3 keys of the chart's MinIO Secret)."""
     image: str | None = None
     """The trainer image of Jobs and flow runs."""

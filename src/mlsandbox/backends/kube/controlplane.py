@@ -849,17 +849,40 @@ def collect_garbage() -> list[str]:
     for root in sorted(base.iterdir()):
         if not root.is_dir() or _owner_alive(root):
             continue
-        stopped = 0
-        for proc in psutil.process_iter():
-            with contextlib.suppress(
-                psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError
-            ):
-                if proc.environ().get(MARKER_ENV) == str(root):
-                    proc.kill()
-                    stopped += 1
-        shutil.rmtree(root, ignore_errors=True)
+        stopped = stop_root(root, grace=0.0)
         lines.append(f"control plane {root.name}: owner gone; stopped {stopped} process(es), removed it")
     return lines
+
+
+STOP_ORDER = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+
+
+def stop_root(root: Path, grace: float = 10.0) -> int:
+    """Stop the control plane whose directory is ``root`` from any process (its components are found by
+    their marker), the controllers first and etcd last, and remove the directory; processes stopped.
+    ``grace=0`` kills at once."""
+    found: dict[str, list[psutil.Process]] = {}
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            if proc.environ().get(MARKER_ENV) == str(root):
+                found.setdefault(proc.name(), []).append(proc)
+    stopped = 0
+    names = [*STOP_ORDER, *(n for n in found if n not in STOP_ORDER)]
+    for name in names:
+        for proc in found.get(name, []):
+            with contextlib.suppress(psutil.Error, OSError):
+                if grace > 0:
+                    proc.terminate()
+                    try:
+                        proc.wait(grace)
+                    except psutil.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(10)
+                else:
+                    proc.kill()
+                stopped += 1
+    shutil.rmtree(root, ignore_errors=True)
+    return stopped
 
 
 def _owner_alive(root: Path) -> bool:

@@ -70,9 +70,8 @@ class KubeFlows(PrefectFlows):
             "image_pull_policy": "IfNotPresent",
             "stream_output": False,  # the runs ship their logs to Prefect; the worker need not read pods
         }
-        return FlowPlacement(
-            self.work_pool, endpoint_env(**self.workload_endpoints.model_dump()), job_variables
-        )
+        env = {**endpoint_env(**self.workload_endpoints.model_dump()), **M.QUIET_ENV}
+        return FlowPlacement(self.work_pool, env, job_variables)
 
     def delete_jobs(self, labels: Mapping[str, str] | None = None) -> int:
         """Delete the flow-run Jobs (and pods) of this sandbox (with ``labels`` when given); how many Jobs."""

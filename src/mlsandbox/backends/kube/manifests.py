@@ -24,6 +24,10 @@ WORKLOAD_LABEL = "mlsandbox.dev/workload"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 S3_SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "access-key", "AWS_SECRET_ACCESS_KEY": "secret-key"}
 FINISHED_TTL_S = 3600
+QUIET_ENV = {"GIT_PYTHON_REFRESH": "quiet"}
+"""What every workload container of the images gets besides its own: the images carry no git, and
+GitPython (imported by MLflow) would otherwise warn about it at length on every start, burying what the
+job itself printed in the log tail an agent reads."""
 OOM_EXIT = 137
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -95,6 +99,7 @@ def container_env(
         **thread_env(cpus),
         "PYTHONUNBUFFERED": "1",
         "HOME": "/tmp",
+        **QUIET_ENV,
         **extra,
         **overrides,
     }

@@ -73,6 +73,7 @@ SYSTEM_TOOLS = {
     "conntrack": "conntrack",
     "umount": "mount",
     "ip": "iproute2",
+    "nft": "nftables",
 }
 CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "crictl", "coredns")
@@ -404,6 +405,49 @@ def _remove_chains(baseline: dict[str, dict[str, list[str]]]) -> int:
     return removed
 
 
+BUILTIN_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+
+
+def _remove_empty_tables(baseline: dict[str, dict[str, list[str]]]) -> list[str]:
+    """The iptables tables (``mangle``, ``raw``, ...) that were absent at start and are empty now (no rule,
+    built-in chains only, accepting): the kubelet's and kube-proxy's canary chains made them, and with
+    the nf_tables backend a table stays once made. Removed with ``nft`` (not for the legacy backend, whose
+    tables are kernel modules). ``<family>/<table>`` of each one removed."""
+    nft = shutil.which("nft")
+    if nft is None:
+        return []
+    removed = []
+    for family, nft_family in (("iptables", "ip"), ("ip6tables", "ip6")):
+        binary, save = shutil.which(family), shutil.which(f"{family}-save")
+        if binary is None or save is None or family not in baseline:
+            continue
+        version = subprocess.run([binary, "-V"], capture_output=True, text=True, check=False).stdout
+        if "nf_tables" not in version:
+            continue
+        tables: dict[str, list[str]] = {}
+        table = ""
+        for line in subprocess.run([save], capture_output=True, text=True, check=False).stdout.splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+                tables[table] = []
+            elif table and (line.startswith(":") or line.startswith("-A ")):
+                tables[table].append(line)
+        for table, lines in tables.items():
+            if table in baseline[family]:
+                continue
+            empty = all(
+                line.startswith(":") and line[1:].split()[0] in BUILTIN_CHAINS and line.split()[1] == "ACCEPT"
+                for line in lines
+            )
+            if empty:
+                done = subprocess.run(
+                    [nft, "delete", "table", nft_family, table], capture_output=True, text=True, check=False
+                )
+                if done.returncode == 0:
+                    removed.append(f"{family}/{table}")
+    return removed
+
+
 def _remove_ipsets(baseline: list[str]) -> int:
     ipset = shutil.which("ipset")
     if ipset is None:
@@ -541,6 +585,7 @@ def teardown(root: Path, procs: dict[str, subprocess.Popen[bytes]] | None = None
     # Not `kube-proxy --cleanup` nor `kube-router --cleanup-config`: both flush every IPVS table of the
     # machine, whoever made it. The chains and sets that appeared while the node ran go by name instead.
     chains = _remove_chains(baseline["chains"]) if baseline else 0
+    tables = _remove_empty_tables(baseline["chains"]) if baseline else []
     sets = _remove_ipsets(baseline["ipsets"]) if baseline else 0
     links = _remove_links()
     mounts = _unmount_under(root, containerd_root())
@@ -548,6 +593,8 @@ def teardown(root: Path, procs: dict[str, subprocess.Popen[bytes]] | None = None
     files = _remove_files(root, baseline["dirs"] if baseline else list(HOST_DIRS))
     if chains or sets:
         lines.append(f"{chains} iptables chain(s), {sets} ipset(s)")
+    if tables:
+        lines.append(f"empty iptables table(s) it made: {', '.join(tables)}")
     if links or mounts:
         lines.append(f"{links} network link(s), {mounts} mount(s)")
     if restored:

@@ -2,9 +2,10 @@
 
 Two sets of endpoints:
 
-- ``endpoints`` (the clients of this process: the gateway, the agent's tools): by default the kind
-  NodePorts mapped to localhost by ``kind-config.yaml`` (S3 ``http://127.0.0.1:9000``, MLflow ``:5000``,
-  Prefect ``:4200/api``); each URL and the S3 keys can be overridden with ``MLSANDBOX_KUBE_S3_URL``,
+- ``endpoints`` (the clients of this process: the gateway, the agent's tools): by default what
+  ``mlsandbox cluster up`` recorded for its cluster (:mod:`.cluster_state`: the NodePorts at the real
+  node's address), else the kind NodePorts mapped to localhost by ``kind-config.yaml`` (S3
+  ``http://127.0.0.1:9000``, MLflow ``:5000``, Prefect ``:4200/api``); each URL and the S3 keys can be overridden with ``MLSANDBOX_KUBE_S3_URL``,
   ``MLSANDBOX_KUBE_MLFLOW_URL``, ``MLSANDBOX_KUBE_PREFECT_URL``, ``MLSANDBOX_KUBE_S3_ACCESS_KEY`` and
   ``MLSANDBOX_KUBE_S3_SECRET_KEY`` (or by the constructor), e.g. to point at another sandbox's services;
 - ``workload_endpoints`` (what Jobs get in their environment): the chart's Services by their in-cluster
@@ -74,12 +75,20 @@ CONFIG_TAG = "mlsandbox-namespace"
 
 
 def client_endpoints(
-    credentials: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+    credentials: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    defaults: Endpoints | None = None,
 ) -> Endpoints:
-    """The endpoints this process uses: the kind NodePorts, overridden by the environment, with the S3
-    keys from the environment or else ``credentials`` (the chart's MinIO Secret)."""
+    """The endpoints this process uses: ``defaults`` (what ``mlsandbox cluster up`` recorded) or else
+    the kind NodePorts, overridden by the environment, with the S3 keys from the environment or else
+    ``credentials`` (the chart's MinIO Secret) or else ``defaults``'."""
     env = os.environ if environ is None else environ
-    values = {**KIND_ENDPOINTS, "s3_access_key": "", "s3_secret_key": "", **(credentials or {})}
+    base = (
+        defaults.model_dump()
+        if defaults is not None
+        else {**KIND_ENDPOINTS, "s3_access_key": "", "s3_secret_key": ""}
+    )
+    values = {**base, **{k: v for k, v in (credentials or {}).items() if v}}
     for field, var in ENDPOINT_ENV.items():
         if env.get(var):
             values[field] = env[var]

@@ -41,7 +41,11 @@ class ServiceStatus(Model):
     port: int | None = None
     pid: int | None = None
     rss_bytes: int | None = None
+    """Memory of the service's process (on kube: its pods' containers' working set, as the kubelet
+    reports it)."""
     uptime_s: float | None = None
+    detail: str | None = None
+    """Where it runs, when that is not a process of this machine (kube: pod, node, restarts)."""
 
 
 class SandboxListing(Model):

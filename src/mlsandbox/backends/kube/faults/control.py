@@ -69,7 +69,8 @@ NO_HTTP_FAULT = UNAVAILABLE["http_errors"]
 NEEDS_CHAOS_MESH: tuple[str, ...] = made_by(BACKEND, "chaos-mesh")
 """Fault types made real by Chaos Mesh objects (as their declarations say)."""
 NO_CHAOS_MESH = (
-    "the Chaos Mesh CRDs (chaos-mesh.org) are not installed in the cluster (make sandbox-up installs them)"
+    "the Chaos Mesh CRDs (chaos-mesh.org) are not installed in the cluster (`mlsandbox cluster up` installs "
+    "Chaos Mesh on kind, and on the built-in real node once scripts/build-chaos-mesh.sh has built it)"
 )
 UNKNOWN_CHAOS_MESH = "needs Chaos Mesh in the cluster (no cluster is reachable to check for its CRDs)"
 

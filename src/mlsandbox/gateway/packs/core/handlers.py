@@ -15,7 +15,7 @@ import orjson
 
 from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.data.clean import clean_frame
-from mlsandbox.data.formats import SUFFIX, format_of, from_bytes, to_bytes
+from mlsandbox.data.formats import SUFFIX, format_of, to_bytes
 from mlsandbox.data.profile import profile_frame
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.context import EpisodeContext, EpisodeService
@@ -66,15 +66,6 @@ def _read_bytes(ctx: EpisodeContext, rec: DatasetRecord) -> tuple[bytes, str]:
     return data, hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _frame(rec: DatasetRecord, data: bytes) -> Any:
-    try:
-        return from_bytes(data, rec.fmt)
-    except Exception as e:
-        raise ActionError(
-            "unreadable_data", f"dataset {rec.key!r} cannot be read as {rec.fmt}: {e}"
-        ) from None
-
-
 def _requests(ctx: EpisodeContext) -> dict[str, C.TrainModel]:
     return ctx.pack_state(CoreState).job_requests
 
@@ -105,7 +96,7 @@ def handle_check_data_quality(ctx: EpisodeContext, a: C.CheckDataQuality) -> dic
     data, digest = _read_bytes(ctx, rec)
 
     def profile() -> tuple[None, dict[str, Any]]:
-        df = _frame(rec, data)
+        df = rec.frame(data)
         target = rec.target if rec.target in df.columns else None
         return None, profile_frame(df, target)
 
@@ -131,7 +122,7 @@ def handle_clean_dataset(ctx: EpisodeContext, a: C.CleanDataset) -> dict[str, An
     data, digest = _read_bytes(ctx, rec)
 
     def clean() -> tuple[bytes, dict[str, Any]]:
-        df = _frame(rec, data)
+        df = rec.frame(data)
         cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
         return to_bytes(cleaned, out_fmt), {"rows": len(cleaned), "summary": summary}
 
