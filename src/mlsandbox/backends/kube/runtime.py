@@ -66,6 +66,9 @@ DEFAULT_IMAGE = "mlsandbox/trainer:0.1.0"
 IMAGE_ENV = "MLSANDBOX_TRAINER_IMAGE"
 DEFAULT_SERVER_IMAGE = "mlsandbox/model-server:0.1.0"
 SERVER_IMAGE_ENV = "MLSANDBOX_MODEL_SERVER_IMAGE"
+SERVER_CPU_REQUEST_ENV = "MLSANDBOX_KUBE_SERVER_CPU_REQUEST"
+"""The share (0 < x <= 1) of its machine's CPU a model-server replica requests (its limit stays the
+machine's): 1 by default; ``mlsandbox cluster up`` records a smaller one for its one-machine clusters."""
 SERVICE_PORTS = {"minio": 9000, "mlflow": 5000, "prefect-server": 4200}
 WORK_POOL = "mlsandbox"
 """The chart's Kubernetes work pool (``prefect.worker.workPool``); ``MLSANDBOX_KUBE_WORK_POOL`` overrides."""
@@ -134,6 +137,7 @@ class KubeRuntime(ServiceClients):
         workload_endpoints: Endpoints,
         image: str | None = None,
         server_image: str | None = None,
+        server_cpu_request: float | None = None,
         server_port: int = SERVER_PORT,
         feature_port: int = FEATURE_PORT,
         work_pool: str | None = None,
@@ -146,6 +150,7 @@ class KubeRuntime(ServiceClients):
         self.workload_endpoints = workload_endpoints
         self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
         self.server_image = server_image or os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_SERVER_IMAGE
+        self.server_cpu_request = server_cpu_request or float(os.environ.get(SERVER_CPU_REQUEST_ENV) or 1.0)
         self.server_port = server_port
         self.feature_port = feature_port
         self.work_pool = work_pool or os.environ.get(WORK_POOL_ENV) or WORK_POOL
@@ -223,6 +228,7 @@ class KubeRuntime(ServiceClients):
                     port=self.server_port,
                     feature_port=self.feature_port,
                     secret=self._secret,
+                    cpu_request=self.server_cpu_request,
                 )
             return self._serving
 
