@@ -144,24 +144,23 @@ class CredentialsReferenceAgent(FamilyReferenceAgent):
         obs = yield {"type": "get_config"}
         refs = _secret_refs(obs)
         for key in ("s3_access_key_id", "s3_secret_access_key"):
-            ref = refs.get(key, f"@secret:{key}")
-            yield {"type": "set_config", "key": key, "value": ref}
-        return True
+            if key in refs:
+                yield {"type": "set_config", "key": key, "value": refs[key]}
+        return bool(refs)
+
+
+_SECRET_HINTS = {"s3_access_key_id": "access-key", "s3_secret_access_key": "secret-key"}
 
 
 def _secret_refs(obs: Obs) -> dict[str, str]:
-    """Config key -> the vault reference that ``get_config`` lists for it (when it lists one)."""
+    """Config key -> the vault reference ``get_config`` lists for it (``@secret:...-access-key``)."""
     result = (obs.get("result") or {}) if obs.get("ok") else {}
-    refs = result.get("references") or {}
+    refs = [r for r in result.get("references") or [] if isinstance(r, str) and r.startswith("@secret:")]
     out: dict[str, str] = {}
-    if isinstance(refs, dict):
-        for key, value in refs.items():
-            if isinstance(value, str) and value.startswith("@secret:"):
-                out[str(key)] = value
-            elif isinstance(value, list):
-                found = [v for v in value if isinstance(v, str) and v.startswith("@secret:")]
-                if found:
-                    out[str(key)] = found[0]
+    for key, hint in _SECRET_HINTS.items():
+        found = [r for r in refs if r.endswith(hint)]
+        if found:
+            out[key] = found[0]
     return out
 
 
