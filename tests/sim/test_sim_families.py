@@ -14,7 +14,12 @@ from mlsandbox.agents.scripted import ScriptedAgent
 from mlsandbox.env import MLSandboxEnv
 from mlsandbox.scenario import load_builtin
 
-FAMILIES = ("churn-diverging-mlp", "orders-rotated-credentials", "orders-source-outage")
+FAMILIES = (
+    "churn-diverging-mlp",
+    "orders-rotated-credentials",
+    "orders-source-outage",
+    "orders-api-brownout",
+)
 
 
 class _Actions(ScriptedAgent):
@@ -137,4 +142,11 @@ def test_outage_waiting_and_falling_back_both_succeed_giving_up_does_not() -> No
     gives_up = _Actions([{"type": "list_sources"}, {"type": "ingest_source", "source": "orders_db"}])
     res = _run("orders-source-outage", gives_up)
     assert gives_up.seen[1]["error"]["code"] == "source_unavailable"
+    assert not res.success
+
+
+def test_a_brownout_with_no_other_copy_is_waited_out() -> None:
+    gives_up = _Actions([{"type": "list_sources"}, {"type": "ingest_source", "source": "orders_api"}])
+    res = _run("orders-api-brownout", gives_up)
+    assert "HTTP 503" in gives_up.seen[1]["error"]["message"]
     assert not res.success
