@@ -22,7 +22,7 @@ from typing import Any
 from mlsandbox.agents.scripted import Obs, ReferenceAgent, Script, cleaning_plan, deliverable
 
 _TERMINAL = ("succeeded", "failed", "cancelled")
-_DIVERGED = re.compile(r"diverged|loss is nan|loss is inf", re.IGNORECASE)
+_DIVERGED = re.compile(r"diverged|loss is nan|loss is inf|non-finite", re.IGNORECASE)
 _AUTH = re.compile(r"SignatureDoesNotMatch|InvalidAccessKeyId", re.IGNORECASE)
 _LEARNING_RATE = "learning_rate_init"
 
@@ -86,8 +86,9 @@ class DivergenceReferenceAgent(FamilyReferenceAgent):
         if not _DIVERGED.search(log):
             return False
         found = re.search(r"learning_rate_init=([0-9.eE+-]+)", log)
-        current = float(found.group(1)) if found else 1.0
-        # A known-good rate for this network, or ten times lower than the one that diverged.
+        current = float(found.group(1)) if found else float(self.hyperparams.get(_LEARNING_RATE, 0.1))
+        # A known-good rate for this network, or ten times lower than the one that diverged (the log
+        # names it; a solver error that does not is about the rate set last).
         self.hyperparams[_LEARNING_RATE] = min(0.01, current / 10.0)
         return True
         yield {}  # a generator (never reached)
