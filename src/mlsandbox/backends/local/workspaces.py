@@ -326,8 +326,12 @@ class LocalWorkspaces:
                 finally:
                     os.close(sub)
             else:
-                kind = "file" if stat.S_ISREG(st.st_mode) else "other"
-                out.append(WorkspaceEntry(path=rel, kind=kind, size=st.st_size if kind == "file" else 0))
+                regular = stat.S_ISREG(st.st_mode)
+                out.append(
+                    WorkspaceEntry(
+                        path=rel, kind="file" if regular else "other", size=st.st_size if regular else 0
+                    )
+                )
 
     def usage(self, workspace_id: str) -> WorkspaceUsage:
         ws = self._space(workspace_id)
