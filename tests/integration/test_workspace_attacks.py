@@ -4,6 +4,7 @@ test starts on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -13,12 +14,12 @@ from typing import Any
 
 import psutil
 import pytest
+from tests.helpers import ok
 
 from mlsandbox.agents.code_agent import SCRIPT
 from mlsandbox.backends.local.workspaces import unavailable_reason
 from mlsandbox.gateway import Gateway
 from mlsandbox.scenario import load_builtin
-from tests.helpers import ok
 
 pytestmark = [
     pytest.mark.services,
@@ -29,7 +30,9 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def gw(runtime: Any, sandbox: Any) -> Iterator[Gateway]:
     sc = load_builtin("tabular-quality-basic")
-    sc = sc.model_copy(update={"max_steps": 1000, "budget": sc.budget.model_copy(update={"credits": 10_000.0})})
+    sc = sc.model_copy(
+        update={"max_steps": 1000, "budget": sc.budget.model_copy(update={"credits": 10_000.0})}
+    )
     g = Gateway(runtime, sc, seed=11, sandbox=sandbox.name)
     g.start()
     yield g
@@ -111,10 +114,8 @@ def test_a_listener_outside_the_sandbox_is_unreachable(gw: Gateway, runtime: Any
 
     def accept() -> None:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(OSError):
                 accepted.append(server.accept())
-            except OSError:
-                pass
 
     threading.Thread(target=accept, daemon=True).start()
     prefect = runtime.flows  # noqa: F841  (Prefect's port is the sandbox's, and not forwarded either)
@@ -148,7 +149,7 @@ while True:
     except OSError as e:
         print("stopped after", n, type(e).__name__, flush=True); break
 """
-    state, log = run(gw, code, timeout_s=20)
+    _, log = run(gw, code, timeout_s=20)
     assert "stopped after" in log, log
     intact(runtime)
     assert run(gw, "print('alive')")[1].strip().endswith("alive")
@@ -167,7 +168,7 @@ except OSError as e:
     print("stopped at", written, "MiB", type(e).__name__)
 os.remove("junk.bin")
 """
-    state, log = run(gw, code)
+    _, log = run(gw, code)
     assert "stopped at" in log, log
     assert int(log.split("stopped at")[1].split()[0]) <= 256
     assert ok(gw, {"type": "read_file", "path": "keep.txt"})["content"] == "kept"
