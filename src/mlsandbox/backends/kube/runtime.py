@@ -27,8 +27,9 @@ from mlsandbox.backends.common.clock import RealClock
 from mlsandbox.backends.common.config_store import PrefectConfigStore, job_config_of
 from mlsandbox.backends.kube.faults.control import UNAVAILABLE as FAULTS_UNAVAILABLE
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
-from mlsandbox.backends.protocols import Endpoints, Support
+from mlsandbox.backends.protocols import Endpoints, Support, Workspaces
 from mlsandbox.backends.protocols.runtime import random_episode_id
+from mlsandbox.errors import Unsupported
 
 from . import environments as kube_environments
 from . import sources as kube_sources
@@ -42,12 +43,18 @@ from .serving import FEATURE_PORT, SERVER_PORT
 from .sources import KubeSourceHosting
 
 BACKEND = "kube"
+WORKSPACES_REFUSAL = (
+    "agent code is not run on kube yet: it needs a locked-down pod per run (runAsNonRoot, no service-account "
+    "token, read-only root file system, a NetworkPolicy to the sandbox's services only) and scoped store "
+    "credentials; use the local backend (docs/not-built-yet.md)"
+)
 STATIC_UNSUPPORTED: dict[str, str] = {
     **{f"fault:{kind}": why for kind, why in FAULTS_UNAVAILABLE.items()},
     **kube_sources.UNSUPPORTED,
     **kube_environments.UNSUPPORTED,
     "flows.environment": kube_environments.REASON,
     "serving.environment": ENVIRONMENT_REFUSAL,
+    "workspaces": WORKSPACES_REFUSAL,
 }
 """What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
 KIND_ENDPOINTS = {
@@ -289,6 +296,11 @@ class KubeRuntime(ServiceClients):
     def environments(self) -> KubeEnvironments:
         """The images' own interpreter only (``environments.build`` is refused)."""
         return self._environments
+
+    @property
+    def workspaces(self) -> Workspaces:
+        """Refused (see :data:`WORKSPACES_REFUSAL`)."""
+        raise Unsupported("workspaces", BACKEND, WORKSPACES_REFUSAL)
 
     def close(self) -> None:
         """Nothing to stop here: Jobs belong to the cluster (``KubeBackend.down`` deletes them)."""
