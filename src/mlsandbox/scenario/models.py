@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from mlsandbox.data.spec import (
     CategoricalColumn,
-    DatasetSpec,
     Defects,
     NumericColumn,
     TabularDataset,
@@ -23,6 +22,7 @@ from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
 from mlsandbox.scenario.sources import Source, check_sources
 from mlsandbox.scenario.team import Team
+from mlsandbox.tasks.registry import DatasetSpec
 
 __all__ = ["CategoricalColumn", "Defects", "NumericColumn", "Perturbation", "Scenario", "TabularDataset"]
 
