@@ -134,8 +134,15 @@ def _grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
     return grade_deployment_slo(state, tracking)
 
 
+def _grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> Grade:
+    from mlsandbox.evaluation.metric_grade import grade_registered_model_metric  # imports Grade from here
+
+    return grade_registered_model_metric(state, tracking)
+
+
 GRADERS: dict[str, Grader] = {
     "registered_model_auc": grade_registered_model_auc,
+    "registered_model_metric": _grade_registered_model_metric,
     "deployment_slo": _grade_deployment_slo,
 }
 """One grader per goal ``type`` (a new goal type adds its grader here)."""

@@ -17,6 +17,7 @@ from mlsandbox.data.spec import (
     TabularDataset,
 )
 from mlsandbox.scenario.compute import ComputePool
+from mlsandbox.scenario.metric_goal import MetricGoal, check_metric_goal
 from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
@@ -53,10 +54,13 @@ def _goal_type(v: Any) -> str:
 
 
 AnyGoal = Annotated[
-    Annotated[Goal, Tag("registered_model_auc")] | Annotated[DeploymentSLOGoal, Tag("deployment_slo")],
+    Annotated[Goal, Tag("registered_model_auc")]
+    | Annotated[MetricGoal, Tag("registered_model_metric")]
+    | Annotated[DeploymentSLOGoal, Tag("deployment_slo")],
     Discriminator(_goal_type),
 ]
-"""A goal by ``type`` (``registered_model_auc`` when absent); ``deployment_slo``: see scenario.serving."""
+"""A goal by ``type`` (``registered_model_auc`` when absent); ``registered_model_metric``: see
+scenario.metric_goal; ``deployment_slo``: see scenario.serving."""
 
 
 class Budget(_Model):
@@ -172,6 +176,7 @@ class Scenario(_Model):
             raise ValueError(f"duplicate dataset names: {names}")
         if self.goal.dataset not in names:
             raise ValueError(f"goal.dataset {self.goal.dataset!r} is not one of the datasets {names}")
+        check_metric_goal(self.goal, {d.name: d for d in self.datasets})
         check_plan(
             self.perturbations,
             max_steps=self.max_steps,

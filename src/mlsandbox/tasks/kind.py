@@ -15,6 +15,8 @@ in one package (``mlsandbox.tasks.<kind>``, or a plug-in's own) that names:
   told the kind (``fit_task``: the trainer's own task name, which the sim real fit uses too);
 - ``metrics``: the metrics a goal may name (the first is the default), each with its direction, and
   :meth:`TaskKind.score` / :meth:`TaskKind.baseline`: how the grader computes them on the hidden holdout;
+- ``calibration_stand_ins``: its sim surrogate's timing of an algorithm not calibrated on its own (the sim's
+  fit is the real one: :mod:`mlsandbox.backends.sim.realfit` runs the trainer's ``fit_task``);
 - :meth:`TaskKind.predictions` and ``serving``: the serving request/response shape;
 - :meth:`TaskKind.policy`: the rule agent's choice (preparation, algorithm, hyperparameters) from what
   the agent observed.
@@ -103,6 +105,9 @@ class TaskKind(ABC):
     fit_task: ClassVar[str] = "binary"
     """The trainer's ``--task`` for this kind (``binary``, ``multiclass``, ``regression``): what the
     trainer job and the sim real fit build and report."""
+    calibration_stand_ins: ClassVar[Mapping[str, str]] = {}
+    """Algorithms of this kind without a calibration of their own, each timed in ``sim`` as the named
+    calibrated algorithm (durations, CPU-seconds and memory; the fit itself is always real)."""
     serving: ClassVar[Serving] = Serving("rows of feature columns", "a label and its probability per row")
 
     # ------------------------------------------------------------------------------------ the data

@@ -26,6 +26,8 @@ DEFAULT_KIND = "tabular"
 """The kind of a dataset spec without a ``kind`` field."""
 BUILTIN: dict[str, str] = {
     "tabular": "mlsandbox.tasks.tabular_binary:KIND",
+    "tabular_multiclass": "mlsandbox.tasks.tabular_multiclass:KIND",
+    "tabular_regression": "mlsandbox.tasks.tabular_regression:KIND",
 }
 """The built-in kinds (``module:attribute``), loaded by name (a broken one is an error, not a warning)."""
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
