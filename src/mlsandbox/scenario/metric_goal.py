@@ -58,4 +58,11 @@ def check_metric_goal(goal: Any, datasets: dict[str, Any]) -> None:
         raise ValueError(f"{field}: {e.args[0]} (dataset {goal.dataset!r})") from None
 
 
-__all__ = ["MetricGoal", "check_metric_goal"]
+def goal_metric(goal: Any, spec: Any) -> str:
+    """The metric a goal grades by (``roc_auc`` for the AUC goals, with ``+slo`` for a deployment's)."""
+    if goal.type == "registered_model_metric":
+        return kind_of(spec).metric(goal.metric).name
+    return "roc_auc+slo" if goal.type == "deployment_slo" else "roc_auc"
+
+
+__all__ = ["MetricGoal", "check_metric_goal", "goal_metric"]

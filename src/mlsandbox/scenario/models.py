@@ -17,13 +17,13 @@ from mlsandbox.data.spec import (
     TabularDataset,
 )
 from mlsandbox.scenario.compute import ComputePool
-from mlsandbox.scenario.metric_goal import MetricGoal, check_metric_goal
+from mlsandbox.scenario.metric_goal import MetricGoal, check_metric_goal, goal_metric
 from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
 from mlsandbox.scenario.sources import Source, check_sources
 from mlsandbox.scenario.team import Team
-from mlsandbox.tasks.registry import DatasetSpec
+from mlsandbox.tasks.registry import DEFAULT_KIND, DatasetSpec
 
 __all__ = ["CategoricalColumn", "Defects", "NumericColumn", "Perturbation", "Scenario", "TabularDataset"]
 
@@ -186,6 +186,11 @@ class Scenario(_Model):
         )
         check_sources(self.sources, {d.name: d for d in self.datasets}, self.max_steps)
         return self
+
+    def work(self) -> tuple[str, str]:
+        """The kind of work the goal asks for (its dataset's kind) and the metric it is graded by."""
+        spec = self.dataset(self.goal.dataset)
+        return str(getattr(spec, "kind", DEFAULT_KIND)), goal_metric(self.goal, spec)
 
     def dataset(self, name: str) -> TabularDataset:
         for d in self.datasets:
