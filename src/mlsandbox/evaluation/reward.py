@@ -122,9 +122,10 @@ def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade
         return Grade(goal.model_name, version, None, 0.0, False, f"model could not score the holdout: {e}")
     if not np.isfinite(auc):
         return Grade(goal.model_name, version, None, 0.0, False, "holdout AUC is not finite")
-    score = float(np.clip((auc - 0.5) / (goal.min_auc - 0.5), 0.0, 1.0))
-    success = auc >= goal.min_auc
-    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {goal.min_auc}"
+    min_auc: float = getattr(goal, "min_auc", 0.75)  # every AUC goal has one
+    score = float(np.clip((auc - 0.5) / (min_auc - 0.5), 0.0, 1.0))
+    success = auc >= min_auc
+    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}"
     return Grade(goal.model_name, version, auc, score, success, reason)
 
 

@@ -25,7 +25,7 @@ class CountDataset(TabularDataset):
     """A table whose target counts something (a whole number, at least 0)."""
 
     kind: Literal["example_counts"] = "example_counts"  # type: ignore[assignment]
-    task: Literal["regression"] = "regression"  # type: ignore[assignment]
+    task: Literal["regression"] = "regression"
 
 
 def _counts(values: Any) -> np.ndarray:

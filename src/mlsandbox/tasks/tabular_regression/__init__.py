@@ -20,7 +20,7 @@ class RegressionDataset(TabularDataset):
     e`` (see :class:`~mlsandbox.data.spec.TabularDataset`)."""
 
     kind: Literal["tabular_regression"] = "tabular_regression"  # type: ignore[assignment]
-    task: Literal["regression"] = "regression"  # type: ignore[assignment]
+    task: Literal["regression"] = "regression"
 
 
 def _errors(metric: str, predicted: Any, y: Any) -> float:
