@@ -10,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import numpy as np
-
 from mlsandbox.data.spec import TabularDataset
-from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.tasks.kind import Generated, Metric, Policy, TaskKind
 from mlsandbox.tasks.tabular_common import cleaning_plan, features_and_target
 from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
@@ -31,10 +28,14 @@ class TabularBinary(TaskKind):
     fit_task = "binary"
 
     def generate(self, spec: Any, seed: int) -> Generated:
+        from mlsandbox.data.tabular import generate_tabular
+
         data = generate_tabular(spec, seed)
         return Generated(data.train_table, data.holdout, data.manifest)
 
     def score(self, metric: str, model: Any, holdout: Any, spec: Any) -> float:
+        import numpy as np
+
         x, y = features_and_target(holdout, spec.target)
         if self.metric(metric).name == "accuracy":
             return float(np.mean(np.asarray(model.predict(x)) == y))
@@ -45,6 +46,8 @@ class TabularBinary(TaskKind):
         return float(roc_auc_score(y, proba))
 
     def baseline(self, metric: str, holdout: Any, spec: Any) -> float:
+        import numpy as np
+
         _, y = features_and_target(holdout, spec.target)
         if self.metric(metric).name == "accuracy":
             return float(max(np.mean(y), 1 - np.mean(y)))

@@ -12,13 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-import numpy as np
-import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
-from mlsandbox.data.randomness import rng_for
 from mlsandbox.data.spec import LabelNoise, TabularDataset
-from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.tasks.kind import Generated, Metric, Policy, Serving, TaskKind
 from mlsandbox.tasks.tabular_common import cleaning_plan, features_and_target
 from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
@@ -66,7 +62,9 @@ class MulticlassDataset(TabularDataset):
         return TabularDataset.model_validate(data)
 
 
-def _bands(spec: MulticlassDataset, score: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+def _bands(spec: MulticlassDataset, score: Any, cuts: Any) -> Any:
+    import numpy as np
+
     return np.asarray(spec.classes, dtype=object)[np.searchsorted(cuts, score, side="right")]
 
 
@@ -83,6 +81,12 @@ class TabularMulticlass(TaskKind):
     serving = Serving("rows of feature columns", "a class label and its probability per row")
 
     def generate(self, spec: Any, seed: int) -> Generated:
+        import numpy as np
+        import pyarrow as pa
+
+        from mlsandbox.data.randomness import rng_for
+        from mlsandbox.data.tabular import generate_tabular
+
         assert isinstance(spec, MulticlassDataset)
         data = generate_tabular(spec.latent(), seed)
         target = spec.target
@@ -116,6 +120,8 @@ class TabularMulticlass(TaskKind):
         return Generated(train, holdout, manifest)
 
     def score(self, metric: str, model: Any, holdout: Any, spec: Any) -> float:
+        import numpy as np
+
         x, y = features_and_target(holdout, spec.target)
         predicted = np.asarray(model.predict(x)).astype(str)
         y = np.asarray(y).astype(str)
@@ -127,6 +133,8 @@ class TabularMulticlass(TaskKind):
 
     def baseline(self, metric: str, holdout: Any, spec: Any) -> float:
         """The majority-class predictor's figure on the holdout."""
+        import numpy as np
+
         _, y = features_and_target(holdout, spec.target)
         y = np.asarray(y).astype(str)
         values, counts = np.unique(y, return_counts=True)
@@ -138,7 +146,7 @@ class TabularMulticlass(TaskKind):
         return float(2 * share / (1 + share) / len(values)) if majority is not None else 0.0
 
     def predictions(self, model: Any, frame: Any) -> list[dict[str, Any]]:
-        return [{"prediction": str(v)} for v in np.asarray(model.predict(frame))]
+        return [{"prediction": str(v)} for v in model.predict(frame)]
 
     def policy(self, profile: Mapping[str, Any]) -> Policy:
         return Policy(cleaning_plan(profile), "gradient_boosting")

@@ -6,10 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-import numpy as np
-
 from mlsandbox.data.spec import TabularDataset
-from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.tasks.kind import Generated, Metric, Policy, Serving, TaskKind
 from mlsandbox.tasks.tabular_common import cleaning_plan, features_and_target
 from mlsandbox.workloads.trainer import REGRESSION_PARAMETERS
@@ -24,6 +21,8 @@ class RegressionDataset(TabularDataset):
 
 
 def _errors(metric: str, predicted: Any, y: Any) -> float:
+    import numpy as np
+
     residual = np.asarray(predicted, dtype=float) - np.asarray(y, dtype=float)
     if metric == "mae":
         return float(np.mean(np.abs(residual)))
@@ -45,6 +44,8 @@ class TabularRegression(TaskKind):
 
     def generate(self, spec: Any, seed: int) -> Generated:
         # The generator reads a regression from the spec's fields; its manifest says which kind made it.
+        from mlsandbox.data.tabular import generate_tabular
+
         data = generate_tabular(spec, seed)
         return Generated(data.train_table, data.holdout, {**data.manifest, "kind": self.name})
 
@@ -54,12 +55,14 @@ class TabularRegression(TaskKind):
 
     def baseline(self, metric: str, holdout: Any, spec: Any) -> float:
         """The mean predictor's error: every row predicted as the holdout's mean target."""
+        import numpy as np
+
         _, y = features_and_target(holdout, spec.target)
         y = np.asarray(y, dtype=float)
         return _errors(self.metric(metric).name, np.full(y.shape, y.mean()), y)
 
     def predictions(self, model: Any, frame: Any) -> list[dict[str, Any]]:
-        return [{"prediction": float(v)} for v in np.asarray(model.predict(frame), dtype=float)]
+        return [{"prediction": float(v)} for v in model.predict(frame)]
 
     def policy(self, profile: Mapping[str, Any]) -> Policy:
         return Policy(cleaning_plan(profile), "gradient_boosting")
