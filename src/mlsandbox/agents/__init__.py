@@ -21,6 +21,7 @@ AGENTS: dict[str, str] = {
     "random": "mlsandbox.agents.random_agent:RandomAgent",
     "code": "mlsandbox.agents.code_agent:CodeAgent",
     "reference": "mlsandbox.agents.scripted:ReferenceAgent",
+    "kind_reference": "mlsandbox.agents.kind_reference:KindReferenceAgent",
     "llm": "mlsandbox.agents.llm:from_env",
     "do-nothing": "mlsandbox.agents.degenerate:DoNothingAgent",
     "repeat-cheap": "mlsandbox.agents.degenerate:RepeatCheapAgent",
