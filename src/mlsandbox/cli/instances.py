@@ -57,7 +57,9 @@ def tasks_generate(
     family: Annotated[list[str] | None, typer.Argument(help="Family ids or YAML files.")] = None,
     n: Annotated[int, typer.Option("--n", "-n", min=1, help="Valid instances per family.")] = 10,
     every: Annotated[bool, typer.Option("--all", help="Every family that declares a space.")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Generation seed (the same seed, the same output).")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Generation seed (the same seed, the same output).")
+    ] = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("instances"),
     workers: WorkersOpt = 2,
 ) -> None:
@@ -194,7 +196,9 @@ def tasks_show(
             f"{min(d):.2f}-{sum(d) / len(d):.2f}-{max(d):.2f}",
             part.sha256[:16],
         )
-    table.add_row("test", str(spec.per_family.get("test", 0) * len(spec.families)), "", "", f"${TEST_SEED_ENV}")
+    table.add_row(
+        "test", str(spec.per_family.get("test", 0) * len(spec.families)), "", "", f"${TEST_SEED_ENV}"
+    )
     console.print(table)
 
 

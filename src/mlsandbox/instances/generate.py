@@ -21,8 +21,8 @@ from mlsandbox.instances.models import Instance, Rejection, params_hash
 from mlsandbox.scenario import Scenario
 
 MAX_ATTEMPTS_FACTOR = 4
-"""A family gives up after this many candidates per instance asked for (a space that is mostly invalid
-is reported, not searched for ever)."""
+"""A family gives up after gating this many candidates per instance asked for (a space that is mostly
+invalid is reported, not searched for ever)."""
 
 
 class NoSpaceError(ValueError):
@@ -124,13 +124,14 @@ def generate(
     stream = candidates(family, seed)
     limit = max_attempts if max_attempts is not None else max(n * MAX_ATTEMPTS_FACTOR, n + 20)
     seen: set[str] = set()
-    drawn = 0
+    tried = 0
+    draws_left = limit * 100  # draws another split owns, or repeats, are not gated but are bounded too
 
     def next_candidate() -> dict[str, Any] | None:
-        nonlocal drawn
-        while drawn < limit:
+        nonlocal tried, draws_left
+        while tried < limit and draws_left > 0:
             params = next(stream)
-            drawn += 1
+            draws_left -= 1
             h = params_hash(family.id, params)
             if h in seen:
                 out.duplicates += 1
@@ -139,6 +140,7 @@ def generate(
             if accept is not None and not accept(h):
                 out.skipped += 1
                 continue
+            tried += 1
             return params
         return None
 

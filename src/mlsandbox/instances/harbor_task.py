@@ -32,7 +32,9 @@ DEFAULT_PORT = 8766
 class RecordedEpisode(EpisodeHost):
     """An episode host that keeps a record of the episode for the verifier."""
 
-    def __init__(self, runtime: Runtime, scenario: Scenario, *, seed: int | None = None, sandbox: str) -> None:
+    def __init__(
+        self, runtime: Runtime, scenario: Scenario, *, seed: int | None = None, sandbox: str
+    ) -> None:
         super().__init__(runtime, scenario, seed=seed, sandbox=sandbox)
         self._record_lock = threading.Lock()
         self.record: dict[str, Any] = {

@@ -11,10 +11,17 @@ from pathlib import Path
 from pydantic import BaseModel
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # a regular file's mode, not the private one mkstemp gives
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
