@@ -125,3 +125,18 @@ def test_reward_file_has_the_reward_and_its_components() -> None:
     record["constraint_violation"] = {"kind": "budget"}
     assert reward_of(record)["reward"] == 0.0
     assert reward_of({"over": False})["reward"] == 0.0
+
+
+def test_export_harbor_command_writes_a_task_per_dev_instance(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mlsandbox.cli.main import app
+    from mlsandbox.instances.splits import load_manifest
+
+    res = CliRunner().invoke(app, ["export", "harbor", "mle-core-v1", str(tmp_path), "--split", "dev"])
+    assert res.exit_code == 0, res.output
+    dev = load_manifest("mle-core-v1").splits["dev"].instances
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(i.id for i in dev)
+    res = CliRunner().invoke(app, ["export", "harbor", "mle-core-v1", str(tmp_path), "--split", "test"])
+    if "MLSANDBOX_TEST_SEED" not in os.environ:
+        assert res.exit_code == 1 and "MLSANDBOX_TEST_SEED" in res.output
