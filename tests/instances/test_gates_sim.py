@@ -91,3 +91,15 @@ def test_tasks_generate_writes_whole_files(tmp_path: Path) -> None:
     assert (tmp_path / "churn-clean-small.rejected.jsonl").exists()
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
     assert "valid instances/min" in res.stdout
+
+
+def test_tasks_generate_reports_a_family_that_gives_too_few_instances(tmp_path: Path) -> None:
+    f = tmp_path / "churn-broken-space.yaml"
+    f.write_text(yaml.safe_dump(_broken_family(), sort_keys=False))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["tasks", "generate", str(f), "--n", "1", "--out", str(out), "-j", "1"])
+    assert res.exit_code == 1
+    assert "fewer than 1 valid instances of churn-broken-space" in res.stderr
+    rejected = (out / "churn-broken-space.rejected.jsonl").read_text().splitlines()
+    assert len(rejected) == 21  # the most a family gates for one instance asked for: max(4 * n, n + 20)
+    assert (out / "churn-broken-space.instances.jsonl").read_text() == ""

@@ -85,7 +85,8 @@ def tasks_generate(
         table.add_column(col, overflow="fold")
     with _progress() as progress, Gates(workers) as gates:
         bar = progress.add_task("generate", total=n * len(families), status="")
-        for fam in families:
+        short: list[str] = []
+        for index, fam in enumerate(families):
 
             def on_result(r: Any, fam: Any = fam) -> None:
                 ok = isinstance(r, Instance)
@@ -109,16 +110,20 @@ def tasks_generate(
                 f"{mean:.2f}",
                 str(path),
             )
+            if not g.complete:
+                short.append(fam.id)
             # The bar counts valid instances: a short family leaves its unmet share behind.
-            progress.update(bar, completed=min(progress.tasks[0].completed, n * (families.index(fam) + 1)))
+            progress.update(bar, completed=n * (index + 1))
     dt = time.perf_counter() - t0
     console.print(table)
     console.print(
         f"{kept} valid, {rejected} rejected in {dt:.0f} s with {workers} worker(s):"
         f" {kept / dt * 60:.0f} valid instances/min"
     )
-    if any(len(list(out.glob(f"{f.id}.instances.jsonl"))) == 0 for f in families):
-        raise _fail("some files were not written")
+    if short:
+        raise _fail(
+            f"fewer than {n} valid instances of {', '.join(short)}: see the rejected instances and their reasons"
+        )
 
 
 @tasks_app.command("freeze")
