@@ -118,10 +118,106 @@ def _summary_tables(rows: list[Any]) -> list[Table]:
     return [t1, t2]
 
 
+def _kind_of(scenario: Any) -> str:
+    """The kind of work of a scenario: its goal dataset's ``kind``."""
+    try:
+        return str(getattr(scenario.dataset(scenario.goal.dataset), "kind", "tabular"))
+    except KeyError:
+        return "tabular"
+
+
+def frozen_entries(
+    suite: str, splits: list[str] | None, test_file: Path | None, *, families: list[str] | None
+) -> list[Any]:
+    """A frozen suite's instances as suite entries (split = the instance's split)."""
+    from mlsandbox.instances.splits import SPLITS, load_split, test_seed_from_env
+    from mlsandbox.scenario.suites import SuiteEntry
+
+    chosen = splits or ["train", "dev", *(["test"] if test_file or test_seed_from_env() is not None else [])]
+    unknown = [s for s in chosen if s not in SPLITS]
+    if unknown:
+        raise ValueError(f"unknown split(s) {', '.join(unknown)}; splits: {', '.join(SPLITS)}")
+    entries = []
+    for name in chosen:
+        for inst, sc in load_split(suite, name, test_file=test_file):  # type: ignore[arg-type]
+            if families and inst.family not in families:
+                continue
+            entries.append(SuiteEntry(inst.family, name, sc))
+    return entries
+
+
+def _split_table(rows: list[Any]) -> Table:
+    from mlsandbox.evaluation.results import summarize_splits
+
+    t = Table(title="per split and kind of work")
+    for col in ("split", "kind", "agent", "tasks", "episodes", "success rate", "pass@k / pass^k"):
+        t.add_column(col, justify="left" if col in ("split", "kind", "agent") else "right", overflow="fold")
+    for g in summarize_splits(rows):
+        t.add_row(
+            g.split or "",
+            g.kind or "",
+            g.agent,
+            str(g.tasks),
+            str(g.episodes),
+            escape(g.success().text("{:.2f}")),
+            _pass_k_text(g),
+        )
+    return t
+
+
+def _validate_spaces(ids: list[str], n: int, results: list[dict[str, Any]]) -> list[str]:
+    """Gate ``n`` instances of every family with a parameter space; the families with a failing instance
+    (each reported with its parameters and reason)."""
+    from mlsandbox.instances.generate import Gates
+    from mlsandbox.instances.space_check import check_space
+    from mlsandbox.scenario import load_scenario
+
+    families = {sid: sc for sid, sc in zip(ids, map(load_scenario, ids), strict=True) if sc.space is not None}
+    if not families:
+        return []
+    failed: list[str] = []
+    with Gates() as gates, _progress(to_stderr=True) as progress:
+        bar = progress.add_task("instances", total=n * len(families), status="")
+        for sid, fam in families.items():
+            rejected = check_space(
+                fam, n, gates=gates, on_result=lambda r: progress.update(bar, advance=1, status=r.id)
+            )
+            if rejected:
+                failed.append(sid)
+                err_console.print(
+                    f"[red]{sid}[/]: {len(rejected)} of {n} instances drawn from its space fail the gates"
+                )
+                for r in rejected:
+                    err_console.print(f"  {r.id} ({r.gate}): {r.reason}\n    params {json.dumps(r.params)}")
+                results.append(
+                    {
+                        "scenario": sid,
+                        "loads": True,
+                        "problem": "instances of its parameter space fail the gates",
+                        "rejected_instances": [r.model_dump(mode="json") for r in rejected],
+                    }
+                )
+    return failed
+
+
 def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
     @app.command()
     def bench(
-        suite: Annotated[str, typer.Option("--suite", help="builtin | train | test")] = "test",
+        suite: Annotated[
+            str, typer.Option("--suite", help="builtin | train | test, or a frozen suite (e.g. mle-core-v1)")
+        ] = "test",
+        split: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--split",
+                help="A frozen suite's splits (repeatable; default train and dev, and test when "
+                "MLSANDBOX_TEST_SEED or --test-file gives it).",
+            ),
+        ] = None,
+        test_file: Annotated[
+            Path | None,
+            typer.Option("--test-file", help="A frozen suite's test split file (tasks freeze --split test)."),
+        ] = None,
         agent: Annotated[
             list[str] | None,
             typer.Option("--agent", "-a", help=agent_help("Agent (repeatable; default rule and random)")),
@@ -175,6 +271,7 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         from mlsandbox.evaluation.provenance import provenance
         from mlsandbox.evaluation.report import render_html
         from mlsandbox.evaluation.results import rows_csv, summary_json
+        from mlsandbox.instances.splits import suite_ids as frozen_suite_ids
         from mlsandbox.scenario import load_scenario
         from mlsandbox.scenario.suites import SuiteEntry
         from mlsandbox.scenario.suites import suite as load_suite
@@ -187,6 +284,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             if scenario:
                 suite = "custom"
                 entries = [SuiteEntry(sc.id, "custom", sc) for sc in map(load_scenario, scenario)]
+            elif suite in frozen_suite_ids():
+                entries = frozen_entries(suite, split, test_file, families=family)
             else:
                 entries = load_suite(
                     suite, families=family, variants_per_family=variants, max_difficulty=max_difficulty
@@ -216,8 +315,10 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
                         bar, status=f"{task.entry.id} · {task.agent} · seed {task.seed} · step {rec.step}"
                     )
 
+                kinds = {t.entry.id: _kind_of(t.entry.scenario) for t in tasks}
                 for row in run_bench(env, tasks, trajectories=traj_dir, on_step=on_step):
                     row.extra.setdefault("mlsandbox", stamp)  # each row says what produced it
+                    row.extra.setdefault("kind", kinds.get(row.scenario, "tabular"))
                     rows.append(row)
                     jsonl.write(row.model_dump_json() + "\n")
                     jsonl.flush()
@@ -261,6 +362,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         else:
             for t in _summary_tables(rows):
                 console.print(t)
+            if len({r.split for r in rows}) > 1 or any(r.split in ("train", "dev") for r in rows):
+                console.print(_split_table(rows))
         (err_console if as_json else console).print(
             f"{len(rows)} episodes in {time.perf_counter() - t0:.0f} s · results in [bold]{out_dir}[/]"
             " (results.jsonl, results.csv, summary.json, report.html"
@@ -307,6 +410,15 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         seed: Annotated[
             int | None, typer.Option("--seed", help="Episode seed (default: the scenario's).")
         ] = None,
+        instances: Annotated[
+            int,
+            typer.Option(
+                "--instances",
+                min=0,
+                help="For a family with a parameter space: gate this many of its instances in sim (the "
+                "reference agent succeeds, random and no-op agents fail); 0: none.",
+            ),
+        ] = 3,
         name: NameOpt = "default",
         backend: BackendOpt = "local",
         no_start: NoStartOpt = False,
@@ -314,7 +426,8 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             bool, typer.Option("--json", help="Print JSON instead of a table (progress on stderr).")
         ] = False,
     ) -> None:
-        """Check that scenarios load and that their reference solution solves them (real episodes)."""
+        """Check that scenarios load and that their reference solution solves them (real episodes); for
+        a family with a parameter space, also that instances drawn from it pass the validity gates."""
         from mlsandbox.agents.validate import check_loads, validate_scenario
         from mlsandbox.scenario import catalog_ids
 
@@ -332,6 +445,10 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
         results: list[dict[str, Any]] = [
             {"scenario": sid, "loads": False, "problem": msg} for sid, msg in problems.items()
         ]
+        if instances and not load_only:
+            space_failed = _validate_spaces(loaded, instances, results)
+            failed += space_failed
+            loaded = [i for i in loaded if i not in space_failed]
         if load_only:
             if as_json:
                 results += [{"scenario": sid, "loads": True, "problem": None} for sid in loaded]

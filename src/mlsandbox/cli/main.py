@@ -27,6 +27,7 @@ from mlsandbox.cli.common import (
 from mlsandbox.cli.console import console as console_command
 from mlsandbox.cli.evaluation import register as register_eval_commands
 from mlsandbox.cli.faults import register as register_fault_commands
+from mlsandbox.cli.instances import register as register_instance_commands
 from mlsandbox.cli.interfaces import register as register_interface_commands
 from mlsandbox.cli.kube import kube_app
 from mlsandbox.cli.operator import operator_app
@@ -46,6 +47,7 @@ register_interface_commands(app)  # serve (HTTP gateway), mcp, openenv, tools
 register_fault_commands(app)  # curriculum show, faults catalog
 register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
 register_calibration_commands(app)  # calibrate, fidelity
+register_instance_commands(app)  # tasks generate / freeze / show, export harbor
 app.add_typer(kube_app, name="kube")
 app.add_typer(cluster_app, name="cluster")  # mlsandbox cluster up|down|status (make sandbox-up)
 app.add_typer(operator_app, name="operator")

@@ -140,6 +140,10 @@ class GroupSummary(BaseModel):
     agent: str
     family: str | None
     """None: every family of the agent."""
+    split: str | None = None
+    """Set in the per-split summary (:func:`summarize_splits`)."""
+    kind: str | None = None
+    """The kind of work (the goal dataset's ``kind``), set in the per-split summary."""
     episodes: int
     success_rate: dict[str, float | int | None]
     mean_reward: dict[str, float | int | None]
@@ -244,6 +248,23 @@ def summarize(rows: list[EpisodeRow]) -> tuple[list[GroupSummary], list[GroupSum
     return agents, families
 
 
+def row_kind(row: EpisodeRow) -> str:
+    """The kind of work of a row's scenario (recorded by the benchmark in ``extra``; tabular before)."""
+    return str(row.extra.get("kind") or "tabular")
+
+
+def summarize_splits(rows: list[EpisodeRow]) -> list[GroupSummary]:
+    """Per agent, split and kind of work (pass@k within each), agents in first-seen order."""
+    groups: dict[tuple[str, str, str], list[EpisodeRow]] = defaultdict(list)
+    for r in rows:
+        groups[(r.agent, r.split, row_kind(r))].append(r)
+    order = {a: i for i, a in enumerate(dict.fromkeys(r.agent for r in rows))}
+    out = []
+    for (a, split, kind), rs in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2])):
+        out.append(_group(a, None, rs).model_copy(update={"split": split, "kind": kind}))
+    return out
+
+
 def leaderboard(agents: list[GroupSummary]) -> list[GroupSummary]:
     """Agents ranked by success rate, then mean reward."""
 
@@ -260,6 +281,7 @@ def summary_json(rows: list[EpisodeRow], provenance: dict[str, Any] | None = Non
     doc: dict[str, Any] = {
         "agents": [g.model_dump() for g in leaderboard(agents)],
         "families": [g.model_dump() for g in families],
+        "splits": [g.model_dump() for g in summarize_splits(rows)],
     }
     if provenance is not None:
         doc["provenance"] = provenance

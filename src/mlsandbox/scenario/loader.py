@@ -38,7 +38,17 @@ def _format_validation_error(source: str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-_UNION_TAGS = {"tabular", "numeric", "categorical", "builtin", "plugin", *FAULT_TYPES}
+_UNION_TAGS = {
+    "tabular",
+    "numeric",
+    "categorical",
+    "builtin",
+    "plugin",
+    "int",
+    "float",
+    "choice",
+    *FAULT_TYPES,
+}
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:

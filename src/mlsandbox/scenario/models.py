@@ -22,6 +22,7 @@ from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
 from mlsandbox.scenario.sources import Source, check_sources
+from mlsandbox.scenario.space import ParameterSpace, read_parameter
 from mlsandbox.scenario.team import Team
 from mlsandbox.tasks.registry import DEFAULT_KIND, DatasetSpec
 
@@ -159,6 +160,8 @@ class Scenario(_Model):
     """Production traffic, monitoring, alerts and SLO for deployments (see mlsandbox.scenario.serving)."""
     team: Team | None = None
     """Roles for a multi-agent episode of this scenario (see mlsandbox.scenario.team)."""
+    space: ParameterSpace | None = None
+    """The family's parameter space: what its generated instances vary (see mlsandbox.scenario.space)."""
 
     @field_validator("id")
     @classmethod
@@ -185,6 +188,10 @@ class Scenario(_Model):
             compute=self.compute,
         )
         check_sources(self.sources, {d.name: d for d in self.datasets}, self.max_steps)
+        if self.space is not None:
+            data = self.model_dump(mode="json", exclude={"space"})
+            for path in self.space.parameters:
+                read_parameter(data, path)
         return self
 
     def work(self) -> tuple[str, str]:

@@ -66,8 +66,9 @@ class SuiteEntry:
 
 
 def signature(scenario: Scenario) -> str:
-    """The content of a scenario without its id and title (what makes two variants the same)."""
-    data = scenario.model_dump(mode="json", exclude={"id", "title"})
+    """The content of a scenario without its id, title and parameter space (what makes two variants
+    the same)."""
+    data = scenario.model_dump(mode="json", exclude={"id", "title", "space"})
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
