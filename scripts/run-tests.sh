@@ -16,6 +16,10 @@ fi
 # The static checks: the import contracts, the type checker and the documentation site's strict build (a
 # failure fails the run once the tests have run, so one run reports everything).
 static=0
+# Harbor's own task loader (a Python 3.12+ venv made by scripts/setup.sh) checks the exported tasks.
+if [[ -z "${MLSANDBOX_HARBOR_PYTHON:-}" && -x "${MLSANDBOX_HOME:-$HOME/.cache/mlsandbox}/envs/harbor/bin/python" ]]; then
+  export MLSANDBOX_HARBOR_PYTHON="${MLSANDBOX_HOME:-$HOME/.cache/mlsandbox}/envs/harbor/bin/python"
+fi
 # mypy's cache outside the clone (a fresh clone reuses it: entries are checked against the sources' hashes).
 export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MLSANDBOX_HOME:-$HOME/.cache/mlsandbox}/mypy-cache}"
 "$VENV/bin/lint-imports" --no-logo >/dev/null || { "$VENV/bin/lint-imports" --no-logo; echo "run-tests: import contracts broken" >&2; static=1; }

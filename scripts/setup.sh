@@ -176,4 +176,31 @@ else
   say "warning: Go not found: helm and kubeconform not built; the chart tests need them (install Go >= 1.24)"
 fi
 
+# --- Harbor (its own task loader checks `mlsandbox export harbor`'s tasks; Harbor needs Python 3.12+) ---
+# A separate venv outside the checkout, from the first Python >= 3.12 found on PATH or under pyenv.
+HARBOR_ENV="$MLSANDBOX_HOME/envs/harbor"
+HARBOR_PIN="$(sed -n 's/.*"\(harbor==[0-9.]*\).*/\1/p' pyproject.toml | head -n 1)"
+if [[ -x "$HARBOR_ENV/bin/python" && "$(cat "$HARBOR_ENV/.mlsandbox-pin" 2>/dev/null || true)" == "$HARBOR_PIN" ]]; then
+  say "harbor present ($HARBOR_PIN in $HARBOR_ENV)"
+else
+  PY312=""
+  for cand in python3.14 python3.13 python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python; do
+    exe="$(command -v "$cand" 2>/dev/null || true)"
+    if [[ -n "$exe" ]] && "$exe" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+      PY312="$exe"; break
+    fi
+  done
+  if [[ -n "$PY312" ]]; then
+    step "installing $HARBOR_PIN into $HARBOR_ENV (Python $("$PY312" -c 'import sys; print(sys.version.split()[0])'))"
+    rm -rf "$HARBOR_ENV"
+    "$UV" venv -q --python "$PY312" "$HARBOR_ENV" \
+      && VIRTUAL_ENV="$HARBOR_ENV" "$UV" pip install -q "$HARBOR_PIN" \
+      || die "installing $HARBOR_PIN failed (see above)"
+    echo "$HARBOR_PIN" > "$HARBOR_ENV/.mlsandbox-pin"
+    took
+  else
+    say "warning: no Python >= 3.12 found: Harbor's task loader check of the exported tasks cannot run (install python3.12 and run make setup again)"
+  fi
+fi
+
 say "ready in $(since "$SETUP_T0"): $("$VENV/bin/mlsandbox" --version 2>/dev/null || echo mlsandbox), minio at $MINIO"
