@@ -128,8 +128,8 @@ def expected_auc(sandbox: LocalBackend, episode: str, seed: int, version: str) -
     the holdout regenerated from the scenario's spec and the session's seed (as the episode made it)."""
     from sklearn.metrics import roc_auc_score
 
-    from mlsandbox.gateway.dispatcher import generated_dataset
     from mlsandbox.scenario import load_builtin
+    from mlsandbox.world.datasets import generated_dataset
 
     scenario = load_builtin(SCENARIO)
     spec = scenario.dataset(scenario.goal.dataset)

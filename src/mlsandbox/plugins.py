@@ -19,6 +19,9 @@ group                      an entry point names                                 
 ``mlsandbox.backends``     a :class:`~mlsandbox.backends.protocols.BackendType` the backend registry
                            (name, description, typed config, factory), named    (``--backend NAME``
                            by the entry point                                   everywhere)
+``mlsandbox.kinds``        a :class:`~mlsandbox.tasks.kind.TaskKind` (instance  the task-kind registry
+                           or class): a kind of ML work, its dataset spec,      (``kind: NAME`` in a
+                           generator, trainer algorithms, metrics, policy       scenario's dataset)
 =========================  ===================================================  ==========================
 
 Any other ``mlsandbox.*`` group is listed by ``mlsandbox plugins`` as ``unsupported``.
@@ -57,6 +60,7 @@ GROUPS: dict[str, str] = {
     "mlsandbox.services": "services the local backend starts (ServiceSpec)",
     "mlsandbox.faults": "fault types of the perturbation engine (Behaviour subclasses)",
     "mlsandbox.backends": "backends (BackendType: name, typed config, factory)",
+    "mlsandbox.kinds": "kinds of ML work (TaskKind: dataset spec, generator, algorithms, metrics)",
 }
 RESERVED_GROUPS: dict[str, str] = {}
 """Groups named but not read yet (listed as ``unsupported``)."""
@@ -282,6 +286,10 @@ def _check(group: str, obj: Any) -> Any:
     if group == "mlsandbox.backends":  # checked fully by mlsandbox.backends.registry (a layer above)
         if not all(hasattr(obj, attr) for attr in ("name", "config", "create")):
             raise PluginError(f"expected a BackendType, got {type(obj).__name__}")
+        return obj
+    if group == "mlsandbox.kinds":  # checked fully by mlsandbox.tasks.registry (a layer above)
+        if not all(hasattr(obj, attr) for attr in ("name", "spec", "metrics", "algorithms")):
+            raise PluginError(f"expected a TaskKind, got {type(obj).__name__}")
         return obj
     if group == "mlsandbox.action_packs":  # checked fully by mlsandbox.gateway.registry (a layer above)
         if not (hasattr(obj, "models") and hasattr(obj, "implementation")):

@@ -99,7 +99,7 @@ def test_plugins_lists_every_entry_point_with_origin_and_status(plugin_path: str
     rows = {(r["group"], r["name"]): r for r in json.loads(res.stdout)}
     for key in [("mlsandbox.action_packs", "example"), ("mlsandbox.scenarios", "example"),
                 ("mlsandbox.reward_terms", "example_lineage"), ("mlsandbox.services", "example-labels"),
-                ("mlsandbox.faults", "example_truncated_upload")]:  # fmt: skip
+                ("mlsandbox.faults", "example_truncated_upload"), ("mlsandbox.kinds", "example_counts")]:  # fmt: skip
         assert rows[key]["status"] == "ok" and rows[key]["origin"] == "mlsandbox-plugin-example 0.1.0"
     missing = rows[("mlsandbox.scenarios", "missing")]
     assert missing["status"] == "error" and missing["origin"] == "mlsandbox-plugin-broken 0.0.1"
@@ -126,6 +126,35 @@ def test_plugin_scenarios_and_actions_join_the_catalogs(plugin_path: str) -> Non
     # Without the plug-ins, neither is there.
     bare = run([sys.executable, "-m", "mlsandbox.cli.main", "scenarios", "list"], "")
     assert "example-lineage" not in bare.stdout
+
+
+KIND_EPISODE = textwrap.dedent(
+    """
+    import json
+    from mlsandbox.agents import make_agent
+    from mlsandbox.agents.runner import run_episode
+    from mlsandbox.env import MLSandboxEnv
+    from mlsandbox.tasks.registry import names
+
+    env = MLSandboxEnv("example-counts", backend="sim", sandbox="sim-plugin-kind")
+    try:
+        res = run_episode(env, make_agent("kind_reference", seed=0), seed=0)
+    finally:
+        env.close()
+    print(json.dumps({"kinds": names(), "grade": res.grade}))
+    """
+)
+
+
+def test_plugin_kind_joins_the_registry_and_its_family_is_solved_on_sim(plugin_path: str) -> None:
+    listed = run([sys.executable, "-m", "mlsandbox.cli.main", "scenarios", "list", "--json"], plugin_path)
+    assert listed.returncode == 0, listed.stderr
+    row = next(r for r in json.loads(listed.stdout) if r["id"] == "example-counts")
+    assert (row["kind"], row["metric"]) == ("example_counts", "mae")
+    res = run([sys.executable, "-c", KIND_EPISODE], plugin_path)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "example_counts" in out["kinds"] and out["grade"]["success"], out
 
 
 EPISODE = textwrap.dedent(

@@ -20,6 +20,7 @@ AGENTS: dict[str, str] = {
     "rule": "mlsandbox.agents.rule_agent:RuleAgent",
     "random": "mlsandbox.agents.random_agent:RandomAgent",
     "reference": "mlsandbox.agents.scripted:ReferenceAgent",
+    "kind_reference": "mlsandbox.agents.kind_reference:KindReferenceAgent",
     "llm": "mlsandbox.agents.llm:from_env",
     "do-nothing": "mlsandbox.agents.degenerate:DoNothingAgent",
     "repeat-cheap": "mlsandbox.agents.degenerate:RepeatCheapAgent",

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from mlsandbox.tasks.kind import TaskKind
+from mlsandbox.tasks.registry import DEFAULT_KIND, get
+
 
 class RuleAgent:
     """Follows the checklist an ML engineer would, reading only what observations say."""
@@ -19,10 +22,15 @@ class RuleAgent:
         self._job: str | None = None
         self._model_name = "model"
         self._waits = 0
+        self._kind: TaskKind = get(DEFAULT_KIND)
+        self._algorithm = algorithm
 
     def reset(self, observation: dict[str, Any], seed: int | None = None) -> None:
         result = observation.get("result") or {}
-        self._model_name = (result.get("deliverable") or {}).get("register_model_as", "model")
+        deliverable = result.get("deliverable") or {}
+        self._model_name = deliverable.get("register_model_as", "model")
+        self._kind = get(str(deliverable.get("kind") or DEFAULT_KIND))
+        self._algorithm = self.algorithm
         names = [d["name"] for d in result.get("datasets", [])]
         # Prefer Parquet (typed) over CSV when both hold the same data.
         names.sort(key=lambda n: (not n.endswith(".parquet"), n))
@@ -53,7 +61,7 @@ class RuleAgent:
             return {
                 "type": "train_model",
                 "dataset": self._dataset,
-                "algorithm": self.algorithm,
+                "algorithm": self._algorithm,
                 "resources": {"cpus": 1, "memory_mb": 1024},
             }
         if self._phase == "wait":
@@ -74,8 +82,9 @@ class RuleAgent:
         return {"type": "submit"}
 
     def _plan_cleaning(self, profile: dict[str, Any]) -> None:
-        columns = list((profile.get("column_profiles") or {}).values())
-        if any((c.get("missing") or 0) > 0 for c in columns):
-            self._plan.append({"strategy": "impute_median"})
-        if any((c.get("outliers") or 0) > 0 for c in columns):
-            self._plan.append({"strategy": "clip_outliers"})
+        """The dataset's kind decides from the profile: what to clean, and the algorithm (this agent's own
+        when it fits the kind)."""
+        policy = self._kind.policy(profile)
+        self._plan.extend({"strategy": s} for s in policy.preparations)
+        if self.algorithm not in self._kind.algorithms:
+            self._algorithm = policy.algorithm

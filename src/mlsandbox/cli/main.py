@@ -266,10 +266,13 @@ def scenarios_list(
         except MLSandboxError as e:  # a broken plug-in scenario is reported, the others still listed
             broken.append(str(e))
             continue
+        kind, metric = sc.work()
         rows.append(
             {
                 "id": sc.id,
                 "difficulty": sc.difficulty,
+                "kind": kind,
+                "metric": metric,
                 "title": sc.title,
                 "max_steps": sc.max_steps,
                 "credits": sc.budget.credits,
@@ -279,10 +282,18 @@ def scenarios_list(
         console.print_json(json.dumps(rows))
     else:
         table = Table(title="built-in scenarios")
-        for col in ("id", "difficulty", "title", "max steps", "credits"):
+        for col in ("id", "difficulty", "kind", "metric", "title", "max steps", "credits"):
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(r["id"], str(r["difficulty"]), r["title"], str(r["max_steps"]), f"{r['credits']:g}")
+            table.add_row(
+                r["id"],
+                str(r["difficulty"]),
+                r["kind"],
+                r["metric"],
+                r["title"],
+                str(r["max_steps"]),
+                f"{r['credits']:g}",
+            )
         console.print(table)
     for msg in broken:
         print_error(err_console, msg)

@@ -72,6 +72,7 @@ from mlsandbox.errors import ActionError
 from mlsandbox.gateway.dispatcher import parse_action
 from mlsandbox.gateway.packs.core.actions import CleanDataset, ServiceName, TrainModel
 from mlsandbox.gateway.registry import get_catalog
+from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
 from mlsandbox.world.episode import EpisodeState
 
 MASKED_ACTION = {"type": "masked_action"}
@@ -80,7 +81,8 @@ MASKED_ACTION = {"type": "masked_action"}
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 SERVICES: tuple[str, ...] = get_args(ServiceName)
 STRATEGIES: tuple[str, ...] = get_args(CleanDataset.model_fields["strategy"].annotation)
-ALGORITHMS: tuple[str, ...] = get_args(TrainModel.model_fields["algorithm"].annotation)
+ALGORITHMS: tuple[str, ...] = tuple(ESTIMATOR_PARAMETERS)
+"""The classifiers' algorithms (the RL action space's; see ``TrainModel.algorithm`` for all)."""
 
 
 @dataclass(frozen=True)

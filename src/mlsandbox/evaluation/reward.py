@@ -122,9 +122,10 @@ def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade
         return Grade(goal.model_name, version, None, 0.0, False, f"model could not score the holdout: {e}")
     if not np.isfinite(auc):
         return Grade(goal.model_name, version, None, 0.0, False, "holdout AUC is not finite")
-    score = float(np.clip((auc - 0.5) / (goal.min_auc - 0.5), 0.0, 1.0))
-    success = auc >= goal.min_auc
-    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {goal.min_auc}"
+    min_auc: float = getattr(goal, "min_auc", 0.75)  # every AUC goal has one
+    score = float(np.clip((auc - 0.5) / (min_auc - 0.5), 0.0, 1.0))
+    success = auc >= min_auc
+    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}"
     return Grade(goal.model_name, version, auc, score, success, reason)
 
 
@@ -134,8 +135,15 @@ def _grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
     return grade_deployment_slo(state, tracking)
 
 
+def _grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> Grade:
+    from mlsandbox.evaluation.metric_grade import grade_registered_model_metric  # imports Grade from here
+
+    return grade_registered_model_metric(state, tracking)
+
+
 GRADERS: dict[str, Grader] = {
     "registered_model_auc": grade_registered_model_auc,
+    "registered_model_metric": _grade_registered_model_metric,
     "deployment_slo": _grade_deployment_slo,
 }
 """One grader per goal ``type`` (a new goal type adds its grader here)."""

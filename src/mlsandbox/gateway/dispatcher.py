@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from mlsandbox.backends.protocols import Runtime
-from mlsandbox.data.formats import SUFFIX, Format, to_bytes
-from mlsandbox.data.tabular import generate_tabular
+from mlsandbox.data.formats import SUFFIX
 from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.evaluation.constraints import Violation, check_action, check_budget
 from mlsandbox.evaluation.metrics import episode_metrics
@@ -30,7 +27,9 @@ from mlsandbox.gateway.observations import StepResult, error_observation, ok_obs
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.gateway.telemetry import Telemetry
 from mlsandbox.scenario.models import Scenario
+from mlsandbox.tasks.registry import kind_of
 from mlsandbox.world import compute as P
+from mlsandbox.world.datasets import generated_dataset
 from mlsandbox.world.episode import DatasetRecord, EpisodeState
 
 log = logging.getLogger(__name__)
@@ -155,7 +154,7 @@ class Gateway:
                 "scenario": sc.id,
                 "title": sc.title,
                 "task": sc.task.strip(),
-                "deliverable": {"register_model_as": sc.goal.model_name},
+                "deliverable": self._deliverable(),
                 "datasets": self.episode.dataset_list(),
                 "actions": list(self.catalog.types),
                 "max_steps": sc.max_steps,
@@ -163,6 +162,15 @@ class Gateway:
             "error": None,
             "budget": self.budget(),
         }
+
+    def _deliverable(self) -> dict[str, Any]:
+        """What the agent must deliver: the model's registered name, the kind of work, the metric."""
+        goal = self.scenario.goal
+        kind = kind_of(self.scenario.dataset(goal.dataset))
+        out: dict[str, Any] = {"register_model_as": goal.model_name, "kind": kind.name}
+        if goal.type == "registered_model_metric":
+            out["metric"] = kind.metric(getattr(goal, "metric", None)).name
+        return out
 
     def close(self) -> None:
         """Stop the episode's jobs and remove its bucket, experiment and registered models. Idempotent."""
@@ -342,34 +350,6 @@ class Gateway:
             self.runtime.audit.append(st.episode_id, record)
         except Exception as e:  # the audit log never breaks a step
             log.warning("episode %s: audit log append failed: %s", st.episode_id, e)
-
-
-_GENERATED: OrderedDict[tuple[str, int], tuple[dict[str, Any], Any, dict[Format, bytes]]] = OrderedDict()
-_GENERATED_KEPT = 8
-_GENERATED_LOCK = threading.Lock()
-
-
-def generated_dataset(spec: Any, seed: int) -> tuple[dict[str, Any], Any, dict[Format, bytes]]:
-    """A scenario dataset's manifest, hidden holdout and bytes in each of its formats, for ``seed``: a pure
-    function of the spec and the seed (the generator is deterministic), so the last few are kept for the
-    episodes that start from the same ones (repeated episodes of one variant). The manifest and the
-    holdout are shared by those episodes: read-only."""
-    key = (spec.model_dump_json(), seed)
-    with _GENERATED_LOCK:
-        hit = _GENERATED.get(key)
-        if hit is not None:
-            _GENERATED.move_to_end(key)
-            return hit[0], hit[1], dict(hit[2])
-    data = generate_tabular(spec, seed)
-    payloads: dict[Format, bytes] = {
-        fmt: to_bytes(data.train_table, fmt)
-        for fmt in spec.formats  # the table's bytes, without pandas
-    }
-    with _GENERATED_LOCK:
-        _GENERATED[key] = (data.manifest, data.holdout, dict(payloads))
-        while len(_GENERATED) > _GENERATED_KEPT:
-            _GENERATED.popitem(last=False)
-    return data.manifest, data.holdout, payloads
 
 
 def type_of(action: BaseModel) -> str:

@@ -12,17 +12,18 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from mlsandbox.data.spec import (
     CategoricalColumn,
-    DatasetSpec,
     Defects,
     NumericColumn,
     TabularDataset,
 )
 from mlsandbox.scenario.compute import ComputePool
+from mlsandbox.scenario.metric_goal import MetricGoal, check_metric_goal, goal_metric
 from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
 from mlsandbox.scenario.sources import Source, check_sources
 from mlsandbox.scenario.team import Team
+from mlsandbox.tasks.registry import DEFAULT_KIND, DatasetSpec
 
 __all__ = ["CategoricalColumn", "Defects", "NumericColumn", "Perturbation", "Scenario", "TabularDataset"]
 
@@ -53,10 +54,13 @@ def _goal_type(v: Any) -> str:
 
 
 AnyGoal = Annotated[
-    Annotated[Goal, Tag("registered_model_auc")] | Annotated[DeploymentSLOGoal, Tag("deployment_slo")],
+    Annotated[Goal, Tag("registered_model_auc")]
+    | Annotated[MetricGoal, Tag("registered_model_metric")]
+    | Annotated[DeploymentSLOGoal, Tag("deployment_slo")],
     Discriminator(_goal_type),
 ]
-"""A goal by ``type`` (``registered_model_auc`` when absent); ``deployment_slo``: see scenario.serving."""
+"""A goal by ``type`` (``registered_model_auc`` when absent); ``registered_model_metric``: see
+scenario.metric_goal; ``deployment_slo``: see scenario.serving."""
 
 
 class Budget(_Model):
@@ -172,6 +176,7 @@ class Scenario(_Model):
             raise ValueError(f"duplicate dataset names: {names}")
         if self.goal.dataset not in names:
             raise ValueError(f"goal.dataset {self.goal.dataset!r} is not one of the datasets {names}")
+        check_metric_goal(self.goal, {d.name: d for d in self.datasets})
         check_plan(
             self.perturbations,
             max_steps=self.max_steps,
@@ -181,6 +186,11 @@ class Scenario(_Model):
         )
         check_sources(self.sources, {d.name: d for d in self.datasets}, self.max_steps)
         return self
+
+    def work(self) -> tuple[str, str]:
+        """The kind of work the goal asks for (its dataset's kind) and the metric it is graded by."""
+        spec = self.dataset(self.goal.dataset)
+        return str(getattr(spec, "kind", DEFAULT_KIND)), goal_metric(self.goal, spec)
 
     def dataset(self, name: str) -> TabularDataset:
         for d in self.datasets:

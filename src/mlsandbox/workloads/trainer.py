@@ -134,6 +134,18 @@ ESTIMATOR_PARAMETERS: dict[str, frozenset[str]] = {
 """Each algorithm's estimator parameters, spelled as scikit-learn spells them (``get_params()`` of the
 estimator :func:`make_estimator` builds, for the pinned scikit-learn; a unit test holds the two equal).
 Kept here as data so that validating an action's hyperparameters imports no scikit-learn."""
+TASKS = ("binary", "multiclass", "regression")
+"""What ``--task`` may say: a 0/1 label (the default), one of several labels, or a number."""
+REGRESSION_PARAMETERS: dict[str, frozenset[str]] = {
+    "ridge": frozenset(
+        ["alpha", "copy_X", "fit_intercept", "max_iter", "positive", "random_state", "solver", "tol"]
+    ),
+    "random_forest": ESTIMATOR_PARAMETERS["random_forest"] - {"class_weight"},
+    "gradient_boosting": (ESTIMATOR_PARAMETERS["gradient_boosting"] - {"class_weight"}) | {"quantile"},
+    "mlp": ESTIMATOR_PARAMETERS["mlp"] | {"loss"},
+}
+"""The regression task's algorithms and their estimator parameters (Ridge, RandomForestRegressor,
+HistGradientBoostingRegressor, MLPRegressor), as :data:`ESTIMATOR_PARAMETERS` for the classifiers."""
 CONFIG_KEYS = ("s3_endpoint_url", "s3_access_key_id", "s3_secret_access_key", "mlflow_tracking_uri")
 
 
@@ -192,7 +204,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bucket", required=True)
     parser.add_argument("--key", required=True, help="object key; .csv[.gz] or .parquet/.pq")
     parser.add_argument("--target", required=True, help="name of the label column")
-    parser.add_argument("--algorithm", required=True, choices=ALGORITHMS)
+    parser.add_argument("--algorithm", required=True, choices=sorted({*ALGORITHMS, *REGRESSION_PARAMETERS}))
+    parser.add_argument(
+        "--task", default="binary", choices=TASKS, help="what the target is (default: binary)"
+    )
     parser.add_argument("--hyperparams", default="{}", help="JSON object of estimator parameters")
     parser.add_argument("--experiment-id", required=True)
     parser.add_argument("--run-name", default=None)
@@ -278,21 +293,30 @@ def parse_table(data: bytes, key: str) -> Any:
     raise ValueError(f"cannot read {key!r}: unsupported file type (expected .csv, .csv.gz, .parquet or .pq)")
 
 
-def split(table: Any, target: str, seed: int) -> tuple[Any, Any, Any, Any]:
-    """``x_train, x_val, y_train, y_val``: :data:`VALIDATION_FRACTION` held out, stratified by the label."""
+def split(table: Any, target: str, seed: int, task: str = "binary") -> tuple[Any, Any, Any, Any]:
+    """``x_train, x_val, y_train, y_val``: :data:`VALIDATION_FRACTION` held out, stratified by the label
+    (a regression's split is not stratified)."""
     from sklearn.model_selection import train_test_split
 
     y = table[target]
     x = table.drop(columns=[target])
-    parts = train_test_split(x, y, test_size=VALIDATION_FRACTION, random_state=seed, stratify=y)
+    stratify = None if task == "regression" else y
+    parts = train_test_split(x, y, test_size=VALIDATION_FRACTION, random_state=seed, stratify=stratify)
     return parts[0], parts[1], parts[2], parts[3]
 
 
 # ----------------------------------------------------------------------------------------------- model
 
 
-def make_estimator(algorithm: str, hyperparams: dict[str, Any], seed: int) -> Any:
-    """The estimator with ``random_state=seed`` then the given parameters (sklearn validates the names)."""
+def make_estimator(algorithm: str, hyperparams: dict[str, Any], seed: int, task: str = "binary") -> Any:
+    """The estimator with ``random_state=seed`` then the given parameters (sklearn validates the names);
+    a regressor for ``task`` regression."""
+    if task == "regression":
+        return _make_regressor(algorithm, seed).set_params(**hyperparams)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"algorithm {algorithm!r} does not fit task {task!r} (use one of {', '.join(ALGORITHMS)})"
+        )
     from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
     from sklearn.linear_model import LogisticRegression
     from sklearn.neural_network import MLPClassifier
@@ -313,19 +337,46 @@ def make_estimator(algorithm: str, hyperparams: dict[str, Any], seed: int) -> An
     return factories[algorithm]().set_params(**hyperparams)
 
 
-def make_pipeline(features: Any, algorithm: str, hyperparams: dict[str, Any], seed: int) -> Any:
+def _make_regressor(algorithm: str, seed: int) -> Any:
+    from sklearn.ensemble import HistGradientBoostingRegressor, RandomForestRegressor
+    from sklearn.linear_model import Ridge
+    from sklearn.neural_network import MLPRegressor
+
+    factories = {
+        "ridge": lambda: Ridge(random_state=seed),
+        "random_forest": lambda: RandomForestRegressor(random_state=seed),
+        "gradient_boosting": lambda: HistGradientBoostingRegressor(random_state=seed),
+        "mlp": lambda: MLPRegressor(
+            hidden_layer_sizes=(32,),
+            solver="sgd",
+            momentum=0.9,
+            learning_rate_init=0.01,
+            max_iter=30,
+            random_state=seed,
+        ),
+    }
+    if algorithm not in factories:
+        raise ValueError(
+            f"algorithm {algorithm!r} does not fit task 'regression' (use one of {', '.join(factories)})"
+        )
+    return factories[algorithm]()
+
+
+def make_pipeline(
+    features: Any, algorithm: str, hyperparams: dict[str, Any], seed: int, task: str = "binary"
+) -> Any:
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
     numeric = list(features.select_dtypes(include=["number"]).columns)
     categorical = [c for c in features.columns if c not in numeric]
-    scale = StandardScaler() if algorithm in ("logistic_regression", "mlp") else "passthrough"
+    scale = StandardScaler() if algorithm in ("logistic_regression", "ridge", "mlp") else "passthrough"
     preprocess = ColumnTransformer(
         [("numeric", scale, numeric), ("categorical", OneHotEncoder(handle_unknown="ignore"), categorical)],
         sparse_threshold=0.0,  # dense: HistGradientBoosting does not take sparse input
     )
-    estimator = make_estimator(algorithm, hyperparams, seed)
+    estimator = make_estimator(algorithm, hyperparams, seed, task)
     return Pipeline([("preprocess", preprocess), ("model", estimator)])
 
 
@@ -335,15 +386,16 @@ def fit(pipeline: Any, x_train: Any, y_train: Any, say: Callable[[str], None] = 
     import math
 
     model = pipeline.named_steps["model"]
-    if type(model).__name__ != "MLPClassifier":
+    kind = type(model).__name__
+    if kind not in ("MLPClassifier", "MLPRegressor"):
         pipeline.fit(x_train, y_train)
         return
     preprocess = pipeline.named_steps["preprocess"]
     features = preprocess.fit_transform(x_train)
-    classes = sorted(set(y_train))
+    classes = {"classes": sorted(set(y_train))} if kind == "MLPClassifier" else {}
     epochs = int(model.max_iter)
     for epoch in range(1, epochs + 1):
-        model.partial_fit(features, y_train, classes=classes)
+        model.partial_fit(features, y_train, **classes)
         loss = float(model.loss_)
         say(f"epoch {epoch}/{epochs} loss={loss:.6g}")
         if not math.isfinite(loss):
@@ -356,8 +408,13 @@ def fit(pipeline: Any, x_train: Any, y_train: Any, say: Callable[[str], None] = 
             )
 
 
-def evaluate(pipeline: Any, x_val: Any, y_val: Any) -> dict[str, float]:
-    from sklearn.metrics import accuracy_score, log_loss, roc_auc_score
+def evaluate(pipeline: Any, x_val: Any, y_val: Any, task: str = "binary") -> dict[str, float]:
+    """The validation metrics: ``val_auc``, ``val_accuracy``, ``val_log_loss`` of a classifier (and
+    ``val_macro_f1`` for ``multiclass``); ``val_rmse``, ``val_mae``, ``val_r2`` of a regressor."""
+    from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
+
+    if task == "regression":
+        return evaluate_regression(pipeline, x_val, y_val)
 
     proba = pipeline.predict_proba(x_val)
     classes = pipeline.classes_
@@ -366,10 +423,27 @@ def evaluate(pipeline: Any, x_val: Any, y_val: Any) -> dict[str, float]:
         auc = roc_auc_score(y_val, proba[:, 1])
     else:
         auc = roc_auc_score(y_val, proba, multi_class="ovr", labels=classes)
-    return {
+    out = {
         "val_auc": float(auc),
         "val_accuracy": float(accuracy_score(y_val, predicted)),
         "val_log_loss": float(log_loss(y_val, proba, labels=classes)),
+    }
+    if task == "multiclass":
+        out["val_macro_f1"] = float(f1_score(y_val, predicted, average="macro"))
+    return out
+
+
+def evaluate_regression(pipeline: Any, x_val: Any, y_val: Any) -> dict[str, float]:
+    import numpy as np
+
+    predicted = np.asarray(pipeline.predict(x_val), dtype=float)
+    y = np.asarray(y_val, dtype=float)
+    residual = predicted - y
+    total = float(np.sum((y - y.mean()) ** 2))
+    return {
+        "val_rmse": float(np.sqrt(np.mean(residual**2))),
+        "val_mae": float(np.mean(np.abs(residual))),
+        "val_r2": float(1.0 - np.sum(residual**2) / total) if total > 0 else 0.0,
     }
 
 
@@ -389,20 +463,22 @@ def train(args: argparse.Namespace, run: Any) -> dict[str, Any]:
 
     table = load_table(args.bucket, args.key)
     log(f"loaded {len(table)} rows x {table.shape[1]} columns")
-    x_train, x_val, y_train, y_val = split(table, args.target, args.seed)
+    x_train, x_val, y_train, y_val = split(table, args.target, args.seed, args.task)
     mlflow.log_params({"target": args.target, "features": x_train.shape[1]})
+    if args.task != "binary":
+        mlflow.log_params({"task": args.task})
 
-    pipeline = make_pipeline(x_train, args.algorithm, args.hyperparams, args.seed)
+    pipeline = make_pipeline(x_train, args.algorithm, args.hyperparams, args.seed, args.task)
     log(f"fitting {args.algorithm} on {len(x_train)} rows ({len(x_val)} held out for validation) ...")
     started = time.perf_counter()
     fit(pipeline, x_train, y_train)
     train_seconds = time.perf_counter() - started
     log(f"fitted in {train_seconds:.2f} s")
 
-    metrics = evaluate(pipeline, x_val, y_val)
+    metrics = evaluate(pipeline, x_val, y_val, args.task)
+    for name, value in metrics.items():
+        log(f"{name}={value:.4f}")
     metrics.update(train_rows=float(len(x_train)), train_seconds=round(train_seconds, 3))
-    for name in ("val_auc", "val_accuracy", "val_log_loss"):
-        log(f"{name}={metrics[name]:.4f}")
     mlflow.log_metrics(metrics)
 
     log("logging model to MLflow ...")

@@ -61,9 +61,9 @@ _FIT_LOCK = threading.Lock()
 
 
 def cache_key(
-    digest: str, target: str, algorithm: str, hyperparams: dict[str, Any], seed: int
+    digest: str, target: str, algorithm: str, hyperparams: dict[str, Any], seed: int, task: str = "binary"
 ) -> tuple[Any, ...]:
-    return (digest, target, algorithm, json.dumps(hyperparams, sort_keys=True, default=str), seed)
+    return (digest, target, algorithm, json.dumps(hyperparams, sort_keys=True, default=str), seed, task)
 
 
 def cached(key: tuple[Any, ...]) -> FitResult | None:
@@ -83,13 +83,17 @@ def real_fit(
     seed: int,
     *,
     digest: str,
+    task: str = "binary",
 ) -> FitResult:
     """The trainer job's fit of ``algorithm`` with ``hyperparams`` on the object ``key``'s bytes ``data``
-    (kept by ``digest``, a digest of those bytes). Raises :class:`SplitError` when the split refuses the
-    rows; a fit that fails returns its failure."""
+    (kept by ``digest``, a digest of those bytes), for the trainer's ``task`` (what the dataset's kind
+    declares as its ``fit_task``). Raises :class:`SplitError` when the split refuses the rows; a fit that
+    fails returns its failure."""
     return _kept(
-        cache_key(digest, target, algorithm, hyperparams, seed),
-        lambda: _fit(trainer.parse_table(data, key), target, algorithm, hyperparams, seed, epochs=True),
+        cache_key(digest, target, algorithm, hyperparams, seed, task),
+        lambda: _fit(
+            trainer.parse_table(data, key), target, algorithm, hyperparams, seed, epochs=True, task=task
+        ),
     )
 
 
@@ -116,12 +120,19 @@ def _kept(ck: tuple[Any, ...], compute: Callable[[], FitResult]) -> FitResult:
 
 
 def _fit(
-    table: Any, target: str, algorithm: str, hyperparams: dict[str, Any], seed: int, *, epochs: bool
+    table: Any,
+    target: str,
+    algorithm: str,
+    hyperparams: dict[str, Any],
+    seed: int,
+    *,
+    epochs: bool,
+    task: str = "binary",
 ) -> FitResult:
     from threadpoolctl import threadpool_limits
 
     try:
-        x_train, x_val, y_train, y_val = trainer.split(table, target, seed)
+        x_train, x_val, y_train, y_val = trainer.split(table, target, seed, task)
     except ValueError as e:
         raise SplitError(f"ValueError: {e}") from None
     rows: dict[str, Any] = {
@@ -129,7 +140,10 @@ def _fit(
         "val_rows": len(x_val),
         "features": int(x_train.shape[1]),
     }
-    pipeline = trainer.make_pipeline(x_train, algorithm, hyperparams, seed)
+    try:
+        pipeline = trainer.make_pipeline(x_train, algorithm, hyperparams, seed, task)
+    except ValueError as e:  # an algorithm the task has not
+        return FitResult(**rows, failure=("invalid_hyperparameter", str(e)))
     lines: list[str] = []
     # One fit at a time, single-threaded: the simulator's CPU is one core, and BLAS/OpenMP threads of
     # two fits would only contend.
@@ -150,7 +164,7 @@ def _fit(
             return FitResult(**rows, epoch_lines=tuple(lines), failure=(mode, str(e)))
         except (TypeError, ArithmeticError, MemoryError) as e:
             return FitResult(**rows, epoch_lines=tuple(lines), failure=("invalid_hyperparameter", str(e)))
-        metrics = trainer.evaluate(pipeline, x_val, y_val)
+        metrics = trainer.evaluate(pipeline, x_val, y_val, task)
     pipeline.algorithm = algorithm  # which model server's footprint a replica of it has (sim serving)
     return FitResult(**rows, epoch_lines=tuple(lines), metrics=metrics, model=pipeline)
 

@@ -131,6 +131,8 @@ class TrainerArgs:
     run_name: str | None
     seed: int
     config_prefix: str | None
+    task: str = "binary"
+    """The trainer's ``--task``: what its dataset's kind asks for (binary, multiclass, regression)."""
 
 
 class UsageError(ValueError):
@@ -169,7 +171,17 @@ def parse_trainer(args: list[str]) -> TrainerArgs:
         run_name=values.get("run_name"),
         seed=int(values.get("seed", "0")),
         config_prefix=values.get("config_prefix"),
+        task=_task(values.get("task", "binary")),
     )
+
+
+def _task(value: str) -> str:
+    from mlsandbox.workloads.trainer import TASKS
+
+    if value not in TASKS:
+        choices = ", ".join(repr(t) for t in TASKS)
+        raise UsageError(f"argument --task: invalid choice: {value!r} (choose from {choices})")
+    return value
 
 
 # ------------------------------------------------------------------------------------- scikit-learn's own
@@ -193,13 +205,25 @@ def _sklearn_nan_message(algorithm: str) -> str:
     return "Input X contains NaN."
 
 
-def hyperparameter_problem(algorithm: str, hyperparams: dict[str, Any], seed: int) -> tuple[str, str] | None:
+def _stand_in(algorithm: str) -> str:
+    """The calibrated algorithm a kind times ``algorithm`` as (see ``TaskKind.calibration_stand_ins``)."""
+    from mlsandbox.tasks.registry import kinds
+
+    for kind in kinds().values():
+        if algorithm in kind.calibration_stand_ins:
+            return kind.calibration_stand_ins[algorithm]
+    return ""
+
+
+def hyperparameter_problem(
+    algorithm: str, hyperparams: dict[str, Any], seed: int, task: str = "binary"
+) -> tuple[str, str] | None:
     """(``unknown_hyperparameter`` | ``invalid_hyperparameter``, scikit-learn's message) when the
     estimator refuses the hyperparameters; scikit-learn's own validation (nothing is fitted)."""
     from mlsandbox.workloads.trainer import make_estimator
 
     try:
-        estimator = make_estimator(algorithm, hyperparams, seed)
+        estimator = make_estimator(algorithm, hyperparams, seed, task)
     except ValueError as e:
         return "unknown_hyperparameter", str(e)
     except TypeError as e:
@@ -270,7 +294,7 @@ def plan_trainer(
 
     jobs = cal.jobs
     rng = random.Random(job_seed)
-    alg = jobs.algorithms.get(args.algorithm)
+    alg = jobs.algorithms.get(args.algorithm) or jobs.algorithms.get(_stand_in(args.algorithm))
     if alg is None:  # the trainer's parser refuses it before anything else
         raise UsageError(
             f"argument --algorithm: invalid choice: {args.algorithm!r} (choose from "
@@ -379,8 +403,9 @@ def plan_trainer(
             args.algorithm,
             json.dumps(args.hyperparams, sort_keys=True, default=str),
             args.seed,
+            args.task,
         ),
-        lambda: hyperparameter_problem(args.algorithm, args.hyperparams, args.seed),
+        lambda: hyperparameter_problem(args.algorithm, args.hyperparams, args.seed, args.task),
     )
     if problem is not None and problem[0] == "unknown_hyperparameter":
         fail(0.99, problem[0], detail=problem[1])
@@ -391,7 +416,14 @@ def plan_trainer(
             if data is None or data_key is None:
                 raise realfit.SplitError(read_error or "the rows were read without their bytes")
             fit = realfit.real_fit(
-                data, args.key, args.target, args.algorithm, args.hyperparams, args.seed, digest=data_key
+                data,
+                args.key,
+                args.target,
+                args.algorithm,
+                args.hyperparams,
+                args.seed,
+                digest=data_key,
+                task=args.task,
             )
     except realfit.SplitError as e:
         # The trainer's stratified split refuses a target without two classes.
@@ -424,20 +456,35 @@ def plan_trainer(
             fail(pos, mode, detail=detail)
         plan.events.sort()
         return plan
-    metrics = {
-        "val_auc": float(fit.metrics["val_auc"]),
-        "val_accuracy": float(fit.metrics["val_accuracy"]),
-        "val_log_loss": float(fit.metrics["val_log_loss"]),
-        "train_rows": float(fit.train_rows),
-        "train_seconds": round(fit_wall, 3),
-    }
-    val_auc, accuracy, log_loss = metrics["val_auc"], metrics["val_accuracy"], metrics["val_log_loss"]
     model = fit.model
-    fill.update(seconds=fit_wall, val_auc=val_auc, val_accuracy=accuracy, val_log_loss=log_loss)
-    after = iter(log.after_fit)
-    line(2.0, _next_text(after))
-    for tmpl in after:
-        line(2.02, tmpl.text)
+    if args.task == "binary":
+        metrics = {
+            "val_auc": float(fit.metrics["val_auc"]),
+            "val_accuracy": float(fit.metrics["val_accuracy"]),
+            "val_log_loss": float(fit.metrics["val_log_loss"]),
+            "train_rows": float(fit.train_rows),
+            "train_seconds": round(fit_wall, 3),
+        }
+        val_auc, accuracy, log_loss = metrics["val_auc"], metrics["val_accuracy"], metrics["val_log_loss"]
+        fill.update(seconds=fit_wall, val_auc=val_auc, val_accuracy=accuracy, val_log_loss=log_loss)
+        after = iter(log.after_fit)
+        line(2.0, _next_text(after))
+        for tmpl in after:
+            line(2.02, tmpl.text)
+    else:  # the trainer prints each of its task's metrics between "fitted in" and the model's logging
+        metrics = {
+            **{k: float(v) for k, v in fit.metrics.items()},
+            "train_rows": float(fit.train_rows),
+            "train_seconds": round(fit_wall, 3),
+        }
+        fill.update(seconds=fit_wall)
+        templates = list(log.after_fit)
+        if templates:
+            line(2.0, templates[0].text)
+        for name, value in fit.metrics.items():
+            line(2.01, f"{name}={value:.4f}")
+        if len(templates) > 1:
+            line(2.02, templates[-1].text)
     need(2.05, "mlflow")  # logging the metrics and the model
     need(2.98, "mlflow")  # ending the run
     plan.outcome = Outcome(

@@ -13,16 +13,20 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from mlsandbox.gateway.actions import ActionModel
 from mlsandbox.gateway.registry import ActionPack, PackAction
 from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
-from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
+from mlsandbox.tasks.registry import kinds
 
 HyperparameterName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")]
+Algorithm = Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp", "ridge"]
+"""The trainer's algorithms over every kind; which fit a dataset is its kind's (``train_model`` refuses the
+others with an error observation)."""
 
 
 def check_hyperparameters(algorithm: str | None, hyperparams: Mapping[str, object] | None) -> None:
-    """A :class:`ValueError` naming each hyperparameter the algorithm's estimator does not have."""
+    """A :class:`ValueError` naming each hyperparameter the algorithm's estimator does not have (for any
+    kind the algorithm fits; the dataset's own kind is checked when the job starts)."""
     if algorithm is None or not hyperparams:
         return
-    known = ESTIMATOR_PARAMETERS.get(algorithm, frozenset())
+    known = frozenset[str]().union(*(k.algorithms.get(algorithm, frozenset()) for k in kinds().values()))
     unknown = sorted(set(hyperparams) - known)
     if unknown:
         raise ValueError(
@@ -81,11 +85,14 @@ class TrainModel(ActionModel):
     the experiment tracker. Jobs consume compute credits by CPU-seconds. Follow it with get_job / wait.
     Hyperparameters are passed to the scikit-learn estimator (LogisticRegression,
     RandomForestClassifier, HistGradientBoostingClassifier, MLPClassifier for ``mlp``: SGD with
-    momentum, ``learning_rate_init`` 0.01 and ``max_iter`` 30 epochs by default, loss logged per epoch)."""
+    momentum, ``learning_rate_init`` 0.01 and ``max_iter`` 30 epochs by default, loss logged per epoch).
+    A multi-class dataset adds val_macro_f1; a regression dataset trains regressors (``ridge``,
+    RandomForestRegressor, HistGradientBoostingRegressor, MLPRegressor) and logs val_rmse, val_mae,
+    val_r2. An algorithm that does not fit the dataset's kind is refused."""
 
     type: Literal["train_model"] = "train_model"
     dataset: DatasetName
-    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"]
+    algorithm: Algorithm
     hyperparams: dict[HyperparameterName, float | int | str | bool | None] = Field(
         default_factory=dict,
         max_length=20,
@@ -189,7 +196,7 @@ class JobChanges(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dataset: DatasetName | None = None
-    algorithm: Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp"] | None = None
+    algorithm: Algorithm | None = None
     hyperparams: dict[HyperparameterName, float | int | str | bool | None] | None = Field(
         default=None, max_length=20
     )

@@ -16,10 +16,11 @@ import orjson
 from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.data.clean import clean_frame
 from mlsandbox.data.formats import SUFFIX, format_of, to_bytes
-from mlsandbox.data.profile import profile_frame
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.context import EpisodeContext, EpisodeService
 from mlsandbox.gateway.packs.core import actions as C
+from mlsandbox.tasks.kind import TaskKind
+from mlsandbox.tasks.registry import kind_of
 from mlsandbox.world.episode import DatasetRecord, JobRecord
 
 _TERMINAL_JOB_STATES = {"succeeded", "failed", "cancelled"}
@@ -87,6 +88,20 @@ def _service(ctx: EpisodeContext, name: str) -> EpisodeService | None:
     return extra[name]
 
 
+def dataset_kind(ctx: EpisodeContext, rec: DatasetRecord) -> tuple[TaskKind, Any]:
+    """The kind of a dataset of the episode and the scenario dataset spec it comes from: the one its
+    lineage (``parent``) leads to under ``raw/``, else the goal's dataset."""
+    root = rec
+    while root.parent is not None and root.parent in ctx.state.datasets:
+        root = ctx.state.datasets[root.parent]
+    stem = root.key.rsplit("/", 1)[-1].split(".", 1)[0]
+    by_name = {d.name: d for d in ctx.scenario.datasets}
+    spec = by_name.get(stem) if root.key.startswith("raw/") else None
+    if spec is None:
+        spec = by_name.get(ctx.scenario.goal.dataset, ctx.scenario.datasets[0])
+    return kind_of(spec), spec
+
+
 def handle_list_datasets(ctx: EpisodeContext, _: C.ListDatasets) -> dict[str, Any]:
     return {"datasets": ctx.dataset_list()}
 
@@ -98,9 +113,10 @@ def handle_check_data_quality(ctx: EpisodeContext, a: C.CheckDataQuality) -> dic
     def profile() -> tuple[None, dict[str, Any]]:
         df = rec.frame(data)
         target = rec.target if rec.target in df.columns else None
-        return None, profile_frame(df, target)
+        return None, kind.profile(df, target)
 
-    _, found = _memo(("profile", digest, rec.fmt, rec.target), profile)
+    kind, _ = dataset_kind(ctx, rec)
+    _, found = _memo(("profile", kind.name, digest, rec.fmt, rec.target), profile)
     return {"dataset": rec.key, "format": rec.fmt, "profile": found}
 
 
@@ -147,6 +163,11 @@ def handle_train_model(ctx: EpisodeContext, a: C.TrainModel) -> dict[str, Any]:
     rec = ctx.dataset(a.dataset)
     if rec.target is None:
         raise ActionError("invalid_parameters", f"dataset {rec.key!r} has no target column to train on")
+    kind, spec_of = dataset_kind(ctx, rec)
+    try:
+        kind.check_algorithm(a.algorithm, a.hyperparams)
+    except ValueError as e:
+        raise ActionError("invalid_parameters", f"dataset {rec.key!r}: {e}") from None
     if st.credits_left <= 0:
         raise ActionError("budget_exhausted", "no compute credits left: no new job can start")
     job_id = f"job-{len(st.jobs) + 1}"
@@ -171,6 +192,7 @@ def handle_train_model(ctx: EpisodeContext, a: C.TrainModel) -> dict[str, Any]:
             job_id,
             "--seed",
             str(ctx.seed),
+            *kind.trainer_args(spec_of),
         ],
         cpus=a.resources.cpus,
         memory_mb=a.resources.memory_mb,

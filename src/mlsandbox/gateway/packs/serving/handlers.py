@@ -238,7 +238,7 @@ def _registered(ctx: EpisodeContext, name: str, version: str) -> None:
 
 def _risky(ctx: EpisodeContext, spec: Serving, name: str, version: str) -> bool:
     """Whether the version's run lacks a passing validation metric (``val_auc`` >= the threshold)."""
-    threshold = spec.min_eval_auc or ctx.scenario.goal.min_auc
+    threshold = spec.min_eval_auc or float(getattr(ctx.scenario.goal, "min_auc", 0.75))
     try:
         versions = ctx.runtime.tracking.list_model_versions(ctx.state.registry_name(name))
         mv = next(v for v in versions if v.name == ctx.state.registry_name(name) and v.version == version)
