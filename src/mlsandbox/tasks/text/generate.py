@@ -84,14 +84,14 @@ def _drifted(
 
 def generate_text_classification(spec: TextClassificationDataset, seed: int) -> GeneratedTextClassification:
     check_seed(seed)
-    base = {
+    base: dict[str, Any] = {
         "domain": GENERATOR_DOMAIN[spec.domain],
         "labels": spec.labels,
         "label_probabilities": spec.label_probabilities,
         "filler_words": spec.filler_words,
         "ambiguity": spec.ambiguity,
         "text_column": spec.text_column,
-        "label_column": spec.label_column,
+        "label_column": spec.target,
     }
     train = generate_text(
         TextDataset(name=spec.name, rows=spec.rows, label_noise=spec.label_noise, **base), seed
@@ -99,7 +99,7 @@ def generate_text_classification(spec: TextClassificationDataset, seed: int) -> 
     held = generate_text(TextDataset(name=f"{spec.name}_holdout", rows=spec.holdout_rows, **base), seed)
     rng = rng_for(seed, spec.name, "text-classification-defects")
     texts: list[str | None] = list(train.table.column(spec.text_column).to_pylist())
-    labels = list(train.table.column(spec.label_column).to_pylist())
+    labels = list(train.table.column(spec.target).to_pylist())
     recent_from = round(spec.rows * (1 - spec.recent_share))
     drifted_recent, drift_rows = _drifted(
         [t or "" for t in texts[recent_from:]], spec.domain, spec.drift, rng
@@ -121,14 +121,14 @@ def generate_text_classification(spec: TextClassificationDataset, seed: int) -> 
     for i in truncated:
         text = texts[i] or ""
         texts[i] = text[: max(3, int(len(text) * float(rng.uniform(0.1, 0.3))))]
-    frame = pd.DataFrame({spec.time_column: stamps, spec.text_column: texts, spec.label_column: labels})
+    frame = pd.DataFrame({spec.time_column: stamps, spec.text_column: texts, spec.target: labels})
     n_dup = round(spec.duplicate_rate * spec.rows)
     copies = np.sort(rng.choice(spec.rows, size=n_dup, replace=True)) if n_dup else np.zeros(0, dtype=int)
     if n_dup:
         frame = pd.concat([frame, frame.iloc[copies]]).sort_values(spec.time_column, kind="stable")
         frame = frame.reset_index(drop=True)
     holdout = pd.DataFrame(
-        {spec.text_column: holdout_texts, spec.label_column: held.table.column(spec.label_column).to_pylist()}
+        {spec.text_column: holdout_texts, spec.target: held.table.column(spec.target).to_pylist()}
     )
     manifest = {
         "generator": "text_classification",

@@ -54,10 +54,10 @@ class TextClassificationDataset(_Model):
     recent_share: float = Field(default=0.2, gt=0, le=0.5)
     formats: list[Literal["csv", "parquet", "jsonl"]] = Field(default_factory=lambda: ["csv"], min_length=1)  # type: ignore[arg-type]
     text_column: str = "text"
-    label_column: str = "label"
+    target: str = "label"
     time_column: str = "created_at"
 
-    _names = field_validator("name", "text_column", "label_column", "time_column")(_check_name)
+    _names = field_validator("name", "text_column", "target", "time_column")(_check_name)
 
     @model_validator(mode="after")
     def _consistent(self) -> TextClassificationDataset:
@@ -71,9 +71,9 @@ class TextClassificationDataset(_Model):
         p = self.label_probabilities
         if p is not None and (len(p) != len(labels) or any(x <= 0 for x in p) or abs(sum(p) - 1) > 1e-6):
             raise ValueError(f"label_probabilities must be {len(labels)} positive numbers summing to 1")
-        columns = [self.text_column, self.label_column, self.time_column]
+        columns = [self.text_column, self.target, self.time_column]
         if len(set(columns)) != len(columns):
-            raise ValueError(f"text_column, label_column and time_column must differ: {columns}")
+            raise ValueError(f"text_column, target and time_column must differ: {columns}")
         if self.empty_rate + self.truncated_rate > 0.6:
             raise ValueError(
                 "empty_rate and truncated_rate together must leave most documents whole (<= 0.6)"

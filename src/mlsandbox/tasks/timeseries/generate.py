@@ -18,7 +18,8 @@ import pandas as pd
 
 from mlsandbox.data.randomness import check_seed, rng_for
 from mlsandbox.data.timeseries import RegimeChange, Seasonality, TimeSeriesSpec, generate_timeseries
-from mlsandbox.tasks.timeseries.spec import CALENDAR, ForecastingDataset
+from mlsandbox.tasks.timeseries.spec import ForecastingDataset
+from mlsandbox.workloads.forecasting import CALENDAR
 
 YEAR_DAYS = 365.25
 
@@ -26,11 +27,11 @@ YEAR_DAYS = 365.25
 @dataclass(frozen=True, eq=False)
 class GeneratedForecasting:
     train: pd.DataFrame
-    """The agent-visible history: ``time_column`` (ISO dates), ``value_column``, ``ingested_column``."""
+    """The agent-visible history: ``time_column`` (ISO dates), ``target``, ``ingested_column``."""
     history: pd.DataFrame
     """The true history, one row per day, before any defect (for graders: the MASE scale)."""
     holdout: pd.DataFrame
-    """The hidden horizon: ``time_column``, ``value_column``, one row per day after the history."""
+    """The hidden horizon: ``time_column``, ``target``, one row per day after the history."""
     manifest: dict[str, Any]
 
 
@@ -72,8 +73,8 @@ def generate_forecasting(spec: ForecastingDataset, seed: int) -> GeneratedForeca
     truth = np.round(spec.level * base * weekly * holiday, 1)
     iso = [d.isoformat() for d in days]
     h = spec.history_days
-    history = pd.DataFrame({spec.time_column: iso[:h], spec.value_column: truth[:h]})
-    holdout = pd.DataFrame({spec.time_column: iso[h:], spec.value_column: truth[h:]})
+    history = pd.DataFrame({spec.time_column: iso[:h], spec.target: truth[:h]})
+    holdout = pd.DataFrame({spec.time_column: iso[h:], spec.target: truth[h:]})
 
     rng = rng_for(seed, spec.name, "forecasting-defects")
     as_of = datetime.combine(spec.start + timedelta(days=h), datetime.min.time())
@@ -132,7 +133,7 @@ def generate_forecasting(spec: ForecastingDataset, seed: int) -> GeneratedForeca
     train = pd.DataFrame(
         {
             spec.time_column: [iso[i] for i, _, _ in rows],
-            spec.value_column: [v for _, v, _ in rows],
+            spec.target: [v for _, v, _ in rows],
             spec.ingested_column: [t.isoformat(sep=" ") for _, _, t in rows],
         }
     )

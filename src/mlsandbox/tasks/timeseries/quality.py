@@ -19,8 +19,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 import pandas as pd
 
-from mlsandbox.tasks.timeseries.learn import LEVEL_WINDOW, holiday_multipliers
-from mlsandbox.tasks.timeseries.spec import SEASON
+from mlsandbox.workloads.forecasting import LEVEL_WINDOW, SEASON, holiday_multipliers
 
 Step = Literal["dedupe_dates", "drop_unsettled", "fill_gaps"]
 STEPS: tuple[Step, ...] = get_args(Step)
@@ -121,7 +120,7 @@ def _level_change(series: pd.Series) -> dict[str, Any] | None:
 def _weekly(series: pd.Series) -> dict[str, float]:
     ratio = series / series.rolling(LEVEL_WINDOW, min_periods=SEASON).mean()
     names = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-    by_dow = ratio.groupby(ratio.index.dayofweek).median()
+    by_dow = ratio.groupby(ratio.index.day_of_week).median()
     return {names[int(k)]: round(float(v), 3) for k, v in by_dow.items() if np.isfinite(v)}
 
 

@@ -20,28 +20,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mlsandbox.data.spec import _check_name
-
-SEASON = 7
-"""The seasonal period in days: the seasonal-naive baseline repeats the last week."""
+from mlsandbox.workloads.forecasting import CALENDAR, SEASON
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-CALENDAR: dict[str, tuple[int, int, float]] = {
-    "new_year": (1, 1, 0.3),
-    "valentines_day": (2, 14, 1.35),
-    "independence_day": (7, 4, 0.5),
-    "halloween": (10, 31, 1.4),
-    "singles_day": (11, 11, 1.8),
-    "christmas_eve": (12, 24, 1.7),
-    "christmas": (12, 25, 0.2),
-    "boxing_day": (12, 26, 1.5),
-    "new_years_eve": (12, 31, 1.3),
-}
-"""The public holiday calendar (name: month, day, default effect), the same dates every year: the
-generator applies the effects, the calendar features of a forecaster read the dates."""
 
 
 class LevelShift(_Model):
@@ -98,10 +81,10 @@ class ForecastingDataset(_Model):
     late: LateArrival | None = None
     formats: list[Literal["csv", "parquet"]] = Field(default_factory=lambda: ["csv"], min_length=1)  # type: ignore[arg-type]
     time_column: str = "date"
-    value_column: str = "sales"
+    target: str = "sales"
     ingested_column: str = "ingested_at"
 
-    _names = field_validator("name", "time_column", "value_column", "ingested_column")(_check_name)
+    _names = field_validator("name", "time_column", "target", "ingested_column")(_check_name)
 
     @model_validator(mode="after")
     def _consistent(self) -> ForecastingDataset:
@@ -110,9 +93,9 @@ class ForecastingDataset(_Model):
         late = sorted(s.at_day for s in self.level_shifts if s.at_day >= self.history_days)
         if late:
             raise ValueError(f"level_shifts at days {late} are past the history ({self.history_days} days)")
-        columns = [self.time_column, self.value_column, self.ingested_column]
+        columns = [self.time_column, self.target, self.ingested_column]
         if len(set(columns)) != len(columns):
-            raise ValueError(f"time_column, value_column and ingested_column must differ: {columns}")
+            raise ValueError(f"time_column, target and ingested_column must differ: {columns}")
         if self.gaps is not None and self.gaps.count * self.gaps.max_length * 4 > self.history_days:
             raise ValueError("gaps would cover more than a quarter of the history")
         unknown = sorted(set(self.holiday_effects) - set(CALENDAR))

@@ -11,7 +11,7 @@ the holiday multipliers applied back). Gaps in the history are missing lags: the
 
 Metrics: MASE (the mean absolute error over the horizon divided by the in-sample mean absolute error of
 the seasonal-naive one-season-ahead forecast on the history) and sMAPE (percent). Heavy imports are
-deferred; nothing here imports the gateway.
+deferred; it imports nothing from mlsandbox, so the trainer job runs it in any image.
 """
 
 from __future__ import annotations
@@ -24,8 +24,21 @@ from typing import Any
 
 import numpy as np
 
-from mlsandbox.tasks.timeseries.spec import CALENDAR, SEASON
-
+SEASON = 7
+"""The seasonal period in days: the seasonal-naive baseline repeats the last week."""
+CALENDAR: dict[str, tuple[int, int, float]] = {
+    "new_year": (1, 1, 0.3),
+    "valentines_day": (2, 14, 1.35),
+    "independence_day": (7, 4, 0.5),
+    "halloween": (10, 31, 1.4),
+    "singles_day": (11, 11, 1.8),
+    "christmas_eve": (12, 24, 1.7),
+    "christmas": (12, 25, 0.2),
+    "boxing_day": (12, 26, 1.5),
+    "new_years_eve": (12, 31, 1.3),
+}
+"""The public holiday calendar (name: month, day, default effect), the same dates every year: the
+generator applies the effects, the calendar features of a forecaster read the dates."""
 ALGORITHMS = ("seasonal_naive", "gradient_boosting", "ridge")
 ESTIMATOR_PARAMETERS: dict[str, frozenset[str]] = {
     "seasonal_naive": frozenset(),
@@ -311,41 +324,55 @@ def fit(
     *,
     time_column: str,
     value_column: str,
-    horizon: int = 28,
 ) -> FitOutcome:
-    """Validate then fit on everything, as the trainer job does; a fit the libraries refuse returns its
-    failure (``invalid_data`` for the data, ``invalid_hyperparameter`` for the parameters)."""
+    """:func:`fit_job` in process (``sim``): the libraries' refusals become the failure (``invalid_data``
+    for the data, ``invalid_hyperparameter`` for the parameters)."""
     try:
-        metrics = validate(
-            frame,
-            algorithm,
-            hyperparams,
-            seed,
-            time_column=time_column,
-            value_column=value_column,
-            horizon=horizon,
+        metrics, model = fit_job(
+            frame, algorithm, hyperparams, seed, value_column, time_column, lambda _: None
         )
-        model = fit_forecaster(
-            frame, algorithm, hyperparams, seed, time_column=time_column, value_column=value_column
-        )
-    except (TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError) as e:
         message = f"{type(e).__name__}: {e}"
-        data = any(w in str(e) for w in ("NaN", "duplicate", "history", "empty", "level"))
+        data = isinstance(e, KeyError) or any(
+            w in str(e) for w in ("NaN", "duplicate", "history", "empty", "level")
+        )
         return FitOutcome(
             rows=len(frame), failure=("invalid_data" if data else "invalid_hyperparameter", message)
         )
     return FitOutcome(rows=len(frame), metrics=metrics, model=model)
 
 
+def fit_job(
+    frame: Any,
+    algorithm: str,
+    hyperparams: dict[str, Any],
+    seed: int,
+    target: str,
+    column: str | None,
+    say: Any = print,
+) -> tuple[dict[str, float], Forecaster]:
+    """The trainer job's fit: validation metrics on the last four weeks, then the model fitted on every
+    row (raises the libraries' own errors)."""
+    time_column = column or "date"
+    say(f"validating {algorithm} on the last 28 days of {len(frame)} rows ...")
+    metrics = validate(frame, algorithm, hyperparams, seed, time_column=time_column, value_column=target)
+    say(f"fitting {algorithm} on every row ...")
+    model = fit_forecaster(frame, algorithm, hyperparams, seed, time_column=time_column, value_column=target)
+    return metrics, model
+
+
 __all__ = [
     "ALGORITHMS",
+    "CALENDAR",
     "ESTIMATOR_PARAMETERS",
+    "SEASON",
     "FitOutcome",
     "Forecaster",
     "daily_series",
     "evaluate",
     "fit",
     "fit_forecaster",
+    "fit_job",
     "hyperparameter_problems",
     "mase_scale",
     "scores",

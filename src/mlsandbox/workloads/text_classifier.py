@@ -5,7 +5,7 @@ Algorithms: ``logistic_regression``, ``linear_svc`` and ``naive_bayes`` (``Compl
 spells them in a pipeline: the estimator's own names (``C``, ``alpha``), the vectorizer's with the
 ``tfidf__`` prefix (``tfidf__min_df``). A missing document makes the vectorizer refuse the column with
 its own error (``np.nan is an invalid document``). The metric is macro-F1. Heavy imports are deferred;
-nothing here imports the gateway.
+it imports nothing from mlsandbox, so the trainer job runs it in any image.
 """
 
 from __future__ import annotations
@@ -128,25 +128,44 @@ def split(frame: Any, label_column: str, seed: int) -> tuple[Any, Any]:
 def fit(
     frame: Any, algorithm: str, hyperparams: dict[str, Any], seed: int, *, text_column: str, label_column: str
 ) -> FitOutcome:
-    """Split, fit and validate as the trainer job does; the libraries' refusals become the failure
-    (``invalid_data`` for the documents, ``invalid_hyperparameter`` for the parameters)."""
-    for column in (text_column, label_column):
-        if column not in frame.columns:
-            return FitOutcome(
-                0, 0, failure=("invalid_data", f"KeyError: column {column!r} is not in the data")
-            )
-    train, val = split(frame, label_column, seed)
+    """:func:`fit_job` in process (``sim``): the libraries' refusals become the failure (``invalid_data``
+    for the documents, ``invalid_hyperparameter`` for the parameters)."""
+    rows = len(frame)
+    val_rows = round(rows * VALIDATION_FRACTION)
     try:
-        pipeline = make_pipeline(algorithm, hyperparams, seed)
-        pipeline.fit(train[text_column].to_numpy(), train[label_column].astype(str).to_numpy())
-    except (TypeError, ValueError) as e:
-        message = f"{type(e).__name__}: {e}"
-        data = any(w in str(e) for w in ("invalid document", "empty vocabulary", "NaN"))
-        return FitOutcome(
-            len(train), len(val), failure=("invalid_data" if data else "invalid_hyperparameter", message)
+        metrics, pipeline = fit_job(
+            frame, algorithm, hyperparams, seed, label_column, text_column, lambda _: None
         )
-    metrics = {f"val_{k}": round(v, 6) for k, v in evaluate(pipeline, val, text_column, label_column).items()}
-    return FitOutcome(len(train), len(val), metrics=metrics, model=pipeline)
+    except (KeyError, TypeError, ValueError) as e:
+        message = f"{type(e).__name__}: {e}"
+        data = isinstance(e, KeyError) or any(
+            w in str(e) for w in ("invalid document", "empty vocabulary", "NaN")
+        )
+        return FitOutcome(
+            rows - val_rows, val_rows, failure=("invalid_data" if data else "invalid_hyperparameter", message)
+        )
+    return FitOutcome(rows - val_rows, val_rows, metrics=metrics, model=pipeline)
+
+
+def fit_job(
+    frame: Any,
+    algorithm: str,
+    hyperparams: dict[str, Any],
+    seed: int,
+    target: str,
+    column: str | None,
+    say: Any = print,
+) -> tuple[dict[str, float], Any]:
+    """The trainer job's fit: split, fit and validate (raises the libraries' own errors)."""
+    text_column = column or "text"
+    if text_column not in frame.columns or target not in frame.columns:
+        raise KeyError(f"columns {text_column!r} and {target!r} must be in the data: {list(frame.columns)}")
+    train, val = split(frame, target, seed)
+    say(f"fitting tfidf + {algorithm} on {len(train)} rows ({len(val)} held out for validation) ...")
+    pipeline = make_pipeline(algorithm, hyperparams, seed)
+    pipeline.fit(train[text_column].to_numpy(), train[target].astype(str).to_numpy())
+    metrics = {f"val_{k}": round(v, 6) for k, v in evaluate(pipeline, val, text_column, target).items()}
+    return metrics, pipeline
 
 
 __all__ = [
@@ -156,6 +175,7 @@ __all__ = [
     "FitOutcome",
     "evaluate",
     "fit",
+    "fit_job",
     "hyperparameter_problems",
     "macro_f1",
     "make_pipeline",
