@@ -100,3 +100,10 @@ def test_predictions_are_a_label_per_document() -> None:
     model = text_classifier.fit(clean, "naive_bayes", {}, 1, **COLUMNS).model
     out = KIND.predictions(model, pd.DataFrame({"text": ["I was charged twice for plan Pro", ""]}))
     assert out[0] == {"label": "billing"} and len(out) == 2
+
+
+def test_the_trainer_offers_the_kinds_algorithms() -> None:
+    from mlsandbox.workloads import forecasting, trainer
+
+    offered = {*trainer.ALGORITHMS, *trainer.REGRESSION_PARAMETERS, *trainer.OWN_ALGORITHMS}
+    assert {*forecasting.ALGORITHMS, *text_classifier.ALGORITHMS} <= offered
