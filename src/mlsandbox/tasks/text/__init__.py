@@ -42,6 +42,10 @@ class TextClassification(TaskKind):
     preparations = ("drop_empty", "dedupe", "drop_short")
     formats = ("csv", "parquet", "jsonl")
     fit_task = "text"
+    calibration_stand_ins: ClassVar[Mapping[str, str]] = {
+        "linear_svc": "logistic_regression",
+        "naive_bayes": "logistic_regression",
+    }
     serving = Serving("documents (text)", "a label per document")
 
     def generate(self, spec: Any, seed: int) -> Generated:

@@ -37,6 +37,10 @@ class TimeseriesForecasting(TaskKind):
     preparations = ("dedupe_dates", "drop_unsettled", "fill_gaps")
     formats = ("csv", "parquet")
     fit_task = "forecasting"
+    calibration_stand_ins: ClassVar[Mapping[str, str]] = {
+        "seasonal_naive": "logistic_regression",
+        "ridge": "logistic_regression",
+    }
     serving = Serving("dates to forecast (a horizon)", "a forecast value per date")
 
     def generate(self, spec: Any, seed: int) -> Generated:
