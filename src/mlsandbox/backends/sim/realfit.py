@@ -198,7 +198,7 @@ def _fit_own(
 
     learner = importlib.import_module(trainer.OWN_LEARNERS[task])
     rows = len(table)
-    val_rows = int(round(rows * trainer.VALIDATION_FRACTION))
+    val_rows = round(rows * trainer.VALIDATION_FRACTION)
     counts: dict[str, Any] = {"train_rows": rows - val_rows, "val_rows": val_rows, "features": 1}
     try:
         metrics, model = learner.fit_job(table, algorithm, hyperparams, seed, target, column, lambda _: None)
