@@ -140,6 +140,19 @@ else
   say "warning: Go not found: toxiproxy not installed, network faults will be unavailable"
 fi
 
+# --- bubblewrap (isolates an agent's own scripts in the workspace on the local backend) ---------------
+if command -v bwrap >/dev/null 2>&1; then
+  say "bubblewrap present ($(bwrap --version))"
+elif [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
+  step "installing Debian's bubblewrap (apt-get)"
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap >/dev/null; }; } \
+    || die "apt-get install bubblewrap failed (see above)"
+  took
+else
+  say "warning: bubblewrap is not installed and this is not root with apt-get: the workspace actions will be refused (as root: apt-get install -y bubblewrap)"
+fi
+
 # --- PostgreSQL server (the PostgreSQL table source; started on demand by the local backend) ----------
 if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && getent passwd postgres >/dev/null; then
   say "postgresql present ($(ls -d /usr/lib/postgresql/*/ | xargs -n1 basename | tr '\n' ' '))"

@@ -324,6 +324,14 @@ def test_value_sets_change_what_they_say() -> None:
     assert claims["mls-mlsandbox-minio"]["spec"]["storageClassName"] == "standard"
     assert "storageClassName" not in claims["mls-mlsandbox-prefect-server"]["spec"]
 
+    on_node = render(*VALUE_SETS["hostpath"])
+    assert "mls-mlsandbox-mlflow" not in by_kind(on_node, "PersistentVolumeClaim")
+    pod = by_kind(on_node, "Deployment")["mls-mlsandbox-mlflow"]["spec"]["template"]["spec"]
+    (data,) = [v for v in pod["volumes"] if v["name"] == "data"]
+    assert data == {"name": "data", "hostPath": {"path": "/var/lib/mlsandbox/mlflow", "type": "Directory"}}
+    (minio,) = by_kind(on_node, "Deployment")["mls-mlsandbox-minio"]["spec"]["template"]["spec"]["volumes"]
+    assert minio == {"name": "data", "emptyDir": {}}
+
     operator_only = render(*VALUE_SETS["operator-only"])
     assert set(by_kind(operator_only, "Deployment")) == {"mls-mlsandbox-operator"}
 

@@ -343,8 +343,10 @@ def test_rlimit_job_carries_its_limits_and_its_memory_can_be_cut(rjobs: LocalJob
 
 
 def test_rlimit_cpu_time_kills_the_job_with_sigxcpu(rjobs: LocalJobs) -> None:
-    rjobs.submit(burn("spin", "--cpu-seconds", "30", cpus=0.05, timeout_s=30))  # 1.5 -> 2 CPU-seconds
-    status = wait_done(rjobs, "spin")
+    # 150 s x 0.01 CPU = 1.5 -> 2 CPU-seconds; the wall-clock limit is far enough that a loaded machine
+    # (the spin gets a small share of a core) cannot end the job by timeout (SIGTERM, 143) first.
+    rjobs.submit(burn("spin", "--cpu-seconds", "30", cpus=0.01, timeout_s=150))
+    status = wait_done(rjobs, "spin", timeout_s=180)
     assert (status.state, status.exit_code) == ("failed", 152)  # 128 + SIGXCPU
     assert "CPU time limit exceeded" in rjobs.logs("spin")
     assert 1.5 <= status.cpu_seconds < 4

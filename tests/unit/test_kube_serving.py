@@ -61,6 +61,29 @@ def validate(docs: list[dict[str, Any]]) -> None:
     assert not report.failures, report.describe()
 
 
+def test_a_replica_may_request_a_share_of_its_machines_cpu_with_the_same_limits() -> None:
+    """One small machine's cluster: replicas request a quarter of their CPU, so that two fit on two
+    CPUs beside the chart; limits (the kernel's throttling and OOM kill) stay the machine's."""
+    s = spec()
+    dep = KS.model_server_deployment(
+        s, namespace="sbx-mlsandbox-s1", sandbox="s1", image="m:1", endpoints=ENDPOINTS, cpu_request=0.25
+    )
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "250m", "memory": "2048Mi"},
+        "limits": {"cpu": "1000m", "memory": "2048Mi"},
+    }
+    feature, _ = KS.feature_service_manifests(
+        namespace="n", sandbox="s1", image="m:1", endpoints=ENDPOINTS, bucket="b", key="k",
+        id_column="id", labels={}, cpu_request=0.25,
+    )  # fmt: skip
+    (container,) = feature["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "125m", "memory": "512Mi"}
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "512Mi"}
+    with pytest.raises(ValueError, match="cpu_request"):
+        KS.server_resources(1.0, 512, 0)
+
+
 def test_the_deployment_serves_the_version_with_the_machines_limits_and_a_health_probe() -> None:
     dep = build(spec())
     assert dep["apiVersion"] == "apps/v1" and dep["kind"] == "Deployment"

@@ -53,6 +53,7 @@ def _record(home: Path, *, owner: cs.Owner | None = None, name: str = cs.DEFAULT
             endpoints=ENDPOINTS,
             image="mlsandbox/trainer:9",
             server_image="mlsandbox/model-server:9",
+            server_cpu_request=0.25,
             sandbox="default",
         ),
     )
@@ -87,6 +88,8 @@ def test_the_backend_finds_the_recorded_cluster_with_no_flag(home: Path) -> None
     assert backend.control_namespace == "mlsandbox"
     assert backend.image == "mlsandbox/trainer:9" and backend.server_image == "mlsandbox/model-server:9"
     assert backend._urls()["minio"] == "http://10.1.2.3:30900"
+    assert backend.server_cpu_request == 0.25
+    assert KubeBackend("default", server_cpu_request=1.0).server_cpu_request == 1.0
     # Exporting the recorded kubeconfig is the same cluster.
     os.environ["KUBECONFIG"] = state.client.kubeconfig
     try:

@@ -94,6 +94,10 @@ SAMPLE_CALLS: dict[str, dict[str, Any]] = {
     "get_metrics": {"target": "churn", "names": ["latency_p99_ms", "error_rate"], "window_s": 30},
     "get_alerts": {"active_only": True},
     "ack_alert": {"alert_id": "alert-1"},
+    "write_file": {"path": "train.py", "content": "print(1)"},
+    "read_file": {"path": "train.py"},
+    "list_files": {},
+    "run_python": {"path": "train.py", "args": ["--seed", "1"], "timeout_s": 60},
 }
 
 BAD_CALLS: list[tuple[str, dict[str, Any]]] = [

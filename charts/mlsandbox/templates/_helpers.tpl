@@ -78,7 +78,11 @@ both read from the sandboxes' namespaces, where a short name does not resolve. *
 {{- define "mlsandbox.dataVolume" -}}
 {{- $p := index . 2 -}}
 - name: data
-{{- if $p.enabled }}
+{{- if and $p.enabled $p.hostPath }}
+  hostPath:
+    path: {{ $p.hostPath | quote }}
+    type: Directory
+{{- else if $p.enabled }}
   persistentVolumeClaim:
     claimName: {{ include "mlsandbox.component" (list (index . 0) (index . 1)) }}
 {{- else }}
@@ -88,7 +92,7 @@ both read from the sandboxes' namespaces, where a short name does not resolve. *
 
 {{- define "mlsandbox.pvc" -}}
 {{- $root := index . 0 -}}{{- $p := index . 2 -}}
-{{- if $p.enabled }}
+{{- if and $p.enabled (not $p.hostPath) }}
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim

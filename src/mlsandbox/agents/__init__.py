@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 AGENTS: dict[str, str] = {
     "rule": "mlsandbox.agents.rule_agent:RuleAgent",
     "random": "mlsandbox.agents.random_agent:RandomAgent",
+    "code": "mlsandbox.agents.code_agent:CodeAgent",
     "reference": "mlsandbox.agents.scripted:ReferenceAgent",
     "kind_reference": "mlsandbox.agents.kind_reference:KindReferenceAgent",
     "llm": "mlsandbox.agents.llm:from_env",

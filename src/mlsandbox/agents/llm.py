@@ -27,7 +27,12 @@ from mlsandbox.gateway.tools import openai_tools, tool_call_to_action
 SYSTEM_PROMPT = """You are an ML engineer working in a sandboxed MLOps platform (object storage, an \
 experiment tracker and model registry, an orchestrator, compute with costs). Each turn, call exactly one \
 tool: it is carried out and you see the result. Inspect before you act, read errors and logs when \
-something fails, keep compute costs low, and call `submit` when the task is done."""
+something fails, keep compute costs low, and call `submit` when the task is done. Where the tools \
+include `write_file` and `run_python`, you also have a workspace: write your own Python there and run it \
+as a job (follow it with `get_job`, `wait` and `get_logs`); it runs isolated with the sandbox's real \
+services configured (`boto3.client("s3")` on your bucket `$MLSANDBOX_BUCKET`, `mlflow` on your experiment \
+`$MLSANDBOX_EXPERIMENT_ID`; log models with `mlflow.sklearn.log_model(..., serialization_format="skops")`), \
+and `read_file` shows what it wrote."""
 
 
 class LLMError(Exception):

@@ -36,6 +36,7 @@ from mlsandbox.backends.protocols import (
     SourceHosting,
     Support,
     Tracking,
+    Workspaces,
 )
 from mlsandbox.checks.report import Finding
 from mlsandbox.errors import Unsupported
@@ -50,6 +51,7 @@ CAPABILITY_PROTOCOLS: dict[str, type[Any]] = {
     "flows": Flows,
     "config": ConfigStore,
     "environments": Environments,
+    "workspaces": Workspaces,
     "faults": FaultControl,
     "clock": Clock,
     "audit": AuditLog,

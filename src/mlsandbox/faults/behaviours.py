@@ -18,9 +18,10 @@ Nothing here is shown to the agent: it sees symptoms only.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
-import secrets
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -456,12 +457,15 @@ class ConfigValue(Behaviour):
     def _name(self, ctx: FaultContext) -> str:
         return P.config_prefix(ctx.state.episode_id) + self.target_name
 
-    def bad_value(self) -> str:
+    def bad_value(self, seed: int) -> str:
+        """A wrong value: for a credential, one drawn from the episode's seed and the entry's name (the
+        same episode shows the same stale value, masked, on every run)."""
         if self.fault.type == "wrong_endpoint":
             return self.fault.url or _closed_port_url()
+        digest = hashlib.blake2b(f"{seed}:{self.entry.name}".encode(), digest_size=18).digest()
         if self.target_name == "s3_secret_access_key":
-            return secrets.token_urlsafe(24)
-        return f"mls-{secrets.token_hex(6)}"
+            return base64.urlsafe_b64encode(digest).decode()
+        return f"mls-{digest[:6].hex()}"
 
     def inject(self, ctx: FaultContext) -> None:
         store, name = self._store(ctx), self._name(ctx)
@@ -469,7 +473,7 @@ class ConfigValue(Behaviour):
             self.original = store.get(name)
             if self.original is None:
                 raise FaultUnavailable(f"the episode's config store has no {self.target_name!r}")
-        self.bad = self.bad or self.bad_value()
+        self.bad = self.bad or self.bad_value(ctx.state.seed)
         store.set(name, self.bad)
 
     def recover(self, ctx: FaultContext) -> None:

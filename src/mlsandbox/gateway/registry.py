@@ -58,6 +58,7 @@ BUILTIN_PACKS: tuple[str, ...] = (
     "mlsandbox.gateway.packs.sources.actions:PACK",
     "mlsandbox.gateway.packs.serving.actions:PACK",
     "mlsandbox.gateway.packs.config.actions:PACK",
+    "mlsandbox.gateway.packs.workspace.actions:PACK",
 )
 """The built-in packs, in catalog order (``module:attribute`` of each :class:`ActionPack`), loaded by name:
 the gateway core imports no pack."""

@@ -55,6 +55,14 @@ SANDBOX_BUDGET: dict[str, Any] = {"cpu": "3", "memory": "6Gi", "maxPods": 30}
 """What one sandbox's episodes need at most at once on a node: a training job or a flow run, model
 replicas and the feature service (requests = limits)."""
 KIND_RELEASE = "mls"
+SERVER_CPU_REQUEST = 0.25
+"""The share of its machine's CPU a model-server replica requests on a cluster of this machine (its
+limit stays the machine's). Every pod of such a cluster shares the machine's few CPUs (two on a small
+one) with the control plane and the client: with requests = limits, the chart and one 1-CPU replica
+already hold the scheduler's whole share of two CPUs, so a second replica (a scale-out for a traffic
+spike, the new version of a rolling update) or the retraining job never starts. At a quarter, two to
+four replicas, the feature service and a job fit, and they contend for the CPUs they share as a local
+sandbox's processes do."""
 KIND_IMAGES = {
     "workloads/Dockerfile.trainer": DEFAULT_IMAGE,
     "workloads/Dockerfile.model-server": DEFAULT_SERVER_IMAGE,
@@ -319,6 +327,7 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
             ),
             image=env["MLSANDBOX_TRAINER_IMAGE"],
             server_image=env["MLSANDBOX_MODEL_SERVER_IMAGE"],
+            server_cpu_request=SERVER_CPU_REQUEST,
         )
         if options.sandbox:
             with progress.step(f"Sandbox {options.sandbox} (scenario {options.scenario})"):
@@ -518,6 +527,7 @@ def _up_kind(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
             endpoints=Endpoints(**KIND_ENDPOINTS, **_s3_keys(api_client)),
             image=DEFAULT_IMAGE,
             server_image=DEFAULT_SERVER_IMAGE,
+            server_cpu_request=SERVER_CPU_REQUEST,
         )
         if options.sandbox:
             with progress.step(f"Sandbox {options.sandbox} (scenario {options.scenario})"):

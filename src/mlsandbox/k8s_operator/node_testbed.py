@@ -12,6 +12,7 @@ The Sandbox helpers are :class:`~.testbed.Testbed`'s.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -28,6 +29,13 @@ CHART_IMAGES = ("minio", "mlflow", "prefect", "gateway", "trainer")
 EPISODE_IMAGES = ("trainer", "model-server")
 """What the kube backend's episodes run besides the chart: training Jobs and flow runs (trainer), model
 deployments and the feature service (model server)."""
+CHART_UID = 10001
+"""The user and group the chart's pods run as (``podSecurityContext`` in ``charts/mlsandbox/values.yaml``):
+the owner of the node directories they keep data in."""
+PERSISTED = ("mlflow",)
+"""The chart's services whose data lives in a directory of the node (``persistence.hostPath``), removed
+with the node: MLflow's store, so that a tracker restarted by a fault keeps the sandbox's runs and models
+(its artifacts are in MinIO)."""
 NODE_PORTS = {"minio": 30900, "mlflow": 30500, "prefect": 30420}
 """The chart's NodePorts on the node (``charts/mlsandbox/ci/node-values.yaml``, as on kind)."""
 
@@ -65,6 +73,7 @@ class NodeCluster(Testbed):
                 # Clients of this machine call MLflow at the node's address (its Host header).
                 "--set-json",
                 f'mlflow.extraAllowedHosts=["{self.node.ip}:{NODE_PORTS["mlflow"]}"]',
+                *self._persistence_values(),
                 *extra,
                 "--wait",
                 "--timeout",
@@ -83,6 +92,23 @@ class NodeCluster(Testbed):
         for ns in ("team-a", "team-b"):
             self.namespace(ns)
         return time.monotonic() - started
+
+    def _persistence_values(self) -> list[str]:
+        """``--set`` arguments keeping :data:`PERSISTED` services' data in directories of the node's own
+        tree (made here, owned by the pods' user)."""
+        args = []
+        for service in PERSISTED:
+            folder = self.node.root / "volumes" / service
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chown(folder, CHART_UID, CHART_UID)
+            folder.chmod(0o700)
+            args += [
+                "--set",
+                f"{service}.persistence.enabled=true",
+                "--set",
+                f"{service}.persistence.hostPath={folder}",
+            ]
+        return args
 
     def client_env(self) -> dict[str, str]:
         """What ``mlsandbox --backend kube`` on this machine needs in its environment to use a sandbox of

@@ -281,19 +281,36 @@ class MLflowTracking:
             return _load_local_model(local)
 
 
+SAFE_TRUSTED_PREFIXES = ("sklearn.", "numpy.", "scipy.", "pandas.", "mlsandbox.workloads.")
+"""Modules whose types a skops model may ask to be trusted: loading it runs no other code. A model is
+data an agent's own code may have written (a workspace script), and this process holds the holdout."""
+
+
+class UnsafeModelError(ValueError):
+    """A model whose loading could run code of its own (pickle, custom pyfunc, a skops model trusting
+    types outside :data:`SAFE_TRUSTED_PREFIXES`): refused, never loaded."""
+
+
 def _load_local_model(path: str) -> Any:
     from mlflow.models import Model
 
     flavors = Model.load(path).flavors
-    if "sklearn" in flavors:
-        if flavors["sklearn"].get("serialization_format") == "skops":
-            _import_skops_without_torch()
-        import mlflow.sklearn
+    sk = flavors.get("sklearn")
+    if sk is None or sk.get("serialization_format") != "skops":
+        raise UnsafeModelError(
+            "only scikit-learn models saved with skops are loaded (mlflow.sklearn.log_model(..., "
+            "serialization_format='skops')): pickle or a custom pyfunc would run the model's own code"
+        )
+    trusted = [str(t) for t in sk.get("skops_trusted_types") or []]
+    unsafe = [t for t in trusted if not t.startswith(SAFE_TRUSTED_PREFIXES)]
+    if unsafe:
+        raise UnsafeModelError(
+            f"the skops model trusts types outside scikit-learn/numpy/scipy/pandas: {unsafe}"
+        )
+    _import_skops_without_torch()
+    import mlflow.sklearn
 
-        return mlflow.sklearn.load_model(path)
-    import mlflow.pyfunc
-
-    return mlflow.pyfunc.load_model(path)
+    return mlflow.sklearn.load_model(path)
 
 
 # Loading a skops model imports ``skops.io``, whose trusted-type discovery (scikit-learn's

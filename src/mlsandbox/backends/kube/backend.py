@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import Field
+
 from mlsandbox import paths
 from mlsandbox.backends.kube.faults.control import SERVICES, KubeFaultControl
 from mlsandbox.backends.protocols import BackendConfig, BackendType, Endpoints, ServiceStatus, Support
@@ -36,6 +38,7 @@ from .cluster import ApiRefused, Cluster, TransientApiError
 from .runtime import (
     BACKEND,
     IMAGE_ENV,
+    SERVER_CPU_REQUEST_ENV,
     SERVER_IMAGE_ENV,
     STATIC_UNSUPPORTED,
     KubeRuntime,
@@ -76,6 +79,7 @@ class KubeBackend:
         endpoints: Endpoints | None = None,
         image: str | None = None,
         server_image: str | None = None,
+        server_cpu_request: float | None = None,
     ) -> None:
         self.name: str = paths.validate_sandbox_name(name or paths.default_sandbox_name())
         # Given no other cluster (no API client; no kubeconfig, or the recorded one, here or in
@@ -103,6 +107,11 @@ class KubeBackend:
         self.image = image or os.environ.get(IMAGE_ENV) or (recorded.image if recorded else None)
         self.server_image = (
             server_image or os.environ.get(SERVER_IMAGE_ENV) or (recorded.server_image if recorded else None)
+        )
+        self.server_cpu_request = (
+            server_cpu_request
+            or float(os.environ.get(SERVER_CPU_REQUEST_ENV) or 0)
+            or (recorded.server_cpu_request if recorded else None)
         )
 
     def __repr__(self) -> str:
@@ -281,6 +290,7 @@ class KubeBackend:
             workload_endpoints=inside,
             image=self.image,
             server_image=self.server_image,
+            server_cpu_request=self.server_cpu_request,
         )
 
     def _credentials(self) -> dict[str, str]:
@@ -393,6 +403,10 @@ class KubeBackendConfig(BackendConfig):
     """The trainer image of Jobs and flow runs."""
     server_image: str | None = None
     """The model server image of deployments."""
+    server_cpu_request: float | None = Field(default=None, gt=0, le=1)
+    """The share of its machine's CPU a model-server replica requests, its limit staying the machine's
+    (``$MLSANDBOX_KUBE_SERVER_CPU_REQUEST``, what ``mlsandbox cluster up`` recorded, else 1: requests =
+    limits)."""
 
 
 def _create(config: KubeBackendConfig) -> KubeBackend:
@@ -404,6 +418,7 @@ def _create(config: KubeBackendConfig) -> KubeBackend:
         endpoints=config.endpoints,
         image=config.image,
         server_image=config.server_image,
+        server_cpu_request=config.server_cpu_request,
     )
 
 

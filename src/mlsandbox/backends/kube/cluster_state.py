@@ -74,6 +74,8 @@ class ClientSettings(BaseModel):
     """The trainer image of Jobs and flow runs."""
     server_image: str | None = None
     """The model server image of deployments."""
+    server_cpu_request: float | None = Field(default=None, gt=0, le=1)
+    """The share of its machine's CPU a model-server replica requests (None: all of it)."""
     sandbox: str | None = None
     """The Sandbox ``cluster up`` made (Ready when it finished)."""
 

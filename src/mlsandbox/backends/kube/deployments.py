@@ -102,8 +102,12 @@ class KubeServing:
         feature_port: int = FEATURE_PORT,
         secret: S3Secret | None = None,
         refresh_s: float = 1.0,
+        cpu_request: float = 1.0,
     ) -> None:
         self.cluster = cluster
+        self.cpu_request = cpu_request
+        """The share of its CPU limit a replica (and the feature service) requests: 1 (Guaranteed QoS)
+        unless the cluster is one small machine (:data:`~mlsandbox.backends.kube.runtime.SERVER_CPU_REQUEST_ENV`)."""
         self.port = port
         self.feature_port = feature_port
         self.namespace = namespace
@@ -162,6 +166,7 @@ class KubeServing:
             history=history,
             image_pull_policy=self.image_pull_policy,
             port=self.port,
+            cpu_request=self.cpu_request,
         )
 
 
@@ -326,6 +331,7 @@ class KubeEpisodeServing:
             s3_secret=M.S3_SECRET_NAME,
             image_pull_policy=serving.image_pull_policy,
             port=serving.feature_port,
+            cpu_request=serving.cpu_request,
         )
         serving.secret.ensure()
         try:

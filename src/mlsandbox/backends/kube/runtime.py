@@ -27,8 +27,9 @@ from mlsandbox.backends.common.clock import RealClock
 from mlsandbox.backends.common.config_store import PrefectConfigStore, job_config_of
 from mlsandbox.backends.kube.faults.control import UNAVAILABLE as FAULTS_UNAVAILABLE
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
-from mlsandbox.backends.protocols import Endpoints, Support
+from mlsandbox.backends.protocols import Endpoints, Support, Workspaces
 from mlsandbox.backends.protocols.runtime import random_episode_id
+from mlsandbox.errors import Unsupported
 
 from . import environments as kube_environments
 from . import sources as kube_sources
@@ -42,12 +43,18 @@ from .serving import FEATURE_PORT, SERVER_PORT
 from .sources import KubeSourceHosting
 
 BACKEND = "kube"
+WORKSPACES_REFUSAL = (
+    "agent code is not run on kube yet: it needs a locked-down pod per run (runAsNonRoot, no service-account "
+    "token, read-only root file system, a NetworkPolicy to the sandbox's services only) and scoped store "
+    "credentials; use the local backend (docs/not-built-yet.md)"
+)
 STATIC_UNSUPPORTED: dict[str, str] = {
     **{f"fault:{kind}": why for kind, why in FAULTS_UNAVAILABLE.items()},
     **kube_sources.UNSUPPORTED,
     **kube_environments.UNSUPPORTED,
     "flows.environment": kube_environments.REASON,
     "serving.environment": ENVIRONMENT_REFUSAL,
+    "workspaces": WORKSPACES_REFUSAL,
 }
 """What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
 KIND_ENDPOINTS = {
@@ -66,6 +73,9 @@ DEFAULT_IMAGE = "mlsandbox/trainer:0.1.0"
 IMAGE_ENV = "MLSANDBOX_TRAINER_IMAGE"
 DEFAULT_SERVER_IMAGE = "mlsandbox/model-server:0.1.0"
 SERVER_IMAGE_ENV = "MLSANDBOX_MODEL_SERVER_IMAGE"
+SERVER_CPU_REQUEST_ENV = "MLSANDBOX_KUBE_SERVER_CPU_REQUEST"
+"""The share (0 < x <= 1) of its machine's CPU a model-server replica requests (its limit stays the
+machine's): 1 by default; ``mlsandbox cluster up`` records a smaller one for its one-machine clusters."""
 SERVICE_PORTS = {"minio": 9000, "mlflow": 5000, "prefect-server": 4200}
 WORK_POOL = "mlsandbox"
 """The chart's Kubernetes work pool (``prefect.worker.workPool``); ``MLSANDBOX_KUBE_WORK_POOL`` overrides."""
@@ -134,6 +144,7 @@ class KubeRuntime(ServiceClients):
         workload_endpoints: Endpoints,
         image: str | None = None,
         server_image: str | None = None,
+        server_cpu_request: float | None = None,
         server_port: int = SERVER_PORT,
         feature_port: int = FEATURE_PORT,
         work_pool: str | None = None,
@@ -146,6 +157,7 @@ class KubeRuntime(ServiceClients):
         self.workload_endpoints = workload_endpoints
         self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
         self.server_image = server_image or os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_SERVER_IMAGE
+        self.server_cpu_request = server_cpu_request or float(os.environ.get(SERVER_CPU_REQUEST_ENV) or 1.0)
         self.server_port = server_port
         self.feature_port = feature_port
         self.work_pool = work_pool or os.environ.get(WORK_POOL_ENV) or WORK_POOL
@@ -223,6 +235,7 @@ class KubeRuntime(ServiceClients):
                     port=self.server_port,
                     feature_port=self.feature_port,
                     secret=self._secret,
+                    cpu_request=self.server_cpu_request,
                 )
             return self._serving
 
@@ -283,6 +296,11 @@ class KubeRuntime(ServiceClients):
     def environments(self) -> KubeEnvironments:
         """The images' own interpreter only (``environments.build`` is refused)."""
         return self._environments
+
+    @property
+    def workspaces(self) -> Workspaces:
+        """Refused (see :data:`WORKSPACES_REFUSAL`)."""
+        raise Unsupported("workspaces", BACKEND, WORKSPACES_REFUSAL)
 
     def close(self) -> None:
         """Nothing to stop here: Jobs belong to the cluster (``KubeBackend.down`` deletes them)."""

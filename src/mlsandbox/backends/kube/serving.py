@@ -44,7 +44,9 @@ FEATURE_COMPONENT = "feature-service"
 FEATURE_SERVICE_NAME = "feature-service"
 FEATURE_PORT = 8081
 FEATURE_MODULE = "mlsandbox.workloads.feature_service"
-FEATURE_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
+FEATURE_CPUS = 0.5
+FEATURE_MEMORY_MB = 512
+"""The feature service's limits."""
 DEPLOYMENT_LABEL = "mlsandbox.dev/deployment"
 VERSION_LABEL = "mlsandbox.dev/model-version"
 SPEC_ANNOTATION = "mlsandbox.dev/deployment-spec"
@@ -126,9 +128,11 @@ def pod_template(
     s3_secret: str | None = None,
     image_pull_policy: str = "IfNotPresent",
     port: int = SERVER_PORT,
+    cpu_request: float = 1.0,
 ) -> M.Manifest:
-    """The pods of a deployment (what changes when it serves another version)."""
-    resources = {"cpu": M.cpu_quantity(spec.cpus), "memory": M.memory_quantity(spec.memory_mb)}
+    """The pods of a deployment (what changes when it serves another version); ``cpu_request``: the share
+    of the machine's CPU a replica requests (see :func:`server_resources`)."""
+    resources = server_resources(spec.cpus, spec.memory_mb, cpu_request)
     args = ["--model-uri", f"models:/{spec.registry_name}/{spec.version}"]
     args += ["--feature-url", spec.feature_url] if spec.feature_url else []
     container = _server_container(
@@ -147,6 +151,18 @@ def pod_template(
     }
 
 
+def server_resources(cpus: float, memory_mb: int, cpu_request: float = 1.0) -> dict[str, dict[str, str]]:
+    """Requests and limits of a server: limited to ``cpus`` and ``memory_mb`` (the kernel throttles and
+    OOM-kills at the machine's size), requesting all of its memory and ``cpu_request`` (0 < x <= 1) of its
+    CPU. At 1 (the default) requests = limits (Guaranteed QoS); below, the scheduler places replicas whose
+    limits add up to more than the node's CPUs, and they share them under load (Burstable QoS), as
+    processes of a local sandbox do."""
+    if not 0 < cpu_request <= 1:
+        raise ValueError(f"cpu_request must be in (0, 1], not {cpu_request}")
+    limits = {"cpu": M.cpu_quantity(cpus), "memory": M.memory_quantity(memory_mb)}
+    return {"requests": {**limits, "cpu": M.cpu_quantity(cpus * cpu_request)}, "limits": limits}
+
+
 def _server_container(
     name: str,
     image: str,
@@ -155,10 +171,10 @@ def _server_container(
     module: str,
     env: list[dict[str, Any]],
     port: int,
-    resources: Mapping[str, str],
+    resources: Mapping[str, Mapping[str, str]],
 ) -> dict[str, Any]:
     """An HTTP server of the sandbox's image (``python -m module args``) on ``port`` (named ``http``),
-    ready once ``/health`` answers, with requests = limits = ``resources`` and a writable ``/tmp``."""
+    ready once ``/health`` answers, with ``resources`` (requests and limits) and a writable ``/tmp``."""
     return {
         "name": name,
         "image": image,
@@ -172,7 +188,7 @@ def _server_container(
             "timeoutSeconds": 2,
             "failureThreshold": 2,
         },
-        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "resources": {kind: dict(values) for kind, values in resources.items()},
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": M.container_security(),
     }
@@ -200,6 +216,7 @@ def model_server_deployment(
     history: list[str] | None = None,
     image_pull_policy: str = "IfNotPresent",
     port: int = SERVER_PORT,
+    cpu_request: float = 1.0,
 ) -> M.Manifest:
     """The ``apps/v1`` Deployment of ``spec``: rolling updates that keep every old replica until a new
     one is ready; the spec and the versions served (``history``, oldest first) as annotations."""
@@ -228,6 +245,7 @@ def model_server_deployment(
                 s3_secret=s3_secret,
                 image_pull_policy=image_pull_policy,
                 port=port,
+                cpu_request=cpu_request,
             ),
         },
     }
@@ -267,6 +285,7 @@ def feature_service_manifests(
     s3_secret: str | None = None,
     image_pull_policy: str = "IfNotPresent",
     port: int = FEATURE_PORT,
+    cpu_request: float = 1.0,
 ) -> tuple[M.Manifest, M.Manifest]:
     """The episode's online feature service: a one-replica Deployment (the model-server image running
     the feature service over ``s3://bucket/key``) and its ClusterIP Service :data:`FEATURE_SERVICE_NAME`."""
@@ -297,7 +316,7 @@ def feature_service_manifests(
         FEATURE_MODULE,
         M.container_env(endpoints, 0.5, s3_secret, {}),
         port,
-        FEATURE_RESOURCES,
+        server_resources(FEATURE_CPUS, FEATURE_MEMORY_MB, cpu_request),
     )
     deployment = {
         "apiVersion": "apps/v1",

@@ -63,6 +63,7 @@ from mlsandbox import paths
 from mlsandbox.backends.local import cgroups as cgroup_layout
 from mlsandbox.backends.local.cgroups import CGROUP_ROOT
 from mlsandbox.backends.local.supervisor import marker_env
+from mlsandbox.backends.local.workspaces import LocalWorkspaces
 from mlsandbox.backends.protocols import DEFAULT_KEY, Endpoints, JobSpec, JobStatus
 from mlsandbox.errors import BackendError
 from mlsandbox.workloads.contract import (
@@ -451,6 +452,8 @@ class LocalJobs:
         registry = _registry(self._key, sandbox_name, self.use_cgroups, self.home)
         self._registry = registry
         self._jobs, self._lock = registry.jobs, registry.lock
+        self.workspaces: LocalWorkspaces | None = None
+        """Where ``script`` jobs run (set by the runtime; without it they are refused)."""
 
     # ---------------------------------------------------------------------------------------- protocol
 
@@ -643,8 +646,16 @@ class LocalJobs:
     def _matching(self, label: tuple[str, str] | None) -> builtins.list[_Job]:
         return [j for j in self._jobs.values() if label is None or j.spec.labels.get(label[0]) == label[1]]
 
-    def _command(self, job: _Job) -> builtins.list[str]:
-        command = [sys.executable, "-m", f"mlsandbox.workloads.{job.spec.workload}", *job.spec.args]
+    def _script_launch(self, spec: JobSpec) -> tuple[builtins.list[str], dict[str, str]]:
+        """The isolated command and the environment of a ``script`` job (see
+        :mod:`mlsandbox.backends.local.workspaces`)."""
+        if self.workspaces is None:
+            raise ValueError("script jobs need the sandbox's workspaces")
+        command, env = self.workspaces.launch(spec, thread_env(spec.cpus))
+        return command, {**env, OWNER_ENV: owner_marker(), **marker_env(self.sandbox_name, self.home)}
+
+    def _command(self, job: _Job, script: builtins.list[str] | None = None) -> builtins.list[str]:
+        command = script or [sys.executable, "-m", f"mlsandbox.workloads.{job.spec.workload}", *job.spec.args]
         if job.spec.environment not in (None, DEFAULT_KEY):
             # A named environment: its interpreter runs the (self-contained) workload file by path.
             from mlsandbox.backends.local.venvs import interpreter
@@ -658,6 +669,7 @@ class LocalJobs:
     def _start(self, job: _Job) -> None:
         spec = job.spec
         job.work_dir.mkdir(parents=True, exist_ok=True)
+        script, env = self._script_launch(spec) if spec.workload == "script" else (None, self.env_for(spec))
         if self.use_cgroups:
             cgroup = Cgroup(self.sandbox_name, spec.job_id, self.home)
             cgroup.create(spec.memory_mb, spec.cpus)
@@ -669,11 +681,11 @@ class LocalJobs:
         )
         with job.log_path.open("wb") as log:
             popen = subprocess.Popen(
-                self._command(job),
+                self._command(job, script),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self.env_for(spec),
+                env=env,
                 cwd=job.work_dir,
                 start_new_session=True,
                 preexec_fn=preexec,  # only setrlimit runs in the child

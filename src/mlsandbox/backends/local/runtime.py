@@ -12,7 +12,7 @@ from mlsandbox.backends.local.jobs import LocalJobs
 from mlsandbox.backends.local.sandbox import LocalSandbox
 from mlsandbox.backends.protocols import Endpoints, Support
 from mlsandbox.backends.protocols.runtime import random_episode_id
-from mlsandbox.errors import BackendError
+from mlsandbox.errors import BackendError, Unsupported
 
 if TYPE_CHECKING:
     from mlsandbox.backends.common.config_store import PrefectConfigStore
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mlsandbox.backends.local.serving.episode import LocalServing
     from mlsandbox.backends.local.sources import LocalSourceHosting
     from mlsandbox.backends.local.venvs import LocalEnvironments
+    from mlsandbox.backends.local.workspaces import LocalWorkspaces
 
 
 BACKEND = "local"
@@ -33,8 +34,13 @@ def static_support() -> Support:
     """What a local sandbox on this machine refuses, known without starting one: fault types whose
     mechanism is missing here (no Toxiproxy binary, jobs without cgroups)."""
     from mlsandbox.backends.local.faults.control import unavailable_here
+    from mlsandbox.backends.local.workspaces import unavailable_reason
 
-    return Support(backend=BACKEND, unsupported={f"fault:{k}": v for k, v in unavailable_here().items()})
+    refused = {f"fault:{k}": v for k, v in unavailable_here().items()}
+    why = unavailable_reason()
+    if why is not None:
+        refused["workspaces"] = why
+    return Support(backend=BACKEND, unsupported=refused)
 
 
 class LocalRuntime(ServiceClients):
@@ -54,6 +60,7 @@ class LocalRuntime(ServiceClients):
         self._flows: JournaledFlows | None = None
         self._journal: Journal | None = None
         self._config: PrefectConfigStore | None = None
+        self._workspaces: LocalWorkspaces | None = None
 
     def __repr__(self) -> str:
         return f"LocalRuntime(sandbox_name={self.sandbox_name!r}, sandbox_dir={str(self.sandbox_dir)!r})"
@@ -128,7 +135,24 @@ class LocalRuntime(ServiceClients):
         with self._lock:
             if self._jobs is None:
                 self._jobs = LocalJobs(self.sandbox_dir, self.sandbox_name, self._endpoints)
+                self._jobs.workspaces = self._workspaces
             return self._jobs
+
+    @property
+    def workspaces(self) -> LocalWorkspaces:
+        """The episodes' code workspaces; their scripts run as ``script`` jobs isolated with bubblewrap
+        (:mod:`mlsandbox.backends.local.workspaces`). Refused without ``bwrap``."""
+        from mlsandbox.backends.local.workspaces import LocalWorkspaces, unavailable_reason
+
+        why = unavailable_reason()
+        if why is not None:
+            raise Unsupported("workspaces", BACKEND, why)
+        with self._lock:
+            if self._workspaces is None:
+                self._workspaces = LocalWorkspaces(self.sandbox_dir, self._endpoints)
+            if self._jobs is not None:
+                self._jobs.workspaces = self._workspaces
+            return self._workspaces
 
     @property
     def serving(self) -> LocalServing:
@@ -212,6 +236,8 @@ class LocalRuntime(ServiceClients):
     def close(self) -> None:
         """Kill the sandbox's running jobs (when any were started). The services are the backend's."""
         with self._lock:
-            jobs = self._jobs
+            jobs, workspaces = self._jobs, self._workspaces
         if jobs is not None:
             jobs.close()
+        if workspaces is not None:
+            workspaces.close_all()

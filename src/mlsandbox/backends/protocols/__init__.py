@@ -59,6 +59,14 @@ from mlsandbox.backends.protocols.sources import (
 )
 from mlsandbox.backends.protocols.storage import ObjectInfo, ObjectStore
 from mlsandbox.backends.protocols.tracking import ModelVersionInfo, RunInfo, Tracking
+from mlsandbox.backends.protocols.workspaces import (
+    MAX_FILE_BYTES,
+    QUOTA_BYTES,
+    WorkspaceEntry,
+    WorkspaceError,
+    Workspaces,
+    WorkspaceUsage,
+)
 
 __all__ = [
     "CAPABILITIES",
@@ -66,7 +74,9 @@ __all__ = [
     "FEATURE_SERVICE",
     "FLOWS",
     "JOB_CONFIG_KEYS",
+    "MAX_FILE_BYTES",
     "NETWORK_FAULTS",
+    "QUOTA_BYTES",
     "REFERENCES",
     "ApiDataset",
     "ApiProbe",
@@ -123,4 +133,8 @@ __all__ = [
     "Ticker",
     "Tracking",
     "Unsupported",
+    "WorkspaceEntry",
+    "WorkspaceError",
+    "WorkspaceUsage",
+    "Workspaces",
 ]

@@ -22,6 +22,7 @@ CAPABILITIES: tuple[str, ...] = (
     "flows",
     "config",
     "environments",
+    "workspaces",
     "faults",
     "clock",
     "audit",

@@ -14,8 +14,10 @@ class JobSpec(Model):
     """A batch job: a workload module run with arguments, in its own process (or pod)."""
 
     job_id: str
-    workload: Literal["trainer", "burn"]
-    """A module of :mod:`mlsandbox.workloads` (``burn``: a small CPU/memory load generator)."""
+    workload: Literal["trainer", "burn", "script"]
+    """A module of :mod:`mlsandbox.workloads` (``burn``: a small CPU/memory load generator), or ``script``:
+    the agent's own Python in its :attr:`workspace`, run isolated (``args``: the script's path in the
+    workspace, then its arguments)."""
     args: list[str]
     cpus: float = 1.0
     memory_mb: int = 1024
@@ -27,6 +29,8 @@ class JobSpec(Model):
     """The key of an environment of :class:`~mlsandbox.backends.protocols.environments.Environments` to
     run the workload in (None: the backend's default); an unknown key is a :class:`KeyError` of
     :meth:`Jobs.submit`."""
+    workspace: str | None = None
+    """The workspace (see :mod:`~mlsandbox.backends.protocols.workspaces`) a ``script`` job runs in."""
 
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]

@@ -30,6 +30,7 @@ from mlsandbox.backends.protocols.serving import ModelServing
 from mlsandbox.backends.protocols.sources import SourceHosting
 from mlsandbox.backends.protocols.storage import ObjectStore
 from mlsandbox.backends.protocols.tracking import Tracking
+from mlsandbox.backends.protocols.workspaces import Workspaces
 
 
 class ServiceStatus(Model):
@@ -107,6 +108,12 @@ class Runtime(Protocol):
     def config(self) -> ConfigStore: ...
     @property
     def environments(self) -> Environments: ...
+    @property
+    def workspaces(self) -> Workspaces:
+        """The episodes' code workspaces (refused with :class:`~mlsandbox.errors.Unsupported` where agent
+        code cannot run isolated)."""
+        ...
+
     @property
     def faults(self) -> FaultControl: ...
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mlsandbox.backends.protocols import AuditLog, BackendConfig, ServiceStatus, Support
+from mlsandbox.backends.protocols import AuditLog, BackendConfig, ServiceStatus, Support, Workspaces
 from mlsandbox.backends.sim.audit import MemoryAuditLog
 from mlsandbox.backends.sim.clock import VirtualClock
 from mlsandbox.backends.sim.config import MemoryConfigStore
@@ -29,7 +29,7 @@ from mlsandbox.backends.sim.storage import MemoryObjectStore
 from mlsandbox.backends.sim.tracking import MemoryTracking
 from mlsandbox.backends.sim.world import SERVICES, SimWorld, addresses_for
 from mlsandbox.calibration.shipped import load_calibration
-from mlsandbox.errors import NotRunningError
+from mlsandbox.errors import NotRunningError, Unsupported
 
 BACKEND = "sim"
 AUDIT_DIR_ENV = "MLSANDBOX_SIM_AUDIT_DIR"
@@ -142,6 +142,11 @@ class SimRuntime:
     def faults(self) -> SimFaultControl:
         return self._faults
 
+    @property
+    def workspaces(self) -> Workspaces:
+        """Refused (see :data:`WORKSPACES_REFUSAL`)."""
+        raise Unsupported("workspaces", BACKEND, WORKSPACES_REFUSAL)
+
     def pump(self) -> None:
         """Bring the simulated jobs and flow runs up to the clock's time (what the tracker, the object
         store and the services show depends on what they did)."""
@@ -191,9 +196,16 @@ class _StepCost:
         return found
 
 
+WORKSPACES_REFUSAL = (
+    "sim executes no code: an agent's own scripts run on local (isolated with bubblewrap); sim never "
+    "fakes their execution"
+)
+
+
 def static_support() -> Support:
-    """Everything is supported: each capability and fault type has a simulated mechanism."""
-    return Support(backend=BACKEND)
+    """Everything but the workspaces is supported: each other capability and fault type has a simulated
+    mechanism."""
+    return Support(backend=BACKEND, unsupported={"workspaces": WORKSPACES_REFUSAL})
 
 
 class SimBackend:
