@@ -15,6 +15,10 @@ FAMILIES = (
     "forecast-demand-level-shift",
     "text-support-ticket-routing",
     "text-clinical-notes-drift",
+    "forecast-web-visits-basic",
+    "forecast-warehouse-tracker-outage",
+    "text-ticket-triage-slow-lake",
+    "text-clinical-notes-tracker-outage",
 )
 
 

@@ -160,7 +160,9 @@ class Forecaster:
     estimator. ``predict`` takes a frame with the time column (or dates) and returns one value per date."""
 
     algorithm: str
-    start: date
+    start: str
+    """The history's first date (ISO: a date object would be a type outside the libraries' to a model
+    loader that trusts only those)."""
     history: np.ndarray
     time_column: str = "date"
     estimator: Any = None
@@ -171,26 +173,31 @@ class Forecaster:
     @property
     def end(self) -> date:
         """The first day after the history."""
-        return self.start + timedelta(days=int(self.history.size))
+        return self.first + timedelta(days=int(self.history.size))
+
+    @property
+    def first(self) -> date:
+        """The history's first date."""
+        return date.fromisoformat(self.start)
 
     def forecast(self, days: Sequence[date]) -> np.ndarray:
         if not days:
             return np.zeros(0)
         last = max(days)
         ahead = (last - self.end).days + 1
-        adjusted = _adjusted(self.history, self.start, self.multipliers)
+        adjusted = _adjusted(self.history, self.first, self.multipliers)
         values = np.concatenate([adjusted, np.full(max(ahead, 0), np.nan)])
         for t in range(self.history.size, values.size):
             values[t] = self._next(values, t)
         values = values * np.asarray(
             [
-                self.multipliers.get(holiday_name(self.start + timedelta(days=t)) or "", 1.0)
+                self.multipliers.get(holiday_name(self.first + timedelta(days=t)) or "", 1.0)
                 for t in range(values.size)
             ]
         )
         out = []
         for d in days:
-            t = (d - self.start).days
+            t = (d - self.first).days
             if t < self.history.size:
                 raise ValueError(f"{d} is inside the history (it ends {self.end - timedelta(days=1)})")
             out.append(values[t])
@@ -202,7 +209,7 @@ class Forecaster:
                 if not math.isnan(values[back]):
                     return float(values[back])
             return math.nan
-        row = _row(values, t, self.start + timedelta(days=t))
+        row = _row(values, t, self.first + timedelta(days=t))
         if row is None:
             raise ValueError(f"no level to forecast day {t}: fewer than {SEASON} known days before it")
         ratio = float(self.estimator.predict(np.asarray([row[:-1]]))[0])
@@ -226,7 +233,9 @@ def fit_forecaster(
         raise ValueError("the series is empty")
     values = series.to_numpy(dtype=np.float64)
     start = series.index[0].date()
-    model = Forecaster(algorithm, start, values, time_column=time_column, hyperparams=dict(hyperparams))
+    model = Forecaster(
+        algorithm, start.isoformat(), values, time_column=time_column, hyperparams=dict(hyperparams)
+    )
     if algorithm == "seasonal_naive":
         if hyperparams:
             raise TypeError(f"seasonal_naive takes no parameters, got {sorted(hyperparams)}")

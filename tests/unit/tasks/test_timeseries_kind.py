@@ -119,3 +119,17 @@ def test_predictions_are_a_horizon_out() -> None:
     request = pd.DataFrame({"date": data.holdout["date"].head(3)})
     out = KIND.predictions(model, request)
     assert [r["date"] for r in out] == list(request["date"]) and all(r["forecast"] > 0 for r in out)
+
+
+def test_the_fitted_forecaster_is_a_model_the_grader_may_load() -> None:
+    import skops.io
+
+    from mlsandbox.backends.common.mlflow_tracking import SAFE_TRUSTED_PREFIXES
+
+    data = KIND.generate(SPEC, 1)
+    model = forecasting.fit(_prepared(data.train_table.to_pandas()), "ridge", {}, 1, **COLUMNS).model
+    blob = skops.io.dumps(model)
+    trusted = skops.io.get_untrusted_types(data=blob)
+    assert all(t.startswith(SAFE_TRUSTED_PREFIXES) for t in trusted), trusted
+    loaded = skops.io.loads(blob, trusted=trusted)
+    assert KIND.score("mase", loaded, data.holdout, SPEC) == KIND.score("mase", model, data.holdout, SPEC)

@@ -89,11 +89,9 @@ class TimeseriesForecasting(TaskKind):
 
     def baseline(self, metric: str, holdout: Any, spec: Any) -> float:
         """The seasonal-naive forecast's figure (the last true week repeated) on the horizon."""
-        from datetime import date
-
         from mlsandbox.workloads.forecasting import Forecaster
 
-        start = date.fromisoformat(holdout.attrs["start"])
+        start = str(holdout.attrs["start"])
         naive = Forecaster("seasonal_naive", start, holdout.attrs[HISTORY_ATTR], time_column=spec.time_column)
         forecast = naive.predict(holdout[[spec.time_column]])
         return float(self._figures(forecast, holdout, spec)[self.metric(metric).name])

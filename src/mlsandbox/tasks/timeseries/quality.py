@@ -8,8 +8,9 @@ consecutive four-week windows, the calendar holidays that stand out, and the iss
 * ``dedupe_dates``: keep, for each date, the row ingested last (the restated value);
 * ``drop_unsettled``: drop rows ingested less than ``settle_days`` after their date (default: the usual
   delay, the median over the rows);
-* ``fill_gaps``: one row per day from the first to the last date, absent days filled by linear
-  interpolation (the ingestion column is dropped: filled days were never ingested).
+* ``fill_gaps``: one row per day from the first to the last date, an absent day filled with the mean of
+  the same weekday a week before and a week after (linear interpolation where both are absent too); the
+  ingestion column is dropped: filled days were never ingested.
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ def prepare(
             pd.Series(frame[value_column].to_numpy(dtype=np.float64), index=days).sort_index().asfreq("D")
         )
         filled = int(series.isna().sum())
-        series = series.interpolate(limit_direction="both")
+        week = pd.concat([series.shift(SEASON), series.shift(-SEASON)], axis=1).mean(axis=1)
+        series = series.fillna(week).interpolate(limit_direction="both")
         out = pd.DataFrame({time_column: series.index.date.astype(str), value_column: series.to_numpy()})
         return out, {"days_filled": filled}
     raise ValueError(f"unknown preparation step {step!r}; choose one of {list(STEPS)}")
