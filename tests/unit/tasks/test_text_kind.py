@@ -48,7 +48,7 @@ def test_generator_manifest_and_profile_show_every_defect() -> None:
     found = profile(data.train, "text", "label", "created_at")
     assert found["empty_documents"] == 45 and found["duplicate_rows"] >= 75
     assert found["short_documents"] >= 100
-    assert {"statement", "parcel", "billed"} & set(found["vocabulary_drift"]["rising_terms"])
+    assert {"laggy", "profile", "parcel", "fault"} & set(found["vocabulary_drift"]["rising_terms"])
     assert KIND.policy(found).preparations == ("drop_empty", "dedupe", "drop_short")
     clean = _prepared(data.train)
     after = profile(clean, "text", "label", "created_at")
@@ -107,3 +107,15 @@ def test_the_trainer_offers_the_kinds_algorithms() -> None:
 
     offered = {*trainer.ALGORITHMS, *trainer.REGRESSION_PARAMETERS, *trainer.OWN_ALGORITHMS}
     assert {*forecasting.ALGORITHMS, *text_classifier.ALGORITHMS} <= offered
+
+
+def test_the_drift_is_learnt_from_the_newest_rows_only() -> None:
+    data = KIND.generate(SPEC, 1)
+    clean = _prepared(data.train_table.to_pandas())
+    older = clean.sort_values("created_at").iloc[: int(len(clean) * (1 - SPEC.recent_share))]
+
+    def holdout_f1(frame: pd.DataFrame) -> float:
+        out = text_classifier.fit(frame, "logistic_regression", {}, 1, **COLUMNS)
+        return KIND.score("macro_f1", out.model, data.holdout, SPEC)
+
+    assert holdout_f1(older) < 0.85 < holdout_f1(clean)

@@ -3,7 +3,6 @@ manifest of every defect (rows by position in the training file)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,48 +11,57 @@ import numpy as np
 import pandas as pd
 
 from mlsandbox.data.randomness import check_seed, rng_for
-from mlsandbox.data.text import TextDataset, generate_text
+from mlsandbox.data.text import _SLOTS, TextDataset, _fill, _pseudo_words, generate_text
 from mlsandbox.tasks.text.spec import GENERATOR_DOMAIN, TextClassificationDataset
 
-NEW_VOCABULARY: dict[str, dict[str, str]] = {
+NEW_WORDING: dict[str, dict[str, list[str]]] = {
     "support_tickets": {
-        "charged twice": "billed double",
-        "invoice": "statement",
-        "refund": "reimbursement",
-        "subscription price": "membership fee",
-        "crashes": "freezes",
-        "error code": "fault",
-        "syncing": "uploading",
-        "very slow": "laggy",
-        "log in": "sign in",
-        "password reset email": "passcode link",
-        "delete my account": "close my profile",
-        "email address on my account": "contact info on my profile",
-        "package": "parcel",
-        "has not arrived": "is still missing",
-        "tracking number": "shipment reference",
-        "arrived damaged": "came broken",
+        "billing": [
+            "{greeting} got billed double on my statement for {product}. {closing}",
+            "{greeting} still waiting on the reimbursement of {n} dollars. {closing}",
+            "{greeting} the membership fee for {product} jumped without notice. {closing}",
+        ],
+        "technical": [
+            "{greeting} {product} freezes as soon as it starts. {closing}",
+            "{greeting} fault {n} pops up while uploading to {product}. {closing}",
+            "{greeting} {product} is laggy and unusable lately. {closing}",
+        ],
+        "account": [
+            "{greeting} I can't sign in, the passcode link never shows up. {closing}",
+            "{greeting} close my profile and erase everything. {closing}",
+            "{greeting} how can I update the contact info on my profile? {closing}",
+        ],
+        "shipping": [
+            "{greeting} my parcel with {product} is still missing after {n} days. {closing}",
+            "{greeting} the shipment reference for {product} shows nothing. {closing}",
+            "{greeting} {product} came broken, the box was crushed. {closing}",
+        ],
     },
     "clinical_notes": {
-        "lungs are clear": "clear lung fields",
-        "normal study": "unremarkable exam",
-        "no acute disease": "nothing acute",
-        "joint spaces preserved": "joints maintained",
-        "consolidation": "opacification",
-        "airspace opacity": "alveolar filling",
-        "infection likely": "infectious process",
-        "infiltrate": "infiltration",
-        "pneumonia": "PNA",
-        "cortical break": "cortical disruption",
-        "lucent line": "lucency",
-        "fracture": "fx",
-        "cardiomegaly": "enlarged heart",
-        "cardiac silhouette": "heart shadow",
-        "cardiac enlargement": "heart enlargement",
-        "heart size increased": "heart is large",
+        "normal": [
+            "Exam: clear lung fields, unremarkable. Assessment: nothing acute.",
+            "Exam: heart and mediastinum unremarkable. Assessment: negative.",
+            "Exam: {site} intact, joints maintained. Assessment: negative.",
+        ],
+        "pneumonia": [
+            "Exam: opacification of the {site}. Assessment: PNA.",
+            "Exam: alveolar filling in the {site}. Assessment: infectious process.",
+            "Exam: infiltration of the {site}. Assessment: likely PNA.",
+        ],
+        "fracture": [
+            "Exam: cortical disruption of the {site}, displaced. Assessment: acute fx.",
+            "Exam: lucency across the {site}. Assessment: nondisplaced fx.",
+            "Exam: {site} in several fragments. Assessment: fx, ortho consult.",
+        ],
+        "cardiomegaly": [
+            "Exam: heart shadow enlarged, CTR {pct}%. Assessment: enlarged heart.",
+            "Exam: heart is large, prominent {site}. Assessment: enlarged heart.",
+            "Exam: heart enlargement with mild congestion. Assessment: enlarged heart.",
+        ],
     },
 }
-"""The words the newest documents use for the same things (the vocabulary drift), by domain."""
+"""How the newest documents are worded, by domain and label: the same things said in other words (the
+vocabulary drift). A drifted document is rewritten from these for its true label."""
 
 _START = datetime(2024, 1, 1)
 _SPAN_DAYS = 365
@@ -69,16 +77,20 @@ class GeneratedTextClassification:
 
 
 def _drifted(
-    texts: list[str], domain: str, share: float, rng: np.random.Generator
-) -> tuple[list[str], list[int]]:
-    table = NEW_VOCABULARY[domain]
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(table, key=len, reverse=True)))
-    out, rows = list(texts), []
-    for i in np.flatnonzero(rng.random(len(texts)) < share).tolist():
-        new = pattern.sub(lambda m: table[m.group(0)], texts[i])
-        if new != texts[i]:
-            out[i] = new
-            rows.append(i)
+    labels: list[str], spec: TextClassificationDataset, fillers: list[str], rng: np.random.Generator
+) -> tuple[dict[int, str], list[int]]:
+    """New-wording documents for a ``spec.drift`` share of ``labels`` (position: text, with the usual
+    filler words appended) and the positions."""
+    wording = NEW_WORDING[spec.domain]
+    rows = np.flatnonzero(rng.random(len(labels)) < spec.drift).tolist()
+    out = {}
+    for i in rows:
+        options = wording[labels[i]]
+        text = _fill(options[int(rng.integers(len(options)))], _SLOTS, rng)
+        if spec.filler_words:
+            picked = rng.integers(0, len(fillers), size=spec.filler_words)
+            text += " " + " ".join(fillers[int(k)] for k in picked)
+        out[i] = text
     return out, rows
 
 
@@ -101,13 +113,19 @@ def generate_text_classification(spec: TextClassificationDataset, seed: int) -> 
     texts: list[str | None] = list(train.table.column(spec.text_column).to_pylist())
     labels = list(train.table.column(spec.target).to_pylist())
     recent_from = round(spec.rows * (1 - spec.recent_share))
-    drifted_recent, drift_rows = _drifted(
-        [t or "" for t in texts[recent_from:]], spec.domain, spec.drift, rng
-    )
-    texts[recent_from:] = drifted_recent
-    holdout_texts, holdout_drift = _drifted(
-        list(held.table.column(spec.text_column).to_pylist()), spec.domain, spec.drift, rng
-    )
+    true_labels = list(labels)
+    noisy = zip(train.manifest["label_noise_rows"], train.manifest["true_labels_of_noisy_rows"], strict=True)
+    for i, label in noisy:
+        true_labels[i] = label
+    fillers = _pseudo_words(rng_for(seed, spec.name, "fillers"), 500)
+    recent, drift_rows = _drifted(true_labels[recent_from:], spec, fillers, rng)
+    for i, text in recent.items():
+        texts[recent_from + i] = text
+    holdout_texts = list(held.table.column(spec.text_column).to_pylist())
+    holdout_labels = list(held.table.column(spec.target).to_pylist())
+    rewritten, holdout_drift = _drifted(holdout_labels, spec, fillers, rng)
+    for i, text in rewritten.items():
+        holdout_texts[i] = text
     seconds = np.sort(rng.integers(0, _SPAN_DAYS * 86_400, size=spec.rows))
     stamps = [(_START + timedelta(seconds=int(s))).isoformat(sep=" ") for s in seconds]
 
@@ -127,9 +145,7 @@ def generate_text_classification(spec: TextClassificationDataset, seed: int) -> 
     if n_dup:
         frame = pd.concat([frame, frame.iloc[copies]]).sort_values(spec.time_column, kind="stable")
         frame = frame.reset_index(drop=True)
-    holdout = pd.DataFrame(
-        {spec.text_column: holdout_texts, spec.target: held.table.column(spec.target).to_pylist()}
-    )
+    holdout = pd.DataFrame({spec.text_column: holdout_texts, spec.target: holdout_labels})
     manifest = {
         "generator": "text_classification",
         "dataset": spec.name,
@@ -146,11 +162,13 @@ def generate_text_classification(spec: TextClassificationDataset, seed: int) -> 
             "recent_from": stamps[recent_from] if recent_from < spec.rows else None,
             "recent_drifted_documents": len(drift_rows),
             "holdout_drifted_documents": len(holdout_drift),
-            "new_vocabulary": NEW_VOCABULARY[spec.domain] if spec.drift else {},
+            "new_wording": {lab: NEW_WORDING[spec.domain][lab] for lab in spec.label_set()}
+            if spec.drift
+            else {},
         },
         "holdout_rows": spec.holdout_rows,
     }
     return GeneratedTextClassification(train=frame, holdout=holdout, manifest=manifest)
 
 
-__all__ = ["NEW_VOCABULARY", "GeneratedTextClassification", "generate_text_classification"]
+__all__ = ["NEW_WORDING", "GeneratedTextClassification", "generate_text_classification"]
