@@ -57,7 +57,10 @@ def hyperparameter_problems(algorithm: str, hyperparams: dict[str, Any]) -> list
     return problems
 
 
-def make_pipeline(algorithm: str, hyperparams: dict[str, Any], seed: int) -> Any:
+def make_pipeline(algorithm: str, hyperparams: dict[str, Any], seed: int, text_column: str = "text") -> Any:
+    """The vectorizer (reading ``text_column`` of a frame: the model takes rows, as a deployment gets
+    them) and the estimator, with ``hyperparams`` set."""
+    from sklearn.compose import ColumnTransformer
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.naive_bayes import ComplementNB
@@ -72,13 +75,12 @@ def make_pipeline(algorithm: str, hyperparams: dict[str, Any], seed: int) -> Any
     if algorithm not in factories:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {list(ALGORITHMS)}")
     params = {
-        k if k.startswith(VECTORIZER_PREFIX) else f"model__{k}": _tuples(v) for k, v in hyperparams.items()
+        f"text__{k}" if k.startswith(VECTORIZER_PREFIX) else f"model__{k}": _tuples(v)
+        for k, v in hyperparams.items()
     }
+    vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2)
     pipeline = Pipeline(
-        [
-            ("tfidf", TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2)),
-            ("model", factories[algorithm]()),
-        ]
+        [("text", ColumnTransformer([("tfidf", vectorizer, text_column)])), ("model", factories[algorithm]())]
     )
     return pipeline.set_params(**params)
 
@@ -98,7 +100,7 @@ def evaluate(model: Any, frame: Any, text_column: str, label_column: str) -> dic
     """``macro_f1`` and ``accuracy`` of ``model`` on ``frame`` (missing text read as empty)."""
     from sklearn.metrics import accuracy_score
 
-    texts = frame[text_column].fillna("").astype(str).tolist()
+    texts = frame[[text_column]].fillna("").astype(str)
     predicted = model.predict(texts)
     actual = frame[label_column].astype(str).tolist()
     return {"macro_f1": macro_f1(actual, predicted), "accuracy": float(accuracy_score(actual, predicted))}
@@ -162,8 +164,8 @@ def fit_job(
         raise KeyError(f"columns {text_column!r} and {target!r} must be in the data: {list(frame.columns)}")
     train, val = split(frame, target, seed)
     say(f"fitting tfidf + {algorithm} on {len(train)} rows ({len(val)} held out for validation) ...")
-    pipeline = make_pipeline(algorithm, hyperparams, seed)
-    pipeline.fit(train[text_column].to_numpy(), train[target].astype(str).to_numpy())
+    pipeline = make_pipeline(algorithm, hyperparams, seed, text_column)
+    pipeline.fit(train[[text_column]], train[target].astype(str).to_numpy())
     metrics = {f"val_{k}": round(v, 6) for k, v in evaluate(pipeline, val, text_column, target).items()}
     return metrics, pipeline
 

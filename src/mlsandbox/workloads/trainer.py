@@ -545,9 +545,11 @@ def _train_own(args: argparse.Namespace, run: Any) -> dict[str, Any]:
     metrics.update(train_rows=float(len(table)), train_seconds=round(train_seconds, 3))
     mlflow.log_metrics(metrics)
     log("logging model to MLflow ...")
+    column = args.column or ("date" if args.task == "forecasting" else "text")
     model_info = mlflow.sklearn.log_model(
         model,
         name="model",
+        signature=mlflow.models.infer_signature(table[[column]].head(20)),  # rows of that one column
         pip_requirements=_pip_requirements(),
         skops_trusted_types=_own_types(model),
     )

@@ -119,3 +119,13 @@ def test_the_drift_is_learnt_from_the_newest_rows_only() -> None:
         return KIND.score("macro_f1", out.model, data.holdout, SPEC)
 
     assert holdout_f1(older) < 0.85 < holdout_f1(clean)
+
+
+def test_a_deployment_of_the_model_answers_a_label_per_row() -> None:
+    from mlsandbox.workloads.model_server import LoadedModel
+
+    data = KIND.generate(SPEC, 1)
+    model = text_classifier.fit(_prepared(data.train_table.to_pandas()), "linear_svc", {}, 1, **COLUMNS).model
+    served = LoadedModel(model, "router", "1", [("text", "string")], classes=list(model.classes_))
+    labels, _ = served.predict(pd.DataFrame({"text": ["my parcel with plan Pro is still missing"]}))
+    assert labels == ["shipping"]

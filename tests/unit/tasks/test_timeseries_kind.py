@@ -133,3 +133,13 @@ def test_the_fitted_forecaster_is_a_model_the_grader_may_load() -> None:
     assert all(t.startswith(SAFE_TRUSTED_PREFIXES) for t in trusted), trusted
     loaded = skops.io.loads(blob, trusted=trusted)
     assert KIND.score("mase", loaded, data.holdout, SPEC) == KIND.score("mase", model, data.holdout, SPEC)
+
+
+def test_a_deployment_of_the_model_answers_a_forecast_per_date() -> None:
+    from mlsandbox.workloads.model_server import LoadedModel
+
+    data = KIND.generate(SPEC, 1)
+    model = forecasting.fit(_prepared(data.train_table.to_pandas()), "ridge", {}, 1, **COLUMNS).model
+    served = LoadedModel(model, "forecast", "1", [("date", "string")])
+    values, _ = served.predict(pd.DataFrame({"date": list(data.holdout["date"].head(7))}))
+    assert len(values) == 7 and all(v > 0 for v in values)

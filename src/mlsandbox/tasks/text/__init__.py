@@ -89,7 +89,7 @@ class TextClassification(TaskKind):
 
     def predictions(self, model: Any, frame: Any) -> list[dict[str, Any]]:
         text, _, _ = _columns(frame, None)
-        return [{"label": str(v)} for v in model.predict(frame[text].fillna("").astype(str).tolist())]
+        return [{"label": str(v)} for v in model.predict(frame[[text]].fillna("").astype(str))]
 
     def policy(self, profile: Mapping[str, Any]) -> Policy:
         steps: list[str] = []
