@@ -46,7 +46,7 @@ def test_scenarios_list_prints_whole_rows_and_json() -> None:
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)
     assert [r["id"] for r in rows] == catalog_ids()
-    assert set(rows[0]) == {"id", "difficulty", "title", "max_steps", "credits"}
+    assert set(rows[0]) == {"id", "difficulty", "kind", "metric", "title", "max_steps", "credits"}
 
 
 def test_replay_does_not_hard_wrap_observation_text(tmp_path: Path) -> None:
