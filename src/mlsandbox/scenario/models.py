@@ -183,7 +183,7 @@ class Scenario(_Model):
         check_plan(
             self.perturbations,
             max_steps=self.max_steps,
-            datasets={d.name: [c.name for c in d.columns] for d in self.datasets},
+            datasets={d.name: [c.name for c in getattr(d, "columns", ())] for d in self.datasets},
             sources=self.sources,
             compute=self.compute,
         )

@@ -126,6 +126,13 @@ class TaskKind(ABC):
 
         return profile_frame(frame, target)
 
+    def prepare(self, frame: Any, strategy: str, target: str | None) -> tuple[Any, dict[str, Any]]:
+        """``clean_dataset``'s ``strategy`` (one of :attr:`preparations`) applied to ``frame``: the new
+        frame and a summary of what changed (default: the tabular cleaning strategies)."""
+        from mlsandbox.data.clean import clean_frame
+
+        return clean_frame(frame, strategy, target)  # type: ignore[arg-type]
+
     # ------------------------------------------------------------------------------------ training
 
     def trainer_args(self, spec: Any) -> list[str]:

@@ -28,6 +28,8 @@ BUILTIN: dict[str, str] = {
     "tabular": "mlsandbox.tasks.tabular_binary:KIND",
     "tabular_multiclass": "mlsandbox.tasks.tabular_multiclass:KIND",
     "tabular_regression": "mlsandbox.tasks.tabular_regression:KIND",
+    "timeseries_forecasting": "mlsandbox.tasks.timeseries:KIND",
+    "text_classification": "mlsandbox.tasks.text:KIND",
 }
 """The built-in kinds (``module:attribute``), loaded by name (a broken one is an error, not a warning)."""
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")

@@ -134,8 +134,18 @@ ESTIMATOR_PARAMETERS: dict[str, frozenset[str]] = {
 """Each algorithm's estimator parameters, spelled as scikit-learn spells them (``get_params()`` of the
 estimator :func:`make_estimator` builds, for the pinned scikit-learn; a unit test holds the two equal).
 Kept here as data so that validating an action's hyperparameters imports no scikit-learn."""
-TASKS = ("binary", "multiclass", "regression")
-"""What ``--task`` may say: a 0/1 label (the default), one of several labels, or a number."""
+TASKS = ("binary", "multiclass", "regression", "forecasting", "text")
+"""What ``--task`` may say: a 0/1 label (the default), one of several labels, a number, a daily series to
+forecast (:mod:`mlsandbox.workloads.forecasting`) or labelled documents
+(:mod:`mlsandbox.workloads.text_classifier`)."""
+OWN_LEARNERS = {
+    "forecasting": "mlsandbox.workloads.forecasting",
+    "text": "mlsandbox.workloads.text_classifier",
+}
+"""The tasks whose splitting, fitting and metrics live in a module of their own (``fit_job``), imported
+by name when the task is asked for (each imports nothing from mlsandbox either)."""
+OWN_ALGORITHMS = ("seasonal_naive", "linear_svc", "naive_bayes")
+"""Those modules' algorithms beside the ones above (a unit test holds the lists equal)."""
 REGRESSION_PARAMETERS: dict[str, frozenset[str]] = {
     "ridge": frozenset(
         ["alpha", "copy_X", "fit_intercept", "max_iter", "positive", "random_state", "solver", "tol"]
@@ -204,9 +214,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bucket", required=True)
     parser.add_argument("--key", required=True, help="object key; .csv[.gz] or .parquet/.pq")
     parser.add_argument("--target", required=True, help="name of the label column")
-    parser.add_argument("--algorithm", required=True, choices=sorted({*ALGORITHMS, *REGRESSION_PARAMETERS}))
+    parser.add_argument(
+        "--algorithm",
+        required=True,
+        choices=sorted({*ALGORITHMS, *REGRESSION_PARAMETERS, *OWN_ALGORITHMS}),
+    )
     parser.add_argument(
         "--task", default="binary", choices=TASKS, help="what the target is (default: binary)"
+    )
+    parser.add_argument(
+        "--column", default=None, help="forecasting: the date column; text: the document column"
     )
     parser.add_argument("--hyperparams", default="{}", help="JSON object of estimator parameters")
     parser.add_argument("--experiment-id", required=True)
@@ -455,6 +472,8 @@ def train(args: argparse.Namespace, run: Any) -> dict[str, Any]:
     import mlflow
     import mlflow.sklearn
 
+    if args.task in OWN_LEARNERS:
+        return _train_own(args, run)
     mlflow.log_params(
         {"algorithm": args.algorithm, "seed": args.seed, "data": f"s3://{args.bucket}/{args.key}"}
     )
@@ -488,6 +507,51 @@ def train(args: argparse.Namespace, run: Any) -> dict[str, Any]:
         signature=mlflow.models.infer_signature(x_val.head(20), pipeline.predict(x_val.head(20))),
         pip_requirements=_pip_requirements(),
         skops_trusted_types=_own_types(pipeline),
+    )
+    return {
+        "run_id": run.info.run_id,
+        "experiment_id": str(run.info.experiment_id),
+        "model_id": model_info.model_id,
+        "model_uri": model_info.model_uri,
+        "metrics": metrics,
+    }
+
+
+def _train_own(args: argparse.Namespace, run: Any) -> dict[str, Any]:
+    """A task whose module fits and validates (``fit_job(frame, algorithm, hyperparams, seed, target,
+    column, say)`` returns the validation metrics and the model)."""
+    import importlib
+
+    import mlflow
+    import mlflow.sklearn
+
+    learner = importlib.import_module(OWN_LEARNERS[args.task])
+    mlflow.log_params(
+        {"algorithm": args.algorithm, "seed": args.seed, "data": f"s3://{args.bucket}/{args.key}"}
+    )
+    if args.hyperparams:
+        mlflow.log_params(args.hyperparams)
+    mlflow.log_params({"target": args.target, "task": args.task})
+    table = load_table(args.bucket, args.key)
+    log(f"loaded {len(table)} rows x {table.shape[1]} columns")
+    started = time.perf_counter()
+    metrics, model = learner.fit_job(
+        table, args.algorithm, args.hyperparams, args.seed, args.target, args.column, log
+    )
+    train_seconds = time.perf_counter() - started
+    log(f"fitted in {train_seconds:.2f} s")
+    for name, value in metrics.items():
+        log(f"{name}={value:.4f}")
+    metrics.update(train_rows=float(len(table)), train_seconds=round(train_seconds, 3))
+    mlflow.log_metrics(metrics)
+    log("logging model to MLflow ...")
+    column = args.column or ("date" if args.task == "forecasting" else "text")
+    model_info = mlflow.sklearn.log_model(
+        model,
+        name="model",
+        signature=mlflow.models.infer_signature(table[[column]].head(20)),  # rows of that one column
+        pip_requirements=_pip_requirements(),
+        skops_trusted_types=_own_types(model),
     )
     return {
         "run_id": run.info.run_id,

@@ -84,15 +84,23 @@ def real_fit(
     *,
     digest: str,
     task: str = "binary",
+    column: str | None = None,
 ) -> FitResult:
     """The trainer job's fit of ``algorithm`` with ``hyperparams`` on the object ``key``'s bytes ``data``
     (kept by ``digest``, a digest of those bytes), for the trainer's ``task`` (what the dataset's kind
     declares as its ``fit_task``). Raises :class:`SplitError` when the split refuses the rows; a fit that
     fails returns its failure."""
     return _kept(
-        cache_key(digest, target, algorithm, hyperparams, seed, task),
+        cache_key(digest, target, algorithm, hyperparams, seed, task + ":" + (column or "")),
         lambda: _fit(
-            trainer.parse_table(data, key), target, algorithm, hyperparams, seed, epochs=True, task=task
+            trainer.parse_table(data, key),
+            target,
+            algorithm,
+            hyperparams,
+            seed,
+            epochs=True,
+            task=task,
+            column=column,
         ),
     )
 
@@ -128,9 +136,14 @@ def _fit(
     *,
     epochs: bool,
     task: str = "binary",
+    column: str | None = None,
 ) -> FitResult:
     from threadpoolctl import threadpool_limits
 
+    if task in trainer.OWN_LEARNERS:
+        with _FIT_LOCK, threadpool_limits(limits=1), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _fit_own(table, target, algorithm, hyperparams, seed, task, column)
     try:
         x_train, x_val, y_train, y_val = trainer.split(table, target, seed, task)
     except ValueError as e:
@@ -167,6 +180,38 @@ def _fit(
         metrics = trainer.evaluate(pipeline, x_val, y_val, task)
     pipeline.algorithm = algorithm  # which model server's footprint a replica of it has (sim serving)
     return FitResult(**rows, epoch_lines=tuple(lines), metrics=metrics, model=pipeline)
+
+
+def _fit_own(
+    table: Any,
+    target: str,
+    algorithm: str,
+    hyperparams: dict[str, Any],
+    seed: int,
+    task: str,
+    column: str | None,
+) -> FitResult:
+    """A task whose module fits (``fit_job``): its metrics and model, or its failure in the calibration's
+    failure modes (missing values or documents: ``missing_values``; anything else the libraries refuse:
+    ``invalid_hyperparameter``)."""
+    import importlib
+
+    learner = importlib.import_module(trainer.OWN_LEARNERS[task])
+    rows = len(table)
+    val_rows = round(rows * trainer.VALIDATION_FRACTION)
+    counts: dict[str, Any] = {"train_rows": rows - val_rows, "val_rows": val_rows, "features": 1}
+    try:
+        metrics, model = learner.fit_job(table, algorithm, hyperparams, seed, target, column, lambda _: None)
+    except (KeyError, TypeError, ValueError, ArithmeticError) as e:
+        message = f"{type(e).__name__}: {e}"
+        mode = (
+            "missing_values"
+            if any(w in str(e) for w in ("NaN", "invalid document"))
+            else "invalid_hyperparameter"
+        )
+        return FitResult(**counts, failure=(mode, message))
+    model.algorithm = algorithm
+    return FitResult(**counts, metrics=metrics, model=model)
 
 
 def numeric_columns(model: Any) -> list[str]:

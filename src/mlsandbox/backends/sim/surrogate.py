@@ -132,7 +132,9 @@ class TrainerArgs:
     seed: int
     config_prefix: str | None
     task: str = "binary"
-    """The trainer's ``--task``: what its dataset's kind asks for (binary, multiclass, regression)."""
+    """The trainer's ``--task``: what its dataset's kind asks for (binary, multiclass, regression, ...)."""
+    column: str | None = None
+    """The trainer's ``--column`` (forecasting: the date column; text: the document column)."""
 
 
 class UsageError(ValueError):
@@ -172,6 +174,7 @@ def parse_trainer(args: list[str]) -> TrainerArgs:
         seed=int(values.get("seed", "0")),
         config_prefix=values.get("config_prefix"),
         task=_task(values.get("task", "binary")),
+        column=values.get("column"),
     )
 
 
@@ -215,12 +218,33 @@ def _stand_in(algorithm: str) -> str:
     return ""
 
 
+def _modelled_columns(table: Any, args: TrainerArgs) -> Any:
+    """The columns the calibration's job model reads: all of them for a table, the target and the numeric
+    columns for a task with a learner of its own (a date or a document is not one-hot encoded there: a
+    forecaster builds its own few lag and calendar features, a text model a sparse TF-IDF whose linear
+    fit costs about what a logistic regression on the table's numbers does)."""
+    from mlsandbox.workloads.trainer import OWN_LEARNERS
+
+    if args.task not in OWN_LEARNERS:
+        return table
+    from mlsandbox.backends.sim.proxy import is_numeric_type
+
+    keep = [n for n in table.column_names if n == args.target or is_numeric_type(table.schema.field(n).type)]
+    return table.select(keep)
+
+
 def hyperparameter_problem(
     algorithm: str, hyperparams: dict[str, Any], seed: int, task: str = "binary"
 ) -> tuple[str, str] | None:
     """(``unknown_hyperparameter`` | ``invalid_hyperparameter``, scikit-learn's message) when the
     estimator refuses the hyperparameters; scikit-learn's own validation (nothing is fitted)."""
-    from mlsandbox.workloads.trainer import make_estimator
+    from mlsandbox.workloads.trainer import OWN_LEARNERS, make_estimator
+
+    if task in OWN_LEARNERS:
+        import importlib
+
+        problems = importlib.import_module(OWN_LEARNERS[task]).hyperparameter_problems(algorithm, hyperparams)
+        return ("unknown_hyperparameter", problems[0]) if problems else None
 
     try:
         estimator = make_estimator(algorithm, hyperparams, seed, task)
@@ -308,8 +332,11 @@ def plan_trainer(
         "memory_mb": float(memory_mb),
     }
     if table is not None:
+        read = _modelled_columns(table, args)
         features.update(
-            _cached(("features", data_key, args.target), lambda: feature_summary(table, args.target))
+            _cached(
+                ("features", data_key, args.target, args.task), lambda: feature_summary(read, args.target)
+            )
         )
     features.update(hp_features(alg, args.hyperparams))
     res = alg.resources
@@ -424,6 +451,7 @@ def plan_trainer(
                 args.seed,
                 digest=data_key,
                 task=args.task,
+                column=args.column,
             )
     except realfit.SplitError as e:
         # The trainer's stratified split refuses a target without two classes.

@@ -55,14 +55,27 @@ class CheckDataQuality(ActionModel):
 class CleanDataset(ActionModel):
     """Write a cleaned copy of a dataset as a new object (the source is never modified).
 
-    Strategies: drop_na (drop rows with any missing value), impute_mean / impute_median (fill missing
-    numeric values with the column mean / median and missing categories with the most frequent one),
-    clip_outliers (clip numeric values to the 1.5 IQR fences). The output defaults to
+    Strategies of tables: drop_na (drop rows with any missing value), impute_mean / impute_median (fill
+    missing numeric values with the column mean / median and missing categories with the most frequent
+    one), clip_outliers (clip numeric values to the 1.5 IQR fences). Other kinds of data have their own
+    (a time series: dedupe_dates, drop_unsettled, fill_gaps; documents: drop_empty, dedupe, drop_short);
+    a strategy the dataset's kind has not is refused. The output defaults to
     ``clean/<name>-<strategy>.parquet``; it may not be under ``raw/``."""
 
     type: Literal["clean_dataset"] = "clean_dataset"
     dataset: DatasetName
-    strategy: Literal["drop_na", "impute_mean", "impute_median", "clip_outliers"]
+    strategy: Literal[
+        "drop_na",
+        "impute_mean",
+        "impute_median",
+        "clip_outliers",
+        "dedupe_dates",
+        "drop_unsettled",
+        "fill_gaps",
+        "drop_empty",
+        "dedupe",
+        "drop_short",
+    ]
     output: DatasetName | None = Field(
         default=None, description="Name of the new dataset, ending in .csv, .parquet, .avro, .jsonl or .xlsx"
     )

@@ -14,7 +14,6 @@ from typing import Any, TypeVar, cast, get_args
 import orjson
 
 from mlsandbox.backends.protocols import JobSpec
-from mlsandbox.data.clean import clean_frame
 from mlsandbox.data.formats import SUFFIX, format_of, to_bytes
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.context import EpisodeContext, EpisodeService
@@ -135,14 +134,21 @@ def handle_clean_dataset(ctx: EpisodeContext, a: C.CleanDataset) -> dict[str, An
             "invalid_parameters",
             f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
         ) from None
+    kind, _ = dataset_kind(ctx, rec)
+    if a.strategy not in kind.preparations:
+        raise ActionError(
+            "invalid_parameters",
+            f"strategy {a.strategy!r} does not fit dataset {rec.key!r} of kind {kind.name!r} "
+            f"(its strategies: {', '.join(kind.preparations)})",
+        )
     data, digest = _read_bytes(ctx, rec)
 
     def clean() -> tuple[bytes, dict[str, Any]]:
         df = rec.frame(data)
-        cleaned, summary = clean_frame(df, a.strategy, rec.target if rec.target in df.columns else None)
+        cleaned, summary = kind.prepare(df, a.strategy, rec.target if rec.target in df.columns else None)
         return to_bytes(cleaned, out_fmt), {"rows": len(cleaned), "summary": summary}
 
-    payload, facts = _memo(("clean", digest, rec.fmt, rec.target, a.strategy, out_fmt), clean)
+    payload, facts = _memo(("clean", kind.name, digest, rec.fmt, rec.target, a.strategy, out_fmt), clean)
     assert payload is not None
     summary = facts["summary"]
     ctx.backend_call(lambda: ctx.runtime.object_store.put_object(ctx.state.bucket, out_key, payload))
