@@ -5,16 +5,11 @@ and PostgreSQL servers are pods: ``test_kube_sources.py``, and the node tier).""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from source_fakes import MemoryRuntime  # tests/unit is on sys.path
 from tests.helpers import err, ok
 
-from mlsandbox.backends.kube.backend import KubeBackend
-from mlsandbox.backends.kube.sources import KubeEpisodeSources, KubeSourceHosting
-from mlsandbox.backends.protocols import ApiDataset, ApiProbe, PostgresProbe
-from mlsandbox.errors import Unsupported
+from mlsandbox.backends.kube.sources import KubeSourceHosting
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway import Gateway
 from mlsandbox.gateway.packs.sources import faults as sources_faults
