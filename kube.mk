@@ -38,7 +38,7 @@ GATEWAY_IMAGE := mlsandbox/gateway:$(IMAGE_TAG)
 step = @printf '\033[1m[sandbox-up %s]\033[0m %s\n' "$$(date +%H:%M:%S)" "$(1)"
 
 .PHONY: kube-check kube-tools kube-validate sandbox-up sandbox-down sandbox-images sandbox-base-image images-test \
-  node-images node-test sandbox-status
+  node-images node-test sandbox-status sandbox-bench
 
 kube-check:
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "docker is needed: install Docker (https://docs.docker.com/engine/install/)"; exit 1; }
@@ -89,3 +89,10 @@ sandbox-down: setup
 
 sandbox-status: setup
 	@$(VENV)/bin/mlsandbox cluster status
+
+# N sandboxes playing episodes at once through the warm pool, on the cluster sandbox-up left running:
+# claim latency, episodes per minute, the node's memory, what the node could not place
+# (.bench/kube_pool.json; BENCH_POOL_N=1,4 and BENCH_POOL_EPISODES=2 by default).
+sandbox-bench: setup
+	@mkdir -p .bench
+	$(PY) benchmarks/bench_kube_pool.py

@@ -1,38 +1,24 @@
 """Data sources on the kube backend (a real KubeRuntime on the control-plane tier): the API and
-PostgreSQL sources are refused with ``unsupported`` until they run as pods; lake sources, which need
-only the object store, work."""
+PostgreSQL sources are supported (pods of the episode, which this tier cannot run: the node tier runs
+them); lake sources, which need only the object store, work."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from test_kube_serving_cluster import runtime_of
 from tests.helpers import err, ok
 
 from mlsandbox.backends.kube.backend import KubeBackend
-from mlsandbox.errors import Unsupported
 from mlsandbox.gateway.dispatcher import Gateway
 from mlsandbox.scenario import load_builtin
 
 
-@pytest.mark.parametrize(
-    ("scenario", "capability"),
-    [("data-csv-batch-missing-outliers", "sources.api"), ("data-monthly-drift-retrain", "sources.postgres")],
-)
-def test_kube_refuses_api_and_postgres_sources(
-    backend: KubeBackend, sandbox: Any, scenario: str, capability: str
-) -> None:
+def test_kube_supports_api_and_postgres_sources(backend: KubeBackend, sandbox: Any) -> None:
+    """They run as pods of the episode (port-forwarded: exercised on real pods in the node tier)."""
     rt = runtime_of(backend, sandbox.endpoints())
-    assert rt.support().reason(capability) is not None
-    gw = Gateway(rt, load_builtin(scenario), seed=3, sandbox=sandbox.name)
-    try:
-        with pytest.raises(Unsupported) as info:
-            gw.start()
-        assert info.value.capability == capability and info.value.backend == "kube"
-    finally:
-        gw.close()
-    assert not rt.object_store.bucket_exists(gw.state.bucket)
+    assert rt.support().reason("sources.api") is None
+    assert rt.support().reason("sources.postgres") is None
 
 
 def test_lake_sources_and_the_config_store_work_on_kube(backend: KubeBackend, sandbox: Any) -> None:

@@ -1,20 +1,15 @@
 """The sources pack through the real Gateway on in-memory source servers (:mod:`source_fakes`): the
 connector's paging, its waits on the runtime's clock, its retries and error codes, the fault marks, the
-agent's service actions on source servers; and the kube backend's refusal of API and PostgreSQL sources
-while lake sources work on it."""
+agent's service actions on source servers; and lake sources on the kube backend's source hosting (its API
+and PostgreSQL servers are pods: ``test_kube_sources.py``, and the node tier)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from source_fakes import MemoryRuntime  # tests/unit is on sys.path
 from tests.helpers import err, ok
 
-from mlsandbox.backends.kube.backend import KubeBackend
-from mlsandbox.backends.kube.sources import KubeEpisodeSources, KubeSourceHosting
-from mlsandbox.backends.protocols import ApiDataset, ApiProbe, PostgresProbe
-from mlsandbox.errors import Unsupported
+from mlsandbox.backends.kube.sources import KubeSourceHosting
 from mlsandbox.faults.engine import FaultRecord
 from mlsandbox.gateway import Gateway
 from mlsandbox.gateway.packs.sources import faults as sources_faults
@@ -130,18 +125,6 @@ def _kube_runtime() -> MemoryRuntime:
     return MemoryRuntime(sources=KubeSourceHosting())
 
 
-@pytest.mark.parametrize(("scenario", "capability"), [(API, "sources.api"), (POSTGRES, "sources.postgres")])
-def test_kube_refuses_api_and_postgres_sources_with_unsupported(scenario: str, capability: str) -> None:
-    rt = _kube_runtime()
-    gw = Gateway(rt, load_builtin(scenario), seed=1)  # type: ignore[arg-type]
-    with pytest.raises(Unsupported) as info:
-        gw.start()
-    assert info.value.capability == capability and info.value.backend == "kube"
-    assert "pods" in info.value.reason
-    gw.close()
-    assert rt.object_store.buckets == {}  # what the start made is removed by close
-
-
 def test_lake_sources_work_on_kube() -> None:
     rt = _kube_runtime()
     gw, _ = _episode(LAKE, rt)
@@ -153,37 +136,3 @@ def test_lake_sources_work_on_kube() -> None:
     out = ok(gw, {"type": "ingest_source", "source": "sales_lake", "rename": {"amount_usd": "amount"}})
     assert out["rows"] == 4000
     gw.close()
-
-
-def test_every_api_and_postgres_operation_on_kube_is_refused() -> None:
-    sources = KubeSourceHosting().open("ep-1")
-    dataset = ApiDataset(
-        dataset_id="d", name="orders", token="t", rate_limit_per_s=1, burst=1, max_page_size=10
-    )
-    calls: list[tuple[str, Any]] = [
-        ("sources.api", lambda: sources.publish(dataset, b"")),
-        ("sources.api", lambda: sources.update_access(dataset)),
-        ("sources.api", lambda: sources.api_get("d", {}, "t", timeout_s=1)),
-        ("sources.api", lambda: sources.health(ApiProbe(dataset_id="d", token="t"))),
-        ("sources.api", lambda: sources.restart("api-source")),
-        ("sources.postgres", lambda: sources.create_database("d", "r", "p", "t", b"")),
-        ("sources.postgres", lambda: sources.set_password("r", "p")),
-        ("sources.postgres", lambda: sources.query("d", "r", "p", "t")),
-        ("sources.postgres", lambda: sources.health(PostgresProbe(database="d", user="r", password="p"))),
-        ("sources.postgres", lambda: sources.stop("postgres")),
-        ("sources.postgres", lambda: sources.logs("postgres")),
-    ]
-    for capability, call in calls:
-        with pytest.raises(Unsupported) as info:
-            call()
-        assert info.value.capability == capability
-    assert isinstance(sources, KubeEpisodeSources)
-    sources.close()  # nothing to remove
-
-
-def test_kube_support_names_the_refused_sources_and_keeps_lake_sources() -> None:
-    support = KubeBackend("t1", api_client=object()).support()
-    assert support.reason("sources.api") and support.reason("sources.postgres")
-    assert support.reason("sources.lake") is None and support.reason("sources") is None
-    assert support.reason("environments.build") and support.reason("flows.environment")
-    assert support.reason("flows") is None and support.reason("config") is None

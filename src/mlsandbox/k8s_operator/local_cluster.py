@@ -299,7 +299,9 @@ def _up_node(options: UpOptions, choice: EngineChoice, progress: Progress) -> Lo
         cluster = NodeCluster(cp, real)
         state.node, state.node_ip = str(real.root), real.ip
         cs.write(state)
-        with progress.step("images (operator, MinIO, MLflow, Prefect, trainer, model server)"):
+        with progress.step(
+            "images (operator and API source, MinIO, MLflow, Prefect, trainer, model server, PostgreSQL)"
+        ):
             real.import_images(dict.fromkeys([*CHART_IMAGES, *EPISODE_IMAGES]), say)
         if chaos:
             from . import chaos_node

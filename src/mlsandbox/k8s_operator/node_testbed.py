@@ -26,9 +26,10 @@ from .testbed import CONTROL_NAMESPACE, RELEASE, Testbed
 
 CHART_IMAGES = ("minio", "mlflow", "prefect", "gateway", "trainer")
 """The images the chart runs (the trainer's is passed to the operator for training Jobs)."""
-EPISODE_IMAGES = ("trainer", "model-server")
+EPISODE_IMAGES = ("trainer", "model-server", "postgres")
 """What the kube backend's episodes run besides the chart: training Jobs and flow runs (trainer), model
-deployments and the feature service (model server)."""
+deployments and the feature service (model server), the PostgreSQL source (postgres; the API source runs
+the gateway's image, which the chart's operator runs already)."""
 CHART_UID = 10001
 """The user and group the chart's pods run as (``podSecurityContext`` in ``charts/mlsandbox/values.yaml``):
 the owner of the node directories they keep data in."""
@@ -141,6 +142,8 @@ class NodeCluster(Testbed):
             "MLSANDBOX_KUBE_PREFECT_URL": f"http://{ip}:{ports['prefect']}/api",
             "MLSANDBOX_TRAINER_IMAGE": node_images.by_name(["trainer"])[0].ref,
             "MLSANDBOX_MODEL_SERVER_IMAGE": node_images.by_name(["model-server"])[0].ref,
+            "MLSANDBOX_KUBE_API_SOURCE_IMAGE": node_images.by_name(["gateway"])[0].ref,
+            "MLSANDBOX_KUBE_POSTGRES_IMAGE": node_images.by_name(["postgres"])[0].ref,
         }
 
     def describe_pods(self, namespace: str) -> str:

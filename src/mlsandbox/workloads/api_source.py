@@ -1,7 +1,9 @@
 """The HTTP API data source: a real HTTP service that serves datasets as JSON or CSV pages.
 
 Run by the local backend as ``python -m mlsandbox.workloads.api_source --root DIR --port N`` (one per
-sandbox, started the first time an episode needs it). It serves every dataset published under
+sandbox, started the first time an episode needs it); on kube as a pod of the episode with
+``--admin-port`` (:mod:`mlsandbox.workloads.api_source_admin`), through which the datasets and the fault
+are written. It serves every dataset published under
 ``DIR/datasets/<id>/``: ``data.parquet`` (the rows) and ``meta.json``::
 
     {"token": "...", "rate_limit_per_s": 5.0, "burst": 10, "max_page_size": 1000}
@@ -175,11 +177,43 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="also serve the control listener (mlsandbox.workloads.api_source_admin) on 127.0.0.1:PORT",
+    )
+    parser.add_argument(
+        "--fault-file",
+        type=Path,
+        default=None,
+        help="the fault hook's control file (default: $MLSANDBOX_FAULT_HOOK_FILE)",
+    )
     args = parser.parse_args(argv)
     import uvicorn
 
     args.root.mkdir(parents=True, exist_ok=True)
-    uvicorn.run(create_app(args.root), host=args.host, port=args.port, log_level="warning", access_log=False)
+    fault_file = str(args.fault_file) if args.fault_file is not None else None
+    app = create_app(args.root, fault_file)
+    if args.admin_port is None:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        return
+    import asyncio
+
+    from mlsandbox.workloads.api_source_admin import create_admin_app
+
+    if fault_file is None:
+        parser.error("--admin-port needs --fault-file (the file its PUT /fault writes)")
+    admin = create_admin_app(args.root, args.fault_file)
+    servers = [
+        uvicorn.Server(uvicorn.Config(a, host=h, port=p, log_level="warning", access_log=False))
+        for a, h, p in ((app, args.host, args.port), (admin, "127.0.0.1", args.admin_port))
+    ]
+
+    async def serve() -> None:
+        await asyncio.gather(*(server.serve() for server in servers))
+
+    asyncio.run(serve())
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ class KubeBackend:
             time.sleep(1.0)
 
     def down(self) -> None:
-        """Delete this sandbox's Jobs (flow runs' too), model deployments, Secret, Chaos Mesh objects and
+        """Delete this sandbox's Jobs (flow runs' too), model deployments, source servers, Secret, Chaos Mesh objects and
         config variables; undo its recorded native faults."""
         try:
             self.cluster.version()
@@ -166,6 +166,7 @@ class KubeBackend:
         runtime = self._runtime(check=False)
         runtime.faults.recover_all()
         runtime.serving.cleanup()
+        runtime.sources.cleanup()
         runtime.flows.delete_jobs()
         runtime.jobs.delete_all()
         try:  # the episodes' config variables a crashed client left on the chart's Prefect

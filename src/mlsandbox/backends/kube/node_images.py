@@ -2,9 +2,10 @@
 
 What the chart and the node run: the pod sandbox (``pause``, a static binary from ``workloads/pause.c``),
 CoreDNS and MinIO (the binaries ``scripts/install-kube-tools.sh --with-node`` and ``make setup`` build),
-MLflow and Prefect (the versions pyproject.toml pins), the workload images (trainer, model server, and
-the gateway that also runs the operator) and the debootstrap base they all start from (also handy for
-test pods: Debian with Python). Dockerfiles under ``workloads/``.
+MLflow and Prefect (the versions pyproject.toml pins), the workload images (trainer, model server, Debian's
+PostgreSQL for the PostgreSQL source, and the gateway that also runs the operator and the HTTP API source)
+and the debootstrap base they all start from (also handy for test pods: Debian with Python). Dockerfiles
+under ``workloads/``.
 
 Each image has a key: a hash over everything it is made of (its Dockerfile, the files it copies, the
 version stamps of the binaries, the build arguments, the base's recipe). The docker engine builds an
@@ -35,6 +36,8 @@ from .schemas import REPO_ROOT
 
 INPUTS_LABEL = "dev.mlsandbox.inputs"
 BASE_IMAGE = "mlsandbox/base:bookworm"
+POSTGRES_MAJOR = "15"
+"""The PostgreSQL of the PostgreSQL source's image: Debian bookworm's ``postgresql-15``."""
 NAMESPACE = "k8s.io"
 """The containerd namespace the kubelet's CRI uses."""
 _SKIP = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
@@ -154,6 +157,12 @@ def images() -> list[NodeImage]:
             "workloads/Dockerfile.model-server",
             inputs=workload,
             build_args={"MLFLOW_VERSION": pins["mlflow"], "UV_VERSION": versions["UV_VERSION"]},
+        ),
+        NodeImage(
+            "postgres",
+            f"mlsandbox/postgres:{POSTGRES_MAJOR}",
+            "workloads/Dockerfile.postgres",
+            inputs=("workloads/postgres",),
         ),
         NodeImage(
             "gateway",

@@ -73,6 +73,12 @@ DEFAULT_IMAGE = "mlsandbox/trainer:0.1.0"
 IMAGE_ENV = "MLSANDBOX_TRAINER_IMAGE"
 DEFAULT_SERVER_IMAGE = "mlsandbox/model-server:0.1.0"
 SERVER_IMAGE_ENV = "MLSANDBOX_MODEL_SERVER_IMAGE"
+DEFAULT_API_SOURCE_IMAGE = "mlsandbox/gateway:0.1.0"
+"""The HTTP API source's image: the gateway's (the source imports more of the package than the
+model-server image carries)."""
+API_SOURCE_IMAGE_ENV = "MLSANDBOX_KUBE_API_SOURCE_IMAGE"
+DEFAULT_POSTGRES_IMAGE = "mlsandbox/postgres:15"
+POSTGRES_IMAGE_ENV = "MLSANDBOX_KUBE_POSTGRES_IMAGE"
 SERVER_CPU_REQUEST_ENV = "MLSANDBOX_KUBE_SERVER_CPU_REQUEST"
 """The share (0 < x <= 1) of its machine's CPU a model-server replica requests (its limit stays the
 machine's): 1 by default; ``mlsandbox cluster up`` records a smaller one for its one-machine clusters."""
@@ -167,7 +173,14 @@ class KubeRuntime(ServiceClients):
         self._jobs: KubeJobs | None = None
         self._serving: KubeServing | None = None
         self._faults: KubeFaultControl | None = None
-        self._sources = KubeSourceHosting()
+        self._sources = KubeSourceHosting(
+            cluster,
+            namespace=namespace,
+            sandbox=sandbox,
+            api_image=os.environ.get(API_SOURCE_IMAGE_ENV) or DEFAULT_API_SOURCE_IMAGE,
+            postgres_image=os.environ.get(POSTGRES_IMAGE_ENV) or DEFAULT_POSTGRES_IMAGE,
+            cpu_request=self.server_cpu_request,
+        )
         self._flows: KubeFlows | None = None
         self._config: PrefectConfigStore | None = None
         self._environments = KubeEnvironments()
@@ -258,8 +271,7 @@ class KubeRuntime(ServiceClients):
 
     @property
     def sources(self) -> KubeSourceHosting:
-        """Lake sources only for now: the API and PostgreSQL sources are refused (``sources.api``,
-        ``sources.postgres``)."""
+        """The HTTP API source and PostgreSQL as pods of the episode, reached over port-forwards."""
         return self._sources
 
     @property

@@ -20,7 +20,8 @@ reset_peer            unsupported (Chaos Mesh has no TCP reset action)
 bucket quota          MinIO's admin API on the S3 endpoint (as on ``local``)
 job limits            in-place pod resize (``KubeJobs.set_resources``), originals in an annotation
 cpu contention        StressChaos ``cpu`` stressors on the service's pods, or on each job's pods
-http faults           unsupported (the services' fault hooks are inside their pods, and HTTPChaos
+http faults           the HTTP API source's fault hook, through its pod's control listener; refused
+                      for model servers (their fault hooks are inside their pods, and HTTPChaos
                       cannot fail a share of the requests with a status)
 ====================  ==========================================================================
 
@@ -348,10 +349,21 @@ class KubeFaultControl:
         )
 
     def set_http_fault(self, target: str, fault: HttpFault, *, episode_id: str) -> None:
-        raise Unsupported("fault:http_errors", BACKEND, NO_HTTP_FAULT)
+        """The episode's HTTP API source ``target`` answers as ``fault`` says (its fault hook, written
+        through the source pod's control listener); any other HTTP service is refused."""
+        from mlsandbox.backends.kube.sources import http_target
+
+        sources = http_target(target, episode_id)
+        if sources is None:
+            raise Unsupported("fault:http_errors", BACKEND, NO_HTTP_FAULT)
+        sources.set_http_fault(fault)
 
     def clear_http_fault(self, target: str, *, episode_id: str) -> None:
-        """Nothing to clear: no HTTP fault is ever set here."""
+        from mlsandbox.backends.kube.sources import http_target
+
+        sources = http_target(target, episode_id)
+        if sources is not None:
+            sources.clear_http_fault()
 
     def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
         """StressChaos ``cpu`` stressors (``workers`` of them, full load) in the pods of a service
