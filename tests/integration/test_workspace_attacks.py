@@ -16,7 +16,7 @@ import psutil
 import pytest
 from tests.helpers import ok
 
-from mlsandbox.agents.code_agent import SCRIPT
+from mlsandbox.agents.code_agent import training_script
 from mlsandbox.backends.local.workspaces import unavailable_reason
 from mlsandbox.gateway import Gateway
 from mlsandbox.scenario import load_builtin
@@ -217,11 +217,9 @@ def test_the_episode_then_trains_registers_and_succeeds(gw: Gateway) -> None:
     name = gw.scenario.goal.model_name
     datasets = [d["name"] for d in ok(gw, {"type": "list_datasets"})["datasets"]]
     dataset = sorted(datasets, key=lambda n: (not n.endswith(".parquet"), not n.startswith("raw/"), n))[0]
-    target = ok(gw, {"type": "check_data_quality", "dataset": dataset})["profile"]["target"]["name"]
-    ok(
-        gw,
-        {"type": "write_file", "path": "train.py", "content": SCRIPT.format(dataset=dataset, target=target)},
-    )
+    script = training_script(dataset, ok(gw, {"type": "check_data_quality", "dataset": dataset})["profile"])
+    assert script is not None
+    ok(gw, {"type": "write_file", "path": "train.py", "content": script})
     job = ok(gw, {"type": "run_python", "path": "train.py", "resources": {"cpus": 1, "memory_mb": 2048}})
     deadline = time.monotonic() + 600
     while (st := ok(gw, {"type": "get_job", "job_id": job["job_id"]}))["state"] not in (

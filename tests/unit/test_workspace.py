@@ -77,3 +77,49 @@ def test_files_never_follow_a_planted_link_out(tmp_path: Path) -> None:
     assert ws.read_file("e1", "link") == (b"replaced", 8)
     ws.close("e1")
     assert not (tmp_path / "workspaces" / "e1").exists()
+
+
+def _dead_owner() -> str:
+    """The owner marker of a process that is gone (a child that has exited)."""
+    import subprocess
+
+    from mlsandbox.backends.local.supervisor import start_ticks
+
+    child = subprocess.Popen(["true"])
+    ticks = start_ticks(child.pid)
+    child.wait()
+    return f"{child.pid}-{ticks}"
+
+
+def test_gc_unmounts_and_removes_the_workspaces_of_a_gone_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from mlsandbox.backends.local import gc
+    from mlsandbox.backends.local.workspaces import OWNER_FILE, workspace_mounts
+
+    monkeypatch.setenv("MLSANDBOX_HOME", str(tmp_path))
+    sandbox = tmp_path / "sandboxes" / "box"
+    ws = LocalWorkspaces(
+        sandbox,
+        Endpoints(s3_url="", s3_access_key="", s3_secret_key="", mlflow_url="", prefect_api_url=""),
+        quota_bytes=1 << 20,
+    )
+    ws.open("live", "ep-live")
+    ws.open("crashed", "ep-crashed")
+    crashed = sandbox / "workspaces" / "crashed"
+    (crashed / OWNER_FILE).write_text(_dead_owner())
+    mounted = crashed / "files" in workspace_mounts(tmp_path)
+    assert mounted == (os.geteuid() == 0 and ws._spaces["crashed"].mounted)
+    ws._spaces.pop("crashed")  # the gateway that opened it "crashed": nobody closes it
+    items = gc._collect_workspaces()
+    assert [i.what for i in items] == ["workspace crashed"], items
+    assert items[0].ok and items[0].sandbox == "box"
+    assert ("unmounted" in items[0].detail) == mounted
+    assert not crashed.exists()
+    assert crashed / "files" not in workspace_mounts(tmp_path)
+    assert (sandbox / "workspaces" / "live" / "files").is_dir()  # its owner (this process) lives
+    assert gc._collect_workspaces() == []
+    ws.close_all()
+    assert not (sandbox / "workspaces" / "live").exists()

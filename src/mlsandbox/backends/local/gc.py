@@ -149,7 +149,8 @@ def garbage_reason(
 def collect_garbage_report() -> list[GcItem]:
     """Remove what dead owners left, one :class:`GcItem` per thing removed, undone or restarted:
 
-    1. jobs and model-server replicas whose owning process is gone (in sandboxes that live on);
+    1. jobs and model-server replicas whose owning process is gone (in sandboxes that live on), then the
+       code workspaces such processes opened (their tmpfs unmounted, their directories removed);
     2. garbage sandboxes (stopped, their directory removed); in the others, the journals of gone processes
        undone (faults, and what their episodes made: buckets, experiments, registered models, flows, config
        variables, API datasets, databases; a service they killed is started again);
@@ -159,6 +160,7 @@ def collect_garbage_report() -> list[GcItem]:
     """
     home = home_key()
     items = _collect_orphan_jobs(home)
+    items += _collect_workspaces()
     for name in _sandbox_names():
         items += _collect_sandbox(name, home)
     items += _collect_orphans(home)
@@ -311,6 +313,27 @@ def _collect_orphan_jobs(home: str) -> list[GcItem]:
                 sandbox=", ".join(sandboxes) or None,
                 what=f"jobs of gone process {owner.split('-')[0]}",
                 detail=f"stopped {len(stopped)} process(es)",
+            )
+        )
+    return items
+
+
+def _collect_workspaces() -> list[GcItem]:
+    """Code workspaces whose owning process (a gateway) is gone: tmpfs unmounted, directories removed
+    (before any sandbox's directory is: a mounted tmpfs would keep it)."""
+    from .workspaces import collect_stale
+
+    root = paths.sandboxes_dir()
+    items = []
+    for path, mounted in collect_stale(root):
+        rel = path.relative_to(root) if path.is_relative_to(root) else path
+        items.append(
+            GcItem(
+                kind="workspace",
+                sandbox=rel.parts[0] if rel.parts else None,
+                what=f"workspace {path.name}",
+                detail=f"{'unmounted its tmpfs and ' if mounted else ''}removed {path}",
+                ok=not path.exists(),
             )
         )
     return items

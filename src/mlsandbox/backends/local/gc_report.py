@@ -20,6 +20,7 @@ GcKind = Literal[
     "api_dataset",
     "database",
     "postgres_data",
+    "workspace",
     "control_plane",
 ]
 

@@ -26,6 +26,9 @@ jobs' own, :mod:`mlsandbox.backends.local.jobs`):
   file size (``RLIMIT_FSIZE``), disk (as root the workspace is a ``tmpfs`` of :data:`QUOTA_BYTES`; without
   root only the file size limit holds), wall time (the job's ``timeout_s``).
 
+A workspace's directory carries its owner (``owner``: ``<pid>-<start ticks>`` of the process that opened
+it): ``mlsandbox gc`` unmounts and removes the workspaces whose owner is gone (:func:`collect_stale`).
+
 Files are read and written by this process with every path component opened ``O_NOFOLLOW`` under the
 workspace's directory descriptor: a symbolic link a script plants never leads outside.
 """
@@ -36,12 +39,14 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import stat
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -71,6 +76,10 @@ RUN_INSIDE = "/run/mlsandbox"
 BOOT = Path(__file__).with_name("workspace_boot.py")
 BOOT_INSIDE = "/opt/mlsandbox/boot.py"
 _ID_OK = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+OWNER_FILE = "owner"
+MOUNT_SOURCE = "mlsandbox-workspace"
+UNOWNED_GRACE_S = 60.0
+"""A workspace directory without an owner file is left alone this long (an ``open`` in progress)."""
 
 
 def bwrap_binary() -> str | None:
@@ -222,6 +231,8 @@ class LocalWorkspaces:
                 return
             uid = uid_of(workspace_id) if self._root else None
             ws = _Workspace(workspace_id, self.base / workspace_id, bucket, uid)
+            ws.root.mkdir(parents=True, exist_ok=True)
+            (ws.root / OWNER_FILE).write_text(_owner_marker())
             ws.files.mkdir(parents=True, exist_ok=True)
             ws.run.mkdir(parents=True, exist_ok=True)
             if self._root:
@@ -353,9 +364,7 @@ class LocalWorkspaces:
             return
         for relay in ws.relays:
             relay.close()
-        if ws.mounted:
-            subprocess.run(["umount", "-l", str(ws.files)], capture_output=True, check=False)
-        shutil.rmtree(ws.root, ignore_errors=True)
+        remove(ws.root, mounted=ws.mounted)
 
     def close_all(self) -> None:
         with self._lock:
@@ -550,11 +559,89 @@ def _beneath(root: Path, parts: tuple[str, ...], *, create: bool, uid: int | Non
         os.close(fd)
 
 
+# ------------------------------------------------------------------------------ garbage collection
+
+
+def _owner_marker() -> str:
+    from mlsandbox.backends.local.supervisor import start_ticks
+
+    return f"{os.getpid()}-{start_ticks(os.getpid())}"
+
+
+def _owner_alive(owner: str) -> bool:
+    from mlsandbox.backends.local.supervisor import start_ticks
+
+    pid_s, _, ticks_s = owner.strip().partition("-")
+    try:
+        return start_ticks(int(pid_s)) == int(ticks_s)
+    except ValueError:
+        return False
+
+
+def workspace_mounts(under: Path) -> list[Path]:
+    """The mount points of workspace tmpfs under ``under`` (this mount namespace's table)."""
+    try:
+        table = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return []
+    found = []
+    prefix = str(under.resolve()).rstrip("/") + "/"
+    for line in table.splitlines():
+        fields, _, tail = line.partition(" - ")
+        parts, rest = fields.split(), tail.split()
+        if len(parts) < 5 or len(rest) < 2 or rest[1] != MOUNT_SOURCE:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[4])  # \040 is a space
+        if point.startswith(prefix):
+            found.append(Path(point))
+    return found
+
+
+def remove(root: Path, *, mounted: bool | None = None) -> None:
+    """Remove a workspace's directory, unmounting its tmpfs first (``mounted`` None: look it up)."""
+    files = root / "files"
+    if mounted is None:
+        mounted = files in workspace_mounts(root)
+    if mounted:
+        subprocess.run(["umount", "-l", str(files)], capture_output=True, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def is_stale(root: Path) -> bool:
+    """Whether a workspace directory's owner is gone (no owner file: after :data:`UNOWNED_GRACE_S`)."""
+    try:
+        return not _owner_alive((root / OWNER_FILE).read_text())
+    except FileNotFoundError:
+        try:
+            return time.time() - root.stat().st_mtime > UNOWNED_GRACE_S
+        except OSError:
+            return False
+    except OSError:
+        return False
+
+
+def collect_stale(sandboxes_root: Path) -> list[tuple[Path, bool]]:
+    """Unmount and remove the workspaces under ``sandboxes_root`` (every sandbox's ``workspaces/``, and
+    tmpfs still mounted where a sandbox's directory was removed) whose owner is gone: ``(root, was
+    mounted)`` for each."""
+    mounts = {p.parent for p in workspace_mounts(sandboxes_root) if p.name == "files"}
+    roots = set(mounts)
+    if sandboxes_root.is_dir():
+        for base in sandboxes_root.glob("*/workspaces"):
+            roots.update(p for p in base.iterdir() if p.is_dir())
+    out = []
+    for root in sorted(roots):
+        if is_stale(root):
+            remove(root, mounted=root in mounts)
+            out.append((root, root in mounts))
+    return out
+
+
 def _mount_tmpfs(path: Path, size: int, uid: int) -> bool:
     """Mount a tmpfs of ``size`` bytes owned by ``uid`` on ``path`` (root only); False when refused."""
     opts = f"size={size},nr_inodes=20000,mode=0700,uid={uid},gid={uid},nosuid,nodev"
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", opts, "mlsandbox-workspace", str(path)],
+        ["mount", "-t", "tmpfs", "-o", opts, MOUNT_SOURCE, str(path)],
         capture_output=True,
         check=False,
     )
