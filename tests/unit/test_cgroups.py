@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from mlsandbox.backends.local import cgroups
-from mlsandbox.backends.local.jobs import cgroups_available
+from mlsandbox.backends.local.jobs import CGROUP_SHIM, cgroups_available
 
 pytestmark = pytest.mark.skipif(not cgroups_available(), reason="needs root and cgroup v1")
 HOME = "/nowhere/home"
@@ -40,8 +40,8 @@ def _make(sandbox: str, owner: str, leaf: str) -> list[Path]:
 
 
 def _join(dirs: list[Path]) -> subprocess.Popen[bytes]:
-    shim = 'echo $$ > "$1" && echo $$ > "$2" && exec sleep 300'
-    proc = subprocess.Popen(["/bin/sh", "-c", shim, "sh", *(str(d / "cgroup.procs") for d in dirs)])
+    files = [str(d / "cgroup.procs") for d in dirs]
+    proc = subprocess.Popen(["/bin/sh", "-c", CGROUP_SHIM, "sh", str(len(files)), *files, "sleep", "300"])
     deadline = time.monotonic() + 10
     while not all(str(proc.pid) in (d / "cgroup.procs").read_text().split() for d in dirs):
         assert time.monotonic() < deadline
@@ -52,12 +52,12 @@ def _join(dirs: list[Path]) -> subprocess.Popen[bytes]:
 def test_a_gone_owners_cgroups_are_emptied_and_removed(sandbox: str) -> None:
     dirs = _make(sandbox, GONE, "ep-job-1.abcd1234")
     proc = _join(dirs)
-    roots = [d.parent.parent.parent for d in dirs]  # the two "mlsandbox" directories
+    roots = [d.parent.parent.parent for d in dirs]  # the "mlsandbox" directories (memory, cpu, cpuacct)
 
     found = cgroups.collect(HOME, roots=roots)
 
     assert [(r.sandbox, r.leaf, r.owner) for r in found] == [(sandbox, "ep-job-1.abcd1234", GONE)]
-    assert found[0].removed and found[0].killed == 1 and found[0].controllers == ["cpu", "memory"]
+    assert found[0].removed and found[0].killed == 1 and found[0].controllers == sorted(cgroups.controllers())
     assert proc.wait(timeout=10) == -9
     assert not any(d.exists() or d.parent.exists() for d in dirs)
     assert not any(d.exists() for d in cgroups.sandbox_dirs(sandbox))

@@ -65,6 +65,35 @@ def wait_log(jobs: LocalJobs, job_id: str, needle: str, timeout_s: float = 30.0)
     raise AssertionError(f"{needle!r} not in the log of {job_id}: {jobs.logs(job_id)!r}")
 
 
+@needs_cgroups
+def test_the_cgroup_counts_the_cpu_of_processes_the_first_one_never_reaps(tmp_path: Path) -> None:
+    """A sandbox's init reaps the script (bubblewrap's pattern): the wait status of the job's first
+    process does not carry its CPU; the job's cgroup does."""
+    import subprocess
+
+    from mlsandbox.backends.local.jobs import CGROUP_SHIM, Cgroup
+
+    group = Cgroup("t-cpuacct", f"detached-{os.getpid()}", home=str(tmp_path))
+    group.create(memory_mb=200, cpus=1.0)
+    try:
+        # The first process starts a burner in a new session and exits at once, never waiting for it.
+        burner = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass"
+        code = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {burner!r}])"
+        argv = ["/bin/sh", "-c", CGROUP_SHIM, "t", *group.shim_args(), "python3", "-c", code]
+        first = subprocess.Popen(argv)
+        _, _, usage = os.wait4(first.pid, 0)
+        first.returncode = 0
+        assert usage.ru_utime + usage.ru_stime < 0.9
+        deadline = time.monotonic() + 30
+        while group.pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        counted = group.cpu_seconds()
+        assert counted is not None and counted >= 0.9, counted
+    finally:
+        group.remove()
+    assert not any(d.exists() for d in group.dirs)
+
+
 # -------------------------------------------------------------------------------------------- helpers
 
 

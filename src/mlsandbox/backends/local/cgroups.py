@@ -30,6 +30,9 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "cpu")
+ACCOUNTING = "cpuacct"
+"""The CPU accounting controller: co-mounted with ``cpu`` on most hosts (its ``cpuacct.usage`` is then in
+the cpu directory); a hierarchy of its own on others, where a job gets a third directory in it."""
 TOP = "mlsandbox"
 """The directory, in a process's own cgroup, under which it nests the cgroups of its sandboxes' jobs."""
 COLLECT_TIMEOUT_S = 10.0
@@ -66,9 +69,26 @@ def owner_dir_name(home: str) -> str:
     return f"{pid}-{_start_ticks(pid)}-{home_tag(home)}"
 
 
+def accounting_separate() -> bool:
+    """Whether ``cpuacct`` is a v1 hierarchy of its own (not co-mounted with ``cpu``)."""
+    acct, cpu = CGROUP_ROOT / ACCOUNTING, CGROUP_ROOT / "cpu"
+    return (
+        (acct / "cpuacct.usage").is_file()
+        and cpu.is_dir()
+        and acct.resolve() != cpu.resolve()
+        and not (cpu / "cpuacct.usage").exists()
+    )
+
+
+def controllers() -> tuple[str, ...]:
+    """The hierarchies a job's cgroups live in: memory, cpu, and cpuacct when it is a hierarchy of its own."""
+    return (*CONTROLLERS, ACCOUNTING) if accounting_separate() else CONTROLLERS
+
+
 def sandbox_dirs(sandbox_name: str) -> list[Path]:
-    """The memory and cpu cgroup directories of ``sandbox_name`` in this process's own cgroups."""
-    return [CGROUP_ROOT / c / own_cgroup(c).lstrip("/") / TOP / sandbox_name for c in CONTROLLERS]
+    """The memory and cpu (then cpuacct, when separate) cgroup directories of ``sandbox_name`` in this
+    process's own cgroups."""
+    return [CGROUP_ROOT / c / own_cgroup(c).lstrip("/") / TOP / sandbox_name for c in controllers()]
 
 
 def owner_dirs(sandbox_name: str, home: str) -> list[Path]:
@@ -103,10 +123,11 @@ def remove_dir(path: Path) -> bool:
     return True
 
 
-def find_roots(controllers: Iterable[str] = CONTROLLERS) -> list[Path]:
-    """Every ``mlsandbox`` directory of the given v1 hierarchies (whoever's cgroup it is nested in)."""
+def find_roots(names: Iterable[str] | None = None) -> list[Path]:
+    """Every ``mlsandbox`` directory of the given v1 hierarchies (default: :func:`controllers`; whoever's
+    cgroup it is nested in)."""
     found: list[Path] = []
-    for controller in controllers:
+    for controller in controllers() if names is None else names:
         base = CGROUP_ROOT / controller
         if not base.is_dir():
             continue

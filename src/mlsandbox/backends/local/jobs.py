@@ -84,7 +84,11 @@ USAGE_SAMPLE_S = 0.5
 """A running job's CPU seconds and RSS are sampled at most this often (its final figures are exact)."""
 """Address space allowed above ``memory_mb`` under rlimits (code and shared libraries mapped, not used)."""
 # Joins the cgroups given as $1 and $2, then becomes the workload (exit 125: could not join).
-CGROUP_SHIM = 'echo $$ > "$1" && echo $$ > "$2" || exit 125; shift 2; exec "$@"'
+CGROUP_SHIM = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
+)
+"""``sh -c CGROUP_SHIM NAME N PROCS_FILE... COMMAND...``: join the N cgroups, then exec the command
+(:meth:`Cgroup.shim_args`)."""
 
 
 # ------------------------------------------------------------------------------------------- cgroups
@@ -154,20 +158,43 @@ class Cgroup:
         # the cgroup of a new job that reuses its id.
         leaf = f"{job_id}.{secrets.token_hex(4)}"
         home = home or str(paths.home().resolve())
-        self.memory, self.cpu = (d / leaf for d in cgroup_layout.owner_dirs(sandbox_name, home))
+        dirs = [d / leaf for d in cgroup_layout.owner_dirs(sandbox_name, home)]
+        self.memory, self.cpu = dirs[0], dirs[1]
+        self.cpuacct: Path | None = dirs[2] if len(dirs) > 2 else None
+        """The CPU accounting directory when cpuacct is a hierarchy of its own (else it is ``cpu``)."""
+
+    @property
+    def dirs(self) -> list[Path]:
+        return [self.memory, self.cpu, *([self.cpuacct] if self.cpuacct is not None else [])]
 
     @property
     def procs_files(self) -> list[str]:
-        return [str(self.memory / "cgroup.procs"), str(self.cpu / "cgroup.procs")]
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def shim_args(self) -> list[str]:
+        """What follows ``sh -c CGROUP_SHIM NAME`` before the command: the count and the procs files."""
+        files = self.procs_files
+        return [str(len(files)), *files]
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used by every process that has been in the group (cpuacct), None when unreadable."""
+        for d in (self.cpuacct, self.cpu):
+            if d is None:
+                continue
+            try:
+                return int((d / "cpuacct.usage").read_text()) / 1e9
+            except (OSError, ValueError):
+                continue
+        return None
 
     def create(self, memory_mb: int, cpus: float) -> None:
         """Make both groups and set their limits; never touches a group that still holds processes."""
-        for d in (self.memory, self.cpu):
+        for d in self.dirs:
             if d.exists() and not _remove_cgroup_dir(d):
                 raise BackendError(f"cgroup {d} is still in use by processes of an earlier job {d.name!r}")
         created: list[Path] = []
         try:
-            for d in (self.memory, self.cpu):
+            for d in self.dirs:
                 _make_cgroup_dir(d)
                 created.append(d)
             limit = str(memory_mb << 20)
@@ -238,7 +265,7 @@ class Cgroup:
             for pid in self.pids():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            if all(_remove_cgroup_dir(d) for d in (self.memory, self.cpu)) or time.monotonic() > deadline:
+            if all(_remove_cgroup_dir(d) for d in self.dirs) or time.monotonic() > deadline:
                 return
             time.sleep(0.05)
 
@@ -493,6 +520,8 @@ class LocalJobs:
                 job.usage_sampled_at = now
         if running_pid is not None:
             cpu, rss = _tree_usage(running_pid)
+            counted = job.cgroup.cpu_seconds() if job.cgroup is not None else None
+            cpu = max(cpu, counted or 0.0)  # the group counts the processes a sandbox's init reaps too
             with self._lock:
                 if job.state == "running":
                     job.cpu_seconds = max(job.cpu_seconds, cpu)
@@ -664,7 +693,7 @@ class LocalJobs:
             command = [str(interpreter(job.spec.environment)), str(workload), *job.spec.args]
         if job.cgroup is None:
             return command
-        return ["/bin/sh", "-c", CGROUP_SHIM, "mlsandbox-job", *job.cgroup.procs_files, *command]
+        return ["/bin/sh", "-c", CGROUP_SHIM, "mlsandbox-job", *job.cgroup.shim_args(), *command]
 
     def _start(self, job: _Job) -> None:
         spec = job.spec
@@ -731,6 +760,7 @@ class LocalJobs:
         finished_at = time.time()
         _signal_group(job.popen.pid, signal.SIGKILL)  # no process outlives its job
         oom_kills = job.cgroup.oom_kills() if job.cgroup is not None else 0
+        counted = job.cgroup.cpu_seconds() if job.cgroup is not None else None
         cgroup_peak = job.cgroup.max_usage_bytes() if job.cgroup is not None else None
         if job.cgroup is not None:
             job.cgroup.remove()
@@ -743,7 +773,9 @@ class LocalJobs:
         result = parse_result(tail_lines(job.log_path, 200)) if exit_code == 0 else {}
         with self._lock:
             job.exit_code, job.finished_at, job.result = exit_code, finished_at, result
-            job.cpu_seconds = usage.ru_utime + usage.ru_stime
+            # Every process that was in the job's group (cpuacct), which counts what the wait status
+            # cannot: processes reaped by another than the job's first one (a sandbox's own init).
+            job.cpu_seconds = max(usage.ru_utime + usage.ru_stime, counted or 0.0)
             # Not ru_maxrss: a forked child starts with its parent's high-water mark, so a small job
             # forked from a big process would report the parent's size. The cgroup's own high-water
             # mark when there is one, else the largest RSS sampled while it ran.

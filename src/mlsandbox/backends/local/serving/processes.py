@@ -190,7 +190,7 @@ class ProcessHost:
                 cgroup.create(memory_mb, cpus)
             except Exception as e:
                 raise ServingError("backend_error", str(e)) from None
-            argv = ["/bin/sh", "-c", CGROUP_SHIM, "mlsandbox-serving", *cgroup.procs_files, *argv]
+            argv = ["/bin/sh", "-c", CGROUP_SHIM, "mlsandbox-serving", *cgroup.shim_args(), *argv]
         elif memory_mb is not None and self.limits == "rlimit":
             data_kib, as_kib = memory_mb << 10, (memory_mb + AS_ALLOWANCE_MB) << 10
             argv = ["/bin/sh", "-c", _RLIMIT_SHIM, "mlsandbox-serving", str(data_kib), str(as_kib), *argv]
