@@ -185,3 +185,27 @@ def test_a_closed_episode_is_final_and_not_read_again(tmp_path: Path) -> None:
     reads.clear()
     index.scan()
     assert reads == ["8-def"]  # the live one only
+
+
+def test_view_delta_shows_the_workspace_files_and_the_scripts_run() -> None:
+    script = "import json\nprint(json.dumps({'run_id': 'r9'}))\n"
+    records = [
+        START,
+        _step(1, "write_file", {"path": "train.py", "bytes": len(script)},
+              raw={"type": "write_file", "path": "train.py", "content": script}),
+        _step(2, "run_python", {"job_id": "job-1", "state": "running", "script": "train.py"},
+              raw={"type": "run_python", "path": "train.py"}),
+        _step(3, "run_python", {"job_id": "job-2", "state": "running", "script": "run_2.py"},
+              raw={"type": "run_python", "code": "print('hi')"}),
+        _step(4, "write_file", None, ok=False, raw={"type": "write_file", "path": "../x", "content": "no"}),
+    ]  # fmt: skip
+    first = view_delta(records[:3])
+    assert [(f["path"], f["bytes"], f["step"], f["content"]) for f in first["workspace_files"]] == [
+        ("train.py", len(script), 1, script)
+    ]
+    assert first["scripts"] == {"job-1": {"job_id": "job-1", "script": "train.py", "step": 2, "state": "running",
+                                          "cpu_seconds": None}}  # fmt: skip
+    later = view_delta(records[3:])  # a later delta: the code a run_python carried is a file too
+    assert [f["path"] for f in later["workspace_files"]] == ["run_2.py"]
+    assert later["scripts"]["job-2"]["script"] == "run_2.py"
+    assert view_delta(RECORDS)["workspace_files"] == [] and view_delta(RECORDS)["scripts"] == {}

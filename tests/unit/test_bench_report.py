@@ -420,3 +420,26 @@ def test_token_usage_is_recorded_and_plotted_against_success() -> None:
     page = render_html([row, *ROWS])
     assert "<h3>Tokens against success</h3>" in page and "$0.00 in all" in page
     assert "Tokens against success" not in render_html(ROWS)
+
+
+def test_replay_shows_the_workspace_files_and_the_scripts_output() -> None:
+    from mlsandbox.agents.trajectory import replay_lines
+
+    def step(n: int, action: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        obs = {"step": n, "ok": True, "action": action["type"], "result": result}
+        return {"kind": "step", "step": n, "action": action, "next_observation": obs, "reward": -0.02}
+
+    script = "print('validation AUC 0.81')\nprint('{\"run_id\": \"r1\"}')"
+    recs = [
+        {"kind": "episode", "episode_id": "1-a", "scenario": "s", "agent": "code", "seed": 1, "observation": {}},
+        step(1, {"type": "write_file", "path": "train.py", "content": script}, {"path": "train.py", "bytes": 50}),
+        step(2, {"type": "run_python", "path": "train.py"}, {"job_id": "job-1", "state": "running", "script": "train.py"}),
+        step(3, {"type": "get_job", "job_id": "job-1"}, {"job_id": "job-1", "state": "succeeded", "cpu_seconds": 3.5}),
+        step(4, {"type": "get_logs", "target": "job-1"}, {"lines": ["validation AUC 0.81", '{"run_id": "r1"}']}),
+        {"kind": "end", "success": True, "grade": {"reason": "ok"}, "steps": 4, "total_reward": 1.0},
+    ]  # fmt: skip
+    blocks = list(replay_lines(recs))
+    assert 'write_file {"path":"train.py"}' in blocks[1] and "    | print('validation AUC 0.81')" in blocks[1]
+    assert "validation AUC 0.81" in blocks[4]
+    assert "workspace files: train.py" in blocks[-1]
+    assert "script job-1: train.py (step 2) succeeded, cpu 3.5 s" in blocks[-1]

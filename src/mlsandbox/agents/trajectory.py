@@ -12,7 +12,8 @@ One file per episode, one JSON object per line:
 Observations are the structured observations the agent saw (never hidden ground truth); ``info`` is the
 gateway's step info, which at the last step includes the grade (hidden ground truth: keep it out of what
 an agent is trained to read as input). :func:`replay_lines` re-renders an episode step by step with the
-text renderer the LLM adapter uses.
+text renderer the LLM adapter uses, the files an agent wrote in its workspace in full below the action
+that wrote them, and at the end the workspace's files and the scripts run (with their final state).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from mlsandbox.agents.runner import EpisodeResult
 from mlsandbox.evaluation.reward import objective_vector
+from mlsandbox.gateway.packs.workspace.activity import WorkspaceActivity
 from mlsandbox.gateway.render import render_observation
 
 FORMAT_VERSION = 1
@@ -105,7 +107,22 @@ def parse_trajectory(text: str, source: str = "<trajectory>") -> list[dict[str, 
     return records
 
 
-def _action_text(action: Any) -> str:
+_FILE_ACTIONS = {"write_file": "content", "run_python": "code"}
+
+
+def _action_text(action: Any, max_chars: int = 2000) -> str:
+    """The action on one line; a file's text (``write_file``'s content, ``run_python``'s code) below it,
+    indented, at most ``max_chars`` characters of it."""
+    key = _FILE_ACTIONS.get(action.get("type")) if isinstance(action, dict) else None
+    if isinstance(action, dict) and key is not None and isinstance(action.get(key), str):
+        text = action[key]
+        head = _action_text({k: v for k, v in action.items() if k != key}, max_chars)
+        body = text[:max_chars] + (
+            f"\n... ({len(text) - max_chars} more characters)" if len(text) > max_chars else ""
+        )
+        return f"{head} ({len(text.encode())} bytes of {key}):\n" + "\n".join(
+            f"    | {line}" for line in body.splitlines()
+        )
     if isinstance(action, dict):
         params = {k: v for k, v in action.items() if k != "type"}
         return (
@@ -128,21 +145,26 @@ def replay_lines(
         + render_observation(head.get("observation") or {}, max_chars=max_chars)
     )
     total = 0.0
+    workspace = WorkspaceActivity()
     for rec in records[1:]:
         if rec["kind"] == "step":
             total += float(rec.get("reward") or 0.0)
+            workspace.add(rec.get("action"), rec.get("next_observation") or {})
             if only_step is not None and rec.get("step") != only_step:
                 continue
             comps = {k: v for k, v in (rec.get("reward_components") or {}).items() if v}
             reward = " ".join(f"{k}={v:+.3f}" for k, v in comps.items())
             yield (
-                f"-- step {rec.get('step')} · action {_action_text(rec.get('action'))}\n"
+                f"-- step {rec.get('step')} · action {_action_text(rec.get('action'), max_chars)}\n"
                 + render_observation(rec.get("next_observation") or {}, max_chars=max_chars)
                 + f"\nreward {float(rec.get('reward') or 0):+.3f} ({reward or 'no components'}) · total {total:+.3f}"
             )
         elif rec["kind"] == "end" and only_step is None:
             grade = rec.get("grade") or {}
-            yield (
-                f"== end: {'success' if rec.get('success') else 'not solved'} · {grade.get('reason', '-')}"
-                f" · {rec.get('steps')} steps · total reward {float(rec.get('total_reward') or 0):+.3f}"
+            yield "\n".join(
+                [
+                    f"== end: {'success' if rec.get('success') else 'not solved'} · {grade.get('reason', '-')}"
+                    f" · {rec.get('steps')} steps · total reward {float(rec.get('total_reward') or 0):+.3f}",
+                    *workspace.summary_lines(),
+                ]
             )

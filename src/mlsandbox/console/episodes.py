@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlsandbox.backends.protocols import AuditLog
+from mlsandbox.gateway.packs.workspace.activity import WorkspaceActivity
 from mlsandbox.gateway.render import render_observation
 
 EPISODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -279,11 +280,21 @@ def _jobs_from_observation(obs: dict[str, Any]) -> list[dict[str, Any]]:
 def view_delta(records: list[dict[str, Any]]) -> dict[str, Any]:
     """What ``records`` add to an episode's view (see the module docstring for the merge rules).
 
-    Appended: ``steps``, ``job_samples``, ``registrations``, ``series[target]``. Replaced key by key:
-    ``jobs`` (by job id). Replaced when present: ``meta``, ``models``, ``deployments``, ``alerts``,
-    ``faults``, ``grade``, ``metrics``, ``closed``.
+    Appended: ``steps``, ``job_samples``, ``registrations``, ``series[target]``, ``workspace_files`` (each
+    write of a workspace file: the last one of a path wins). Replaced key by key: ``jobs`` and ``scripts``
+    (the workspace's script runs; their output is the job's log tail), by job id. Replaced when present:
+    ``meta``, ``models``, ``deployments``, ``alerts``, ``faults``, ``grade``, ``metrics``, ``closed``.
     """
-    out: dict[str, Any] = {"steps": [], "jobs": {}, "job_samples": [], "registrations": [], "series": {}}
+    out: dict[str, Any] = {
+        "steps": [],
+        "jobs": {},
+        "job_samples": [],
+        "registrations": [],
+        "series": {},
+        "workspace_files": [],
+        "scripts": {},
+    }
+    workspace = WorkspaceActivity()
     for rec in records:
         event = rec.get("event")
         if event == "start":
@@ -313,6 +324,12 @@ def view_delta(records: list[dict[str, Any]]) -> dict[str, Any]:
                         "step": view["step"],
                     }
                 )
+            for touched in workspace.add(rec.get("raw"), rec.get("observation") or {}):
+                if touched in workspace.files:
+                    out["workspace_files"].append(vars(workspace.files[touched]))
+                elif touched in workspace.scripts:
+                    run = workspace.scripts[touched]
+                    out["scripts"][touched] = {k: v for k, v in vars(run).items() if k != "output" or v}
             tel = rec.get("telemetry")
             if isinstance(tel, dict) and tel:
                 _merge_telemetry(out, tel, view["step"])

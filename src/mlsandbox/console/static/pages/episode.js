@@ -32,6 +32,8 @@ function emptyState() {
     jobs: {},
     jobSamples: [],
     registrations: [],
+    files: {},
+    scripts: {},
     models: [],
     deployments: [],
     alerts: [],
@@ -49,6 +51,8 @@ export function merge(st, d) {
   Object.assign(st.jobs, d.jobs || {});
   st.jobSamples.push(...(d.job_samples || []));
   st.registrations.push(...(d.registrations || []));
+  for (const f of d.workspace_files || []) st.files[f.path] = f;
+  Object.assign(st.scripts, d.scripts || {});
   for (const [target, points] of Object.entries(d.series || {})) {
     if (!st.series[target]) st.series[target] = [];
     st.series[target].push(...points);
@@ -481,6 +485,54 @@ function runsSection(st) {
   );
 }
 
+// The workspace: the files the agent wrote (the last write of each path) and the scripts it ran, with
+// their state and output (the job's log tail, or what the agent read with get_logs).
+function workspaceSection(st, openFiles) {
+  const files = Object.values(st.files).sort((a, b) => a.path.localeCompare(b.path));
+  const scripts = Object.values(st.scripts);
+  if (!files.length && !scripts.length) return h("p", { class: "muted" }, "The agent did not use its workspace.");
+  const keep = (key, el) => {
+    el.open = openFiles.has(key);
+    el.addEventListener("toggle", () => (el.open ? openFiles.add(key) : openFiles.delete(key)));
+    return el;
+  };
+  return h(
+    "div",
+    {},
+    table(
+      [
+        { label: "File", cell: (f) => h("code", {}, f.path) },
+        { label: "Bytes", cell: (f) => num(f.bytes, 0), num: true },
+        { label: "Written at step", cell: (f) => f.step, num: true },
+      ],
+      files,
+      { caption: "Workspace files" },
+    ),
+    files.map((f) =>
+      keep(
+        `file:${f.path}`,
+        h("details", { class: "job-log" }, h("summary", {}, `${f.path}${f.truncated ? " (first part)" : ""}`), h("pre", {}, f.content || "(empty)")),
+      ),
+    ),
+    scripts.length
+      ? table(
+          [
+            { label: "Job", cell: (r) => r.job_id },
+            { label: "Script", cell: (r) => h("code", {}, r.script) },
+            { label: "Run at step", cell: (r) => r.step, num: true },
+            { label: "State", cell: (r) => (st.jobs[r.job_id] || {}).state || r.state },
+          ],
+          scripts,
+          { caption: "Scripts run" },
+        )
+      : null,
+    scripts.map((r) => {
+      const lines = (st.jobs[r.job_id] || {}).log_tail || r.output || [];
+      return keep(`out:${r.job_id}`, h("details", { class: "job-log" }, h("summary", {}, `Output of ${r.job_id} (${r.script})`), h("pre", {}, lines.join("\n") || "(no output read yet)")));
+    }),
+  );
+}
+
 function alertsSection(st) {
   if (!st.alerts || !st.alerts.length) return h("p", { class: "muted" }, "No alert fired.");
   return table(
@@ -544,6 +596,7 @@ export function render(main, sandbox, episode) {
   const made = { steps: false, jobs: false };
   const servingByTarget = new Map();
   const openLogs = new Set();
+  const openFiles = new Set();
   let source = null;
   let offset = 0;
   let stopped = false;
@@ -563,6 +616,7 @@ export function render(main, sandbox, episode) {
     ["sec-timeline", "Timeline"],
     ["sec-jobs", "Jobs"],
     ["sec-runs", "Runs and models"],
+    ["sec-workspace", "Workspace"],
     ["sec-serving", "Deployments"],
     ["sec-alerts", "Alerts"],
     ["sec-faults", "Fault ground truth"],
@@ -582,6 +636,7 @@ export function render(main, sandbox, episode) {
     section("sec-timeline", "Timeline"),
     section("sec-jobs", "Jobs"),
     section("sec-runs", "Runs and models"),
+    section("sec-workspace", "Workspace"),
     section("sec-serving", "Deployments"),
     section("sec-alerts", "Alerts"),
     section("sec-faults", "Fault ground truth"),
@@ -634,6 +689,7 @@ export function render(main, sandbox, episode) {
     }
     replaceKeepFocus(jobsBody, jobsSection(st, openLogs));
     replaceKeepFocus(sections["sec-runs"], runsSection(st));
+    replaceKeepFocus(sections["sec-workspace"], workspaceSection(st, openFiles));
     replaceKeepFocus(
       servingTable,
       st.deployments.length
