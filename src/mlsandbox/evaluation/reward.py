@@ -141,9 +141,16 @@ def _grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> G
     return grade_registered_model_metric(state, tracking)
 
 
+def _grade_predictions_file(state: EpisodeState, tracking: Tracking) -> Grade:
+    from mlsandbox.evaluation.predictions_grade import grade_predictions_file  # imports Grade from here
+
+    return grade_predictions_file(state, tracking)
+
+
 GRADERS: dict[str, Grader] = {
     "registered_model_auc": grade_registered_model_auc,
     "registered_model_metric": _grade_registered_model_metric,
+    "predictions_file": _grade_predictions_file,
     "deployment_slo": _grade_deployment_slo,
 }
 """One grader per goal ``type`` (a new goal type adds its grader here)."""

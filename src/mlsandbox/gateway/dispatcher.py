@@ -27,6 +27,13 @@ from mlsandbox.gateway.observations import StepResult, error_observation, ok_obs
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.gateway.telemetry import Telemetry
 from mlsandbox.scenario.models import Scenario
+from mlsandbox.scenario.predictions_goal import (
+    ID_COLUMN,
+    PREDICTION_COLUMN,
+    PROBABILITY_COLUMN,
+    PredictionsFileGoal,
+    features_key,
+)
 from mlsandbox.tasks.registry import kind_of
 from mlsandbox.world import compute as P
 from mlsandbox.world.datasets import generated_dataset
@@ -168,8 +175,20 @@ class Gateway:
         goal = self.scenario.goal
         kind = kind_of(self.scenario.dataset(goal.dataset))
         out: dict[str, Any] = {"register_model_as": goal.model_name, "kind": kind.name}
-        if goal.type == "registered_model_metric":
+        if goal.type in ("registered_model_metric", "predictions_file"):
             out["metric"] = kind.metric(getattr(goal, "metric", None)).name
+        if isinstance(goal, PredictionsFileGoal):
+            del out["register_model_as"]
+            out["predictions_file"] = {
+                "write_to": goal.path,
+                "predict_for": features_key(goal.dataset),
+                "columns": [ID_COLUMN, PREDICTION_COLUMN, PROBABILITY_COLUMN],
+                "note": (
+                    f"a CSV in the workspace with one row per {ID_COLUMN} of the features file (in the "
+                    f"episode's bucket): {ID_COLUMN}, {PREDICTION_COLUMN} and, for a probability metric, "
+                    f"{PROBABILITY_COLUMN} (the positive class's)"
+                ),
+            }
         return out
 
     def close(self) -> None:
@@ -280,6 +299,11 @@ class Gateway:
             st.done = True
             self._recover_faults()  # graded on a healthy sandbox
             self.episode.stop_running_jobs()
+            for name, hook in self._packs.hooks["on_end"]:
+                try:
+                    hook(self.episode)
+                except Exception as e:  # a pack's hook never breaks a step
+                    log.warning("episode %s: pack %s end hook failed: %s", st.episode_id, name, e)
             grade = grade_episode(st, self.runtime.tracking)
             self.grade = grade
         credits = st.credits_used

@@ -14,8 +14,9 @@ The implementation module defines, each taking the episode's
 - one handler per action, ``handle_<type>(ctx, action) -> dict`` (or the name a :class:`PackAction`
   gives as ``handler``);
 - optionally ``on_start(ctx)`` (after the episode's bucket, experiment and datasets exist),
-  ``on_step(ctx)`` (at every step boundary, after due faults and before the action runs) and
-  ``on_close(ctx)`` (when the episode's resources are removed; must be idempotent);
+  ``on_step(ctx)`` (at every step boundary, after due faults and before the action runs),
+  ``on_end(ctx)`` (when the episode is over, before it is graded: what the grader reads is collected
+  then) and ``on_close(ctx)`` (when the episode's resources are removed; must be idempotent);
 - optionally the suppliers ``fault_behaviours(ctx)`` (faults on targets whose mechanism lives in the
   pack, e.g. ``source:NAME``: ``(fault type, target kind) -> behaviour``), ``episode_services(ctx)``
   (services the pack runs for the episode besides the sandbox's: name -> an
@@ -63,7 +64,7 @@ BUILTIN_PACKS: tuple[str, ...] = (
 """The built-in packs, in catalog order (``module:attribute`` of each :class:`ActionPack`), loaded by name:
 the gateway core imports no pack."""
 
-HOOKS = ("on_start", "on_step", "on_close")
+HOOKS = ("on_start", "on_step", "on_end", "on_close")
 SUPPLIERS = ("fault_behaviours", "episode_services", "telemetry")
 
 

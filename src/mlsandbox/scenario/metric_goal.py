@@ -46,7 +46,7 @@ def check_metric_goal(goal: Any, datasets: dict[str, Any]) -> None:
     if spec is None:
         return
     kind = kind_of(spec)
-    if goal.type == "registered_model_metric":
+    if goal.type in ("registered_model_metric", "predictions_file"):
         metric, field = goal.metric, "goal.metric"
     elif goal.type == "registered_model_auc":
         metric, field = "roc_auc", "goal.type registered_model_auc"
@@ -60,7 +60,7 @@ def check_metric_goal(goal: Any, datasets: dict[str, Any]) -> None:
 
 def goal_metric(goal: Any, spec: Any) -> str:
     """The metric a goal grades by (``roc_auc`` for the AUC goals, with ``+slo`` for a deployment's)."""
-    if goal.type == "registered_model_metric":
+    if goal.type in ("registered_model_metric", "predictions_file"):
         return kind_of(spec).metric(goal.metric).name
     return "roc_auc+slo" if goal.type == "deployment_slo" else "roc_auc"
 

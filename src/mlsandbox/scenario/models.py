@@ -18,6 +18,7 @@ from mlsandbox.data.spec import (
 )
 from mlsandbox.scenario.compute import ComputePool
 from mlsandbox.scenario.metric_goal import MetricGoal, check_metric_goal, goal_metric
+from mlsandbox.scenario.predictions_goal import PredictionsFileGoal
 from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
@@ -57,11 +58,13 @@ def _goal_type(v: Any) -> str:
 AnyGoal = Annotated[
     Annotated[Goal, Tag("registered_model_auc")]
     | Annotated[MetricGoal, Tag("registered_model_metric")]
+    | Annotated[PredictionsFileGoal, Tag("predictions_file")]
     | Annotated[DeploymentSLOGoal, Tag("deployment_slo")],
     Discriminator(_goal_type),
 ]
 """A goal by ``type`` (``registered_model_auc`` when absent); ``registered_model_metric``: see
-scenario.metric_goal; ``deployment_slo``: see scenario.serving."""
+scenario.metric_goal; ``predictions_file``: see scenario.predictions_goal; ``deployment_slo``: see
+scenario.serving."""
 
 
 class Budget(_Model):

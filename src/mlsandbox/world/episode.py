@@ -105,6 +105,15 @@ class Charges:
     """Credits of those CPU seconds."""
 
 
+@dataclass(frozen=True)
+class DeliveredFile:
+    """A file the agent delivered in its workspace, read at the episode's end for the grader (a
+    ``predictions_file`` goal): its bytes, or why it could not be read."""
+
+    data: bytes | None
+    problem: str | None = None
+
+
 @dataclass
 class EpisodeState:
     episode_id: str
@@ -128,6 +137,8 @@ class EpisodeState:
     """What the episode was charged besides its jobs, by kind."""
     extra_credits: float = 0.0
     """Credits charged besides the jobs' CPU-seconds (reserved machines, deployments), added by packs."""
+    delivered: dict[str, DeliveredFile] = field(default_factory=dict)
+    """Workspace files the goal grades (path -> what was read at the episode's end, before grading)."""
     environments: dict[str, EnvironmentInfo] = field(default_factory=dict)
     """The episode's named Python environments (the agent's name -> the runtime's environment); jobs,
     flow runs and deployments name one (``default``, the sandbox's own, is not in here)."""

@@ -6,7 +6,9 @@ that cannot run agent code isolated refuses it: ``unsupported``) and removed by 
 ``train_model``'s are: ``get_job``, ``wait``, ``get_logs`` and ``cancel_job`` work on it, and its CPU
 seconds are charged. A model a script registers under the episode's model names (``ep-<episode>.<name>``,
 given to it as ``$MLSANDBOX_MODEL_PREFIX``) from a run of the episode's experiment is recorded at the next
-step as if ``register_model`` had registered it, so the grader grades it the same way.
+step as if ``register_model`` had registered it, so the grader grades it the same way. For a
+``predictions_file`` goal, ``on_start`` puts the holdout's features (no labels) in the episode's bucket and
+``on_end`` reads the predictions file the grader grades.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from mlsandbox.backends.protocols import JobSpec, WorkspaceError, Workspaces
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.workspace import actions as A
-from mlsandbox.world.episode import JobRecord
+from mlsandbox.evaluation.predictions_grade import holdout_with_ids
+from mlsandbox.scenario.predictions_goal import ID_COLUMN, PredictionsFileGoal, features_key
+from mlsandbox.world.episode import DeliveredFile, JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +160,43 @@ def on_step(ctx: EpisodeContext) -> None:
             continue
         if run.experiment_id == st.experiment_id:  # only the episode's own runs count
             st.registered.append((name, mv.version))
+
+
+MAX_DELIVERED_BYTES = 32 << 20
+"""The largest predictions file the grader reads (32 MiB)."""
+
+
+def on_start(ctx: EpisodeContext) -> None:
+    """For a ``predictions_file`` goal: the holdout's features, no labels, in the episode's bucket."""
+    goal = ctx.scenario.goal
+    if not isinstance(goal, PredictionsFileGoal):
+        return
+    holdout = holdout_with_ids(ctx.state.ground_truth.holdouts[goal.dataset])
+    target = ctx.scenario.dataset(goal.dataset).target
+    features = holdout.drop(columns=[target])
+    features.insert(0, ID_COLUMN, features.index)
+    data = features.to_csv(index=False).encode()
+    ctx.runtime.object_store.put_object(ctx.state.bucket, features_key(goal.dataset), data)
+
+
+def on_end(ctx: EpisodeContext) -> None:
+    """For a ``predictions_file`` goal: read the file the grader grades (before the workspace goes)."""
+    goal = ctx.scenario.goal
+    if not isinstance(goal, PredictionsFileGoal):
+        return
+    st = ctx.state
+    if not ctx.pack_state(WorkspaceState).opened:
+        st.delivered[goal.path] = DeliveredFile(None, "the workspace was never used")
+        return
+    try:
+        data, size = ctx.runtime.workspaces.read_file(st.episode_id, goal.path, MAX_DELIVERED_BYTES)
+    except WorkspaceError as e:
+        st.delivered[goal.path] = DeliveredFile(None, str(e))
+        return
+    if size > len(data):
+        st.delivered[goal.path] = DeliveredFile(None, f"{size} bytes is over the {MAX_DELIVERED_BYTES} limit")
+        return
+    st.delivered[goal.path] = DeliveredFile(data)
 
 
 def on_close(ctx: EpisodeContext) -> None:
