@@ -18,9 +18,9 @@ from mlsandbox.data.spec import (
 )
 from mlsandbox.scenario.compute import ComputePool
 from mlsandbox.scenario.metric_goal import MetricGoal, check_metric_goal, goal_metric
-from mlsandbox.scenario.predictions_goal import PredictionsFileGoal
 from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
+from mlsandbox.scenario.predictions_goal import PredictionsFileGoal
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
 from mlsandbox.scenario.sources import Source, check_sources
 from mlsandbox.scenario.space import ParameterSpace, read_parameter

@@ -19,9 +19,9 @@ from typing import Any
 
 from mlsandbox.backends.protocols import JobSpec, WorkspaceError, Workspaces
 from mlsandbox.errors import ActionError
+from mlsandbox.evaluation.predictions_grade import holdout_with_ids
 from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.workspace import actions as A
-from mlsandbox.evaluation.predictions_grade import holdout_with_ids
 from mlsandbox.scenario.predictions_goal import ID_COLUMN, PredictionsFileGoal, features_key
 from mlsandbox.world.episode import DeliveredFile, JobRecord
 
