@@ -123,3 +123,21 @@ def test_gc_unmounts_and_removes_the_workspaces_of_a_gone_gateway(
     assert gc._collect_workspaces() == []
     ws.close_all()
     assert not (sandbox / "workspaces" / "live").exists()
+
+
+def test_gc_leaves_a_workspace_without_owner_file_while_its_sandbox_lives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlsandbox.backends.local import gc
+    from mlsandbox.backends.local.services import Layout
+    from mlsandbox.backends.local.workspaces import OWNER_FILE
+
+    monkeypatch.setenv("MLSANDBOX_HOME", str(tmp_path))
+    sandbox = tmp_path / "sandboxes" / "box"
+    old = sandbox / "workspaces" / "old"  # as an older version made it: no owner file
+    (old / "files").mkdir(parents=True)
+    assert not (old / OWNER_FILE).exists()
+    Layout(sandbox).state_file.write_text("{}")
+    assert gc._collect_workspaces() == [] and old.exists()
+    Layout(sandbox).state_file.unlink()  # the sandbox is gone: its leftovers go
+    assert [i.what for i in gc._collect_workspaces()] == ["workspace old"] and not old.exists()

@@ -6,7 +6,8 @@ The script it writes is what an engineer would write after reading the data's pr
 without a label, clip the numeric columns to robust bounds (outliers), impute them (with missing-value
 indicators where the profile shows gaps), one-hot encode the categorical ones, weigh the classes when the
 minority class is rare, fit gradient boosting, log the validation AUC and the model (skops) to the
-episode's experiment with mlflow, and print the run id. A job that fails (a deadline, a flaky service) is
+episode's experiment with mlflow, and print the run id; for a ``predictions_file`` goal it also predicts
+the holdout's features file and writes the predictions file the goal grades. A job that fails (a deadline, a flaky service) is
 retried after reading its log, at most :data:`MAX_ATTEMPTS` times.
 """
 
@@ -73,13 +74,28 @@ with mlflow.start_run(run_name=os.environ.get("MLSANDBOX_RUN_NAME")) as run:
     mlflow.log_metric("val_auc", auc)
     trusted = skops.io.get_untrusted_types(data=skops.io.dumps(model))
     mlflow.sklearn.log_model(model, name="model", serialization_format="skops", skops_trusted_types=trusted)
+PREDICT_FOR, PREDICTIONS_PATH = {predict_for!r}, {predictions_path!r}
+if PREDICT_FOR:  # the goal grades a predictions file: predict the holdout's features, one row per id
+    raw = boto3.client("s3").get_object(Bucket=os.environ["MLSANDBOX_BUCKET"], Key=PREDICT_FOR)["Body"].read()
+    test = pd.read_csv(io.BytesIO(raw))
+    xt = test[NUMERIC + CATEGORICAL].copy()
+    xt[NUMERIC] = xt[NUMERIC].apply(pd.to_numeric, errors="coerce").astype(float)
+    xt[CATEGORICAL] = xt[CATEGORICAL].astype("object")
+    proba = model.predict_proba(xt)[:, 1]
+    out = pd.DataFrame({{"id": test["id"], "prediction": (proba >= 0.5).astype(int), "probability": proba}})
+    os.makedirs(os.path.dirname(PREDICTIONS_PATH) or ".", exist_ok=True)
+    out.to_csv(PREDICTIONS_PATH, index=False)
+    print(f"wrote {{len(out)}} predictions to {{PREDICTIONS_PATH}}")
 print(json.dumps({{"run_id": run.info.run_id, "val_auc": round(auc, 4)}}))
 """
 
 
-def training_script(dataset: str, profile: dict[str, Any]) -> str | None:
+def training_script(
+    dataset: str, profile: dict[str, Any], predictions: dict[str, Any] | None = None
+) -> str | None:
     """The training script for ``dataset`` given its profile (``check_data_quality``'s); None without a
-    target to learn."""
+    target to learn. ``predictions``: the deliverable's ``predictions_file`` (the script then also
+    predicts the features file and writes the predictions where the goal reads them)."""
     target = (profile.get("target") or {}).get("name")
     if not target:
         return None
@@ -107,6 +123,8 @@ def training_script(dataset: str, profile: dict[str, Any]) -> str | None:
         indicators=indicators,
         clip=clip,
         balanced=balanced,
+        predict_for=(predictions or {}).get("predict_for"),
+        predictions_path=(predictions or {}).get("write_to"),
     )
 
 
@@ -128,10 +146,13 @@ class CodeAgent:
         self._job: str | None = None
         self._waits = 0
         self._attempts = 0
+        self._predictions: dict[str, Any] | None = None
 
     def reset(self, observation: dict[str, Any], seed: int | None = None) -> None:
         result = observation.get("result") or {}
-        self._model_name = (result.get("deliverable") or {}).get("register_model_as", "model")
+        deliverable = result.get("deliverable") or {}
+        self._model_name = deliverable.get("register_model_as", "model")
+        self._predictions = deliverable.get("predictions_file")
         names = [d["name"] for d in result.get("datasets", [])]
         names.sort(key=lambda n: (not n.endswith(".parquet"), not n.startswith("raw/"), n))
         self._dataset = names[0] if names else None
@@ -146,7 +167,7 @@ class CodeAgent:
             self._phase = "write"
             return {"type": "check_data_quality", "dataset": self._dataset}
         if self._phase == "write":
-            script = training_script(self._dataset, result.get("profile") or {})
+            script = training_script(self._dataset, result.get("profile") or {}, self._predictions)
             if script is None:
                 return {"type": "submit"}
             self._phase = "run"
@@ -161,6 +182,8 @@ class CodeAgent:
             if self._job is None:
                 return {"type": "submit"}
             state = result.get("state")
+            if action == "get_job" and state == "succeeded" and self._predictions is not None:
+                return {"type": "submit"}  # the predictions file is the deliverable
             if action == "get_job" and state == "succeeded":
                 self._phase = "register"
                 return {"type": "get_logs", "target": self._job, "tail": 20}

@@ -113,7 +113,7 @@ _FILE_ACTIONS = {"write_file": "content", "run_python": "code"}
 def _action_text(action: Any, max_chars: int = 2000) -> str:
     """The action on one line; a file's text (``write_file``'s content, ``run_python``'s code) below it,
     indented, at most ``max_chars`` characters of it."""
-    key = _FILE_ACTIONS.get(action.get("type")) if isinstance(action, dict) else None
+    key = _FILE_ACTIONS.get(str(action.get("type"))) if isinstance(action, dict) else None
     if isinstance(action, dict) and key is not None and isinstance(action.get(key), str):
         text = action[key]
         head = _action_text({k: v for k, v in action.items() if k != key}, max_chars)

@@ -325,7 +325,7 @@ def _collect_workspaces() -> list[GcItem]:
 
     root = paths.sandboxes_dir()
     items = []
-    for path, mounted in collect_stale(root):
+    for path, mounted in collect_stale(root, lambda sandbox: not svc.Layout(sandbox).state_file.exists()):
         rel = path.relative_to(root) if path.is_relative_to(root) else path
         items.append(
             GcItem(

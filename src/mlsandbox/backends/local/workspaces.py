@@ -46,9 +46,8 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -78,8 +77,6 @@ BOOT_INSIDE = "/opt/mlsandbox/boot.py"
 _ID_OK = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 OWNER_FILE = "owner"
 MOUNT_SOURCE = "mlsandbox-workspace"
-UNOWNED_GRACE_S = 60.0
-"""A workspace directory without an owner file is left alone this long (an ``open`` in progress)."""
 
 
 def bwrap_binary() -> str | None:
@@ -607,23 +604,22 @@ def remove(root: Path, *, mounted: bool | None = None) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def is_stale(root: Path) -> bool:
-    """Whether a workspace directory's owner is gone (no owner file: after :data:`UNOWNED_GRACE_S`)."""
+def is_stale(root: Path, sandbox_gone: Callable[[Path], bool]) -> bool:
+    """Whether a workspace directory's owner is gone. One without an owner file (made by an older
+    version, or an ``open`` under way) is stale only when its sandbox is gone (``sandbox_gone`` of the
+    sandbox's directory)."""
     try:
         return not _owner_alive((root / OWNER_FILE).read_text())
     except FileNotFoundError:
-        try:
-            return time.time() - root.stat().st_mtime > UNOWNED_GRACE_S
-        except OSError:
-            return False
+        return sandbox_gone(root.parent.parent)
     except OSError:
         return False
 
 
-def collect_stale(sandboxes_root: Path) -> list[tuple[Path, bool]]:
+def collect_stale(sandboxes_root: Path, sandbox_gone: Callable[[Path], bool]) -> list[tuple[Path, bool]]:
     """Unmount and remove the workspaces under ``sandboxes_root`` (every sandbox's ``workspaces/``, and
-    tmpfs still mounted where a sandbox's directory was removed) whose owner is gone: ``(root, was
-    mounted)`` for each."""
+    tmpfs still mounted where a sandbox's directory was removed) whose owner is gone (see
+    :func:`is_stale`): ``(root, was mounted)`` for each."""
     mounts = {p.parent for p in workspace_mounts(sandboxes_root) if p.name == "files"}
     roots = set(mounts)
     if sandboxes_root.is_dir():
@@ -631,7 +627,7 @@ def collect_stale(sandboxes_root: Path) -> list[tuple[Path, bool]]:
             roots.update(p for p in base.iterdir() if p.is_dir())
     out = []
     for root in sorted(roots):
-        if is_stale(root):
+        if is_stale(root, sandbox_gone):
             remove(root, mounted=root in mounts)
             out.append((root, root in mounts))
     return out

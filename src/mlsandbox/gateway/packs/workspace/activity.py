@@ -57,8 +57,8 @@ class WorkspaceActivity:
                 touched.append(script)
             self.scripts[job] = ScriptRun(job, script, step, str(result.get("state") or "queued"))
             return touched
-        job = result.get("job_id") if kind == "get_job" else action.get("target")
-        run = self.scripts.get(str(job)) if job is not None else None
+        named = result.get("job_id") if kind == "get_job" else action.get("target")
+        run = self.scripts.get(str(named)) if named is not None else None
         if run is None:
             return []
         if kind == "get_job":
