@@ -51,6 +51,10 @@ SHARED_SERVICES: dict[str, tuple[str, int]] = {
     "mlflow": ("mlflow", 5000),
     "prefect": ("prefect-server", 4200),
 }
+NOT_SCRIPTS: dict[str, Any] = {"key": "mlsandbox.dev/workload", "operator": "NotIn", "values": ["script"]}
+"""Pod selector of the broad allows: every pod but the agent's workspace scripts, whose own policy
+(``workspace-scripts``, made by the kube backend) allows DNS, MinIO and MLflow only; network policies add
+up, so a broad allow that selected them would open the rest to them."""
 SERVING_COMPONENTS = ("model-server", "feature-service")
 """Component labels of the pods the gateway sends requests to (through the API server's proxy)."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "mlsandbox-operator", "app.kubernetes.io/part-of": "mlsandbox"}
@@ -151,8 +155,9 @@ def limit_range(target: str, sandbox: tuple[str, str], spec: SandboxSpec) -> Man
 
 
 def network_policies(target: str, sandbox: tuple[str, str], control_namespace: str) -> list[Manifest]:
-    """Deny all, then allow: within the namespace, DNS to kube-system, to and from the control namespace,
-    and the serving pods' ``http`` port from the API server's proxy."""
+    """Deny all, then allow: within the namespace, DNS to kube-system, to and from the control namespace
+    (every pod but the workspace scripts: :data:`NOT_SCRIPTS`), and the serving pods' ``http`` port from
+    the API server's proxy."""
 
     def policy(name: str, spec: dict[str, Any]) -> Manifest:
         return {
@@ -187,25 +192,31 @@ def network_policies(target: str, sandbox: tuple[str, str], control_namespace: s
             {"key": "app.kubernetes.io/component", "operator": "In", "values": list(SERVING_COMPONENTS)}
         ]
     }
+    same = policy(
+        "allow-same-namespace",
+        {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [own]}], "egress": [{"to": [own]}]},
+    )
+    to_control = policy(
+        "allow-control-plane",
+        {
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [control]}],
+            "egress": [{"to": [control]}],
+        },
+    )
+    for broad in (same, to_control):
+        broad["spec"]["podSelector"] = {
+            "matchExpressions": [dict(NOT_SCRIPTS, values=list(NOT_SCRIPTS["values"]))]
+        }
     return [
         policy("default-deny", {"policyTypes": ["Ingress", "Egress"]}),
-        policy(
-            "allow-same-namespace",
-            {"policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [own]}], "egress": [{"to": [own]}]},
-        ),
+        same,
         policy("allow-dns", {"policyTypes": ["Egress"], "egress": [dns]}),
         # The gateway reaches the model servers and the feature service through the API server's proxy,
         # whose requests come from the control-plane node's address, which no selector names: their
         # "http" port (and only it) accepts connections from any address.
         serving,
-        policy(
-            "allow-control-plane",
-            {
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [{"from": [control]}],
-                "egress": [{"to": [control]}],
-            },
-        ),
+        to_control,
     ]
 
 

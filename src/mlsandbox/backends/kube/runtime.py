@@ -44,9 +44,10 @@ from .sources import KubeSourceHosting
 
 BACKEND = "kube"
 WORKSPACES_REFUSAL = (
-    "agent code is not run on kube yet: it needs a locked-down pod per run (runAsNonRoot, no service-account "
-    "token, read-only root file system, a NetworkPolicy to the sandbox's services only) and scoped store "
-    "credentials; use the local backend (docs/not-built-yet.md)"
+    "agent code is not run on kube yet: the locked-down pod per run is built (backends/kube/"
+    "workspace_manifests.py: runAsNonRoot, no service-account token, read-only root file system, a "
+    "NetworkPolicy to MinIO and MLflow only) but not yet wired to a workspace store, scoped store credentials "
+    "and the files a script writes back; use the local backend (docs/not-built-yet.md)"
 )
 STATIC_UNSUPPORTED: dict[str, str] = {
     **{f"fault:{kind}": why for kind, why in FAULTS_UNAVAILABLE.items()},
