@@ -92,10 +92,16 @@ class EpisodeHost:
 
     def task_markdown(self) -> str:
         sc = self.scenario
+        path = getattr(sc.goal, "path", None) if sc.goal.type == "predictions_file" else None
+        deliverable = (
+            f"a predictions file `{path}` written in the workspace by your script"
+            if path
+            else f"a model registered as `{sc.goal.model_name}`"
+        )
         return (
             f"# {sc.title}\n\nscenario `{sc.id}` · seed {self.seed} · at most {sc.max_steps} steps · "
             f"{sc.budget.credits:g} compute credits\n\n{sc.task.strip()}\n\n"
-            f"Deliverable: a model registered as `{sc.goal.model_name}`, then call the `submit` tool.\n"
+            f"Deliverable: {deliverable}, then call the `submit` tool.\n"
         )
 
     def close(self) -> None:
