@@ -31,7 +31,11 @@ pytestmark = [
 def gw(runtime: Any, sandbox: Any) -> Iterator[Gateway]:
     sc = load_builtin("tabular-quality-basic")
     sc = sc.model_copy(
-        update={"max_steps": 1000, "budget": sc.budget.model_copy(update={"credits": 10_000.0})}
+        # Room for a slow, shared machine: the training script of the last test may take minutes there.
+        update={
+            "max_steps": 1000,
+            "budget": sc.budget.model_copy(update={"credits": 10_000.0, "max_job_seconds": 900.0}),
+        }
     )
     g = Gateway(runtime, sc, seed=11, sandbox=sandbox.name)
     g.start()
