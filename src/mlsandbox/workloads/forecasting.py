@@ -20,9 +20,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 SEASON = 7
 """The seasonal period in days: the seasonal-naive baseline repeats the last week."""
@@ -71,6 +72,7 @@ def hyperparameter_problems(algorithm: str, hyperparams: dict[str, Any]) -> list
 def daily_series(frame: Any, time_column: str, value_column: str) -> Any:
     """The frame as a daily pandas series (absent days are NaN). Duplicate dates raise pandas' own
     ``ValueError`` (cannot reindex on an axis with duplicate labels)."""
+    import numpy as np
     import pandas as pd
 
     index = pd.DatetimeIndex(pd.to_datetime(frame[time_column]).dt.normalize(), name=time_column)
@@ -79,6 +81,8 @@ def daily_series(frame: Any, time_column: str, value_column: str) -> Any:
 
 
 def _row(values: np.ndarray, t: int, day: date) -> list[float] | None:
+    import numpy as np
+
     window = values[max(0, t - LEVEL_WINDOW) : t]
     present = window[~np.isnan(window)]
     if present.size < SEASON:
@@ -99,6 +103,8 @@ def holiday_name(day: date) -> str | None:
 def holiday_multipliers(values: np.ndarray, start: date) -> dict[str, float]:
     """Each calendar holiday's multiplier seen in ``values``: the median, over its occurrences, of its
     ratio to the recent level divided by the usual (median non-holiday) ratio of its weekday."""
+    import numpy as np
+
     ratios: dict[int, list[float]] = {k: [] for k in range(SEASON)}
     seen: dict[str, list[tuple[int, float]]] = {}
     for t in range(LEVEL_WINDOW, values.size):
@@ -127,6 +133,8 @@ def _adjusted(values: np.ndarray, start: date, multipliers: dict[str, float]) ->
 
 
 def _matrix(values: np.ndarray, start: date) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     rows, targets = [], []
     for t in range(max(LAGS), values.size):
         if math.isnan(values[t]):
@@ -181,6 +189,8 @@ class Forecaster:
         return date.fromisoformat(self.start)
 
     def forecast(self, days: Sequence[date]) -> np.ndarray:
+        import numpy as np
+
         if not days:
             return np.zeros(0)
         last = max(days)
@@ -204,6 +214,8 @@ class Forecaster:
         return np.asarray(out, dtype=np.float64)
 
     def _next(self, values: np.ndarray, t: int) -> float:
+        import numpy as np
+
         if self.estimator is None:
             for back in range(t - SEASON, -1, -SEASON):
                 if not math.isnan(values[back]):
@@ -228,6 +240,8 @@ def fit_forecaster(
     frame: Any, algorithm: str, hyperparams: dict[str, Any], seed: int, *, time_column: str, value_column: str
 ) -> Forecaster:
     """Fit ``algorithm`` on the whole of ``frame`` (raises the libraries' own errors on bad input)."""
+    import numpy as np
+
     series = daily_series(frame, time_column, value_column)
     if series.empty:
         raise ValueError("the series is empty")
@@ -248,6 +262,8 @@ def fit_forecaster(
 
 def mase_scale(history: np.ndarray) -> float:
     """The in-sample mean absolute error of the one-season-ahead seasonal-naive forecast."""
+    import numpy as np
+
     diffs = np.abs(history[SEASON:] - history[:-SEASON])
     diffs = diffs[~np.isnan(diffs)]
     return float(diffs.mean()) if diffs.size else math.nan
@@ -255,6 +271,8 @@ def mase_scale(history: np.ndarray) -> float:
 
 def scores(actual: np.ndarray, forecast: np.ndarray, scale: float) -> dict[str, float]:
     """``mase`` and ``smape`` (percent) of ``forecast`` against ``actual``."""
+    import numpy as np
+
     error = np.abs(actual - forecast)
     denom = np.abs(actual) + np.abs(forecast)
     smape = float(np.mean(np.where(denom > 0, 2 * error / np.where(denom > 0, denom, 1), 0.0)) * 100)
@@ -268,6 +286,7 @@ def evaluate(
     """The model's and the seasonal-naive baseline's scores on ``actual_frame`` (dates after the history
     ``history`` ends), the MASE scale taken from ``history``. A forecast that is not finite scores
     ``inf``."""
+    import numpy as np
     import pandas as pd
 
     days = [d.date() for d in pd.to_datetime(actual_frame[model.time_column])]
@@ -301,6 +320,8 @@ def validate(
 ) -> dict[str, float]:
     """``val_*`` metrics of ``algorithm`` fitted on all but the last ``horizon`` days of ``frame`` and
     scored on them (against the seasonal-naive forecast of the same history)."""
+    import numpy as np
+
     series = daily_series(frame, time_column, value_column)
     cut = series.index[-1] - np.timedelta64(horizon, "D")
     train = series[series.index <= cut]

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mlsandbox.data.spec import _check_name
-from mlsandbox.data.text import _LABELS
+from mlsandbox.data.text_templates import LABEL_TEMPLATES as _LABELS
 
 Domain = Literal["support_tickets", "clinical_notes"]
 GENERATOR_DOMAIN: dict[str, Literal["support_tickets", "medical_reports"]] = {
