@@ -224,6 +224,26 @@ def register(app: typer.Typer) -> None:
                 "-" if f.job_duration_ks is None else f"{f.job_duration_ks:.2f}",
             )
         console.print(table)
+        kinds = Table(title="per kind of work")
+        for col in (
+            "kind",
+            "triples",
+            "success agreement",
+            "metric",
+            "|metric diff| p50 / max",
+            "rel. error p50",
+        ):
+            kinds.add_column(col, justify="left" if col in ("kind", "metric") else "right")
+        for kind, k in index.kinds.items():
+            kinds.add_row(
+                kind,
+                f"{k.comparable}/{k.triples}",
+                "-" if k.success_agreement is None else f"{k.success_agreement:.0%}",
+                ", ".join(k.metrics),
+                f"{num(k.median_abs_metric_diff)} / {num(k.max_abs_metric_diff)}",
+                "-" if k.median_rel_metric_error is None else f"{k.median_rel_metric_error:.1%}",
+            )
+        console.print(kinds)
         console.print(f"report: {target / 'index.html'}")
 
 
