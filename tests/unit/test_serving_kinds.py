@@ -167,3 +167,16 @@ def test_a_kind_whose_data_is_not_a_table_is_refused_behind_drift_or_traffic() -
 
     with pytest.raises(ValueError, match="dataset 's' is of kind 'timeseries'"):
         refuse_non_table(Series(), "a drifting lake source")
+
+
+def test_the_sim_types_a_boolean_feature_as_the_real_signature_does() -> None:
+    from mlsandbox.backends.sim.realfit import boolean_columns, numeric_columns
+    from mlsandbox.workloads.trainer import make_pipeline
+
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame(
+        {"a": rng.normal(size=200), "flag": rng.random(200) < 0.2, "c": rng.choice(["p", "q"], 200)}
+    )
+    for task, y in (("multiclass", rng.choice(["l", "m", "h"], 200)), ("regression", rng.normal(size=200))):
+        model = make_pipeline(x, "gradient_boosting", {}, 0, task).fit(x, y)
+        assert boolean_columns(model) == ["flag"] and numeric_columns(model) == ["a"]

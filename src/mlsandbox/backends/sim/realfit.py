@@ -194,7 +194,7 @@ def boolean_columns(model: Any) -> list[str]:
         return [
             str(c)
             for c, values in zip(columns, encoder.categories_, strict=False)
-            if len(values) and all(isinstance(v, bool) or type(v).__name__ == "bool_" for v in values)
+            if len(values) and getattr(values, "dtype", None) is not None and values.dtype.kind == "b"
         ]
     return []
 
