@@ -45,7 +45,7 @@ import numpy as np
 from mlsandbox.calibration import records as R
 from mlsandbox.calibration import texts
 from mlsandbox.calibration.datasets import prepare
-from mlsandbox.calibration.model import Calibration
+from mlsandbox.calibration.model import Calibration, LinearModel
 from mlsandbox.calibration.plan import TRAINER_DEFAULTS, DataRef, FitPoint, FlowPoint, JobPoint, ServingPoint
 from mlsandbox.calibration.shipped import default_path
 from mlsandbox.data.clean import Strategy
@@ -1192,10 +1192,13 @@ def _timed_as(algorithm: str, algorithms: dict[str, Any]) -> str:
 
 def fit_task_resources(recs: list[R.Record], doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``jobs.tasks`` fitted from the ``kind`` job records (real runs of another kind of work), and a
-    report. Per (trainer task, algorithm): the overheads and the peak memory as lines in the rows (as
-    the binary algorithms'), the fit's CPU-seconds as the timed binary algorithm's model (its dependence
-    on rows, width and hyperparameters) with its level moved to the median of the measured fits (the
-    trainer's ``train_seconds``, one thread); the rest as the timed algorithm's."""
+    report. Per (trainer task, algorithm), starting from the timed binary algorithm's resources (its
+    namesake or its kind's stand-in): the fit's CPU-seconds keep that model's dependence on rows, width and
+    hyperparameters, with their level moved to the measured jobs' (a job's CPU-seconds less the timed
+    algorithm's overhead: starting, reading, logging are the same trainer's); the peak memory is a line in
+    the rows through the measurements (moved to them when they have fewer than three sizes). CPU-seconds
+    and memory do not depend on the machine's load; the overheads' wall time does, and stays the timed
+    algorithm's."""
     by: dict[tuple[str, str], list[tuple[JobPoint, dict[str, Any]]]] = defaultdict(list)
     for p, r in _jobs(recs, ("kind",)):
         if r.get("state") == "succeeded" and r.get("task"):
@@ -1207,58 +1210,48 @@ def fit_task_resources(recs: list[R.Record], doc: dict[str, Any]) -> tuple[dict[
         timed = _timed_as(algorithm, algorithms)
         base = algorithms[timed]
         res = json.loads(json.dumps(base["resources"]))
-        one_cpu = [(p, r) for p, r in jobs if p.cpus >= 1.0]
-        overhead_cpu, overhead_wall, peaks, fit_gaps = [], [], [], []
+        overhead = LinearModel.model_validate(res["overhead_cpu_s"])
         fit_model = res["fit_cpu_s"]
-        for p, r in one_cpu:
+        peaks, fit_gaps = [], []
+        for p, r in jobs:
             rows = float((r.get("data") or {}).get("rows", 0.0))
-            train_s = (r.get("metrics") or {}).get("train_seconds")
-            if train_s is not None and r.get("cpu_seconds"):
-                overhead_cpu.append((rows, float(r["cpu_seconds"]) - float(train_s)))
-            if train_s is not None and r.get("wall_s"):
-                overhead_wall.append((rows, float(r["wall_s"]) - float(train_s)))
             if r.get("peak_rss_mb"):
                 peaks.append((rows, float(r["peak_rss_mb"])))
-            if train_s is not None and float(train_s) > 0:
+            if r.get("cpu_seconds") and p.cpus >= 1.0:
                 x = _task_features(p, dict(base.get("defaults") or {}))
+                fit_cpu = max(
+                    float(r["cpu_seconds"]) - overhead.mean(x), float(fit_model.get("minimum") or 0.005)
+                )
                 rest = sum(c * x.get(f, 0.0) for f, c in fit_model["coefficients"].items())
-                fit_gaps.append(math.log(float(train_s)) - rest)
-        for key, pairs, floor in (
-            ("overhead_cpu_s", overhead_cpu, 0.5),
-            ("overhead_wall_s", overhead_wall, 0.5),
-            ("peak_rss_mb", peaks, 50.0),
-        ):
-            line = _rows_line(pairs)
-            if line is None:  # too few sizes for a line: the timed algorithm's, moved to the measurements
-                if pairs:
-                    m = res[key]
-                    slope = float(m["coefficients"].get("rows", 0.0))
-                    gaps = [y - (m["intercept"] + slope * x) for x, y in pairs]
-                    m["intercept"] = float(m["intercept"] + _median(gaps, 0.0))
-                continue
+                fit_gaps.append(math.log(fit_cpu) - rest)
+        line = _rows_line(peaks)
+        if line is not None:
             intercept, slope, sd, _ = line
-            if slope < 0 and key != "peak_rss_mb":
-                intercept, slope = _median([y for _, y in pairs], intercept), 0.0
-            res[key] = {
+            res["peak_rss_mb"] = {
                 "intercept": intercept,
                 "coefficients": {"rows": slope},
                 "link": "identity",
                 "residual_sd": sd,
-                "minimum": floor,
+                "minimum": 50.0,
             }
+        elif peaks:
+            m = res["peak_rss_mb"]
+            slope = float(m["coefficients"].get("rows", 0.0))
+            m["intercept"] = float(
+                m["intercept"] + _median([y - (m["intercept"] + slope * x) for x, y in peaks], 0.0)
+            )
         if fit_gaps and fit_model.get("link") == "log":
             center = float(np.median(fit_gaps))
             mad = float(1.4826 * np.median(np.abs(np.asarray(fit_gaps) - center)))
-            fit_model.update(intercept=center, residual_sd=round(max(mad, 0.05), 4))
+            fit_model.update(
+                intercept=center, residual_sd=round(max(mad, float(fit_model.get("residual_sd") or 0.05)), 4)
+            )
         tasks.setdefault(task, {})[algorithm] = res
-        half = [r["wall_s"] for p, r in jobs if p.cpus < 1.0 and r.get("wall_s")]
-        full = [r["wall_s"] for _, r in one_cpu if r.get("wall_s")]
         report[f"{task}/{algorithm}"] = {
             "jobs": len(jobs),
             "timed_as": timed,
-            "cpu_seconds_median": _median([float(r.get("cpu_seconds") or 0.0) for _, r in one_cpu], 0.0),
-            "peak_rss_mb_median": _median([float(r.get("peak_rss_mb") or 0.0) for _, r in one_cpu], 0.0),
-            "wall_at_half_cpu_over_one": (_median(half, 0.0) / _median(full, 1.0)) if half and full else None,
+            "cpu_seconds_median": _median([float(r.get("cpu_seconds") or 0.0) for _, r in jobs], 0.0),
+            "peak_rss_mb_median": _median([float(r.get("peak_rss_mb") or 0.0) for _, r in jobs], 0.0),
         }
     return tasks, report
 
