@@ -23,7 +23,14 @@ def test_a_regression_model_is_served_under_its_slo(sandbox: Any) -> None:
         res = run_episode(env, make_agent(load_builtin(scenario).reference_agent, seed=3), seed=3)
     finally:
         env.close()
-    assert res.grade is not None and res.grade["success"], res.grade
+    trail = [
+        (s.action.get("type"), s.observation.get("ok"), str(s.observation.get("error"))[:300])
+        for s in res.steps
+    ]
+    assert res.grade is not None and res.grade["success"], (
+        res.grade.get("reason") if res.grade else None,
+        trail,
+    )
     assert res.grade["metric"] == "rmse" and res.grade["kind"] == "tabular_regression"
     deploys = [s.observation for s in res.steps if s.action.get("type") == "deploy_model"]
     assert deploys and deploys[0]["ok"] and deploys[0]["result"]["evaluated"], deploys
