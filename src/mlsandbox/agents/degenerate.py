@@ -3,7 +3,8 @@
 - ``do-nothing``: submits at once.
 - ``repeat-cheap``: repeats the cheapest action (``list_datasets``) until the episode runs out of steps.
 - ``spam-jobs``: launches many tiny training jobs on the raw data, registers the best by validation
-  score, submits -- no inspection, no cleaning.
+  score (the dataset kind's default metric as the trainer logs it, in its direction), submits -- no
+  inspection, no cleaning; the algorithms are the kind's (``deliverable.kind``).
 - ``deploy-unevaluated``: trains once on the raw data, registers and deploys the model without any
   evaluation (it applies to serving scenarios; elsewhere it is a plain single-job policy).
 """
@@ -12,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlsandbox.agents.kind_reference import observed_kind, quick_algorithms
 from mlsandbox.agents.scripted import Obs, Script, ScriptedAgent, deliverable
-
-_ALGORITHMS = ("logistic_regression", "random_forest", "gradient_boosting")
 
 
 class DoNothingAgent(ScriptedAgent):
@@ -42,12 +42,14 @@ class SpamJobsAgent(ScriptedAgent):
         if not names:
             return
         raw = [n for n in names if n.startswith("raw/")] or names
+        kind = observed_kind(first)
+        algorithms, metric = quick_algorithms(kind), kind.metric()
         job_ids: list[str] = []
         for i in range(self.jobs):
             obs = yield {
                 "type": "train_model",
                 "dataset": raw[i % len(raw)],
-                "algorithm": _ALGORITHMS[i % len(_ALGORITHMS)],
+                "algorithm": algorithms[i % len(algorithms)],
                 "resources": {"cpus": 0.25, "memory_mb": 256},
             }
             if obs.get("ok"):
@@ -60,13 +62,13 @@ class SpamJobsAgent(ScriptedAgent):
                 break
         obs = yield {"type": "list_runs"}
         for run in (obs.get("result") or {}).get("runs", []):
-            auc = (run.get("metrics") or {}).get("val_auc")
+            value = (run.get("metrics") or {}).get(metric.logged)
             if (
                 run.get("status") == "FINISHED"
-                and isinstance(auc, int | float)
-                and (best is None or auc > best[0])
+                and isinstance(value, int | float)
+                and (best is None or (metric.better(value, best[0]) and value != best[0]))
             ):
-                best = (float(auc), run["run_id"])
+                best = (float(value), run["run_id"])
         if best is not None:
             obs = yield {"type": "register_model", "run_id": best[1], "name": model}
             if obs.get("ok"):

@@ -18,6 +18,13 @@ def observed_kind(first: Obs) -> TaskKind:
     return get(str(deliverable.get("kind") or DEFAULT_KIND))
 
 
+def quick_algorithms(kind: TaskKind) -> tuple[str, ...]:
+    """The kind's algorithms that fit in seconds (every one but the neural network), in the kind's order:
+    what the random and degenerate agents draw from (binary: logistic regression, random forest, gradient
+    boosting, as before kinds existed)."""
+    return tuple(a for a in kind.algorithms if a != "mlp")
+
+
 class KindReferenceAgent(ReferenceAgent):
     """:class:`ReferenceAgent` with the kind's policy for preparation and algorithm."""
 
@@ -38,4 +45,4 @@ class KindReferenceAgent(ReferenceAgent):
         return list(policy.preparations)
 
 
-__all__ = ["KindReferenceAgent", "observed_kind"]
+__all__ = ["KindReferenceAgent", "observed_kind", "quick_algorithms"]

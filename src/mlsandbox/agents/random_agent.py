@@ -1,4 +1,5 @@
-"""A random agent: uniformly random action types with plausible (and sometimes wrong) parameters."""
+"""A random agent: uniformly random action types with plausible (and sometimes wrong) parameters; the
+algorithms it trains are those of the dataset's kind (the first observation's ``deliverable.kind``)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from mlsandbox.agents.kind_reference import observed_kind, quick_algorithms
 from mlsandbox.gateway.actions import ACTION_TYPES
 
 _STRATEGIES = ("drop_na", "impute_mean", "impute_median", "clip_outliers")
 _ALGORITHMS = ("logistic_regression", "random_forest", "gradient_boosting")
+"""Before the first observation names the kind: binary classification's."""
 
 
 class RandomAgent:
@@ -22,12 +25,17 @@ class RandomAgent:
         self._datasets: list[str] = []
         self._jobs: list[str] = []
         self._runs: list[str] = []
+        self._algorithms: tuple[str, ...] = _ALGORITHMS
 
     def reset(self, observation: dict[str, Any], seed: int | None = None) -> None:
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         self._datasets = [d["name"] for d in (observation.get("result") or {}).get("datasets", [])]
         self._jobs, self._runs = [], []
+        try:
+            self._algorithms = quick_algorithms(observed_kind(observation)) or _ALGORITHMS
+        except KeyError:  # a kind this installation does not know: binary classification's
+            self._algorithms = _ALGORITHMS
 
     def _pick(self, seen: list[str], made_up: str) -> str:
         if seen and self._rng.random() < 0.8:
@@ -52,7 +60,7 @@ class RandomAgent:
             return {
                 "type": kind,
                 "dataset": self._pick(self._datasets, "raw/missing.parquet"),
-                "algorithm": str(self._rng.choice(_ALGORITHMS)),
+                "algorithm": str(self._rng.choice(self._algorithms)),
             }
         if kind == "get_job":
             return {"type": kind, "job_id": self._pick(self._jobs, f"job-{int(self._rng.integers(1, 9))}")}

@@ -19,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from mlsandbox.agents.kind_reference import observed_kind
 from mlsandbox.agents.scripted import Obs, ReferenceAgent, Script, cleaning_plan, deliverable
+from mlsandbox.tasks.kind import TaskKind
+from mlsandbox.tasks.registry import DEFAULT_KIND, get
 
 LOAD_METRICS = ("client_rps", "rps")
 """Metrics whose rules say the load rose (scale out while they fire)."""
@@ -82,11 +85,13 @@ class ServingReferenceAgent(ReferenceAgent):
     def __init__(self, seed: int | None = None, algorithm: str = "logistic_regression") -> None:
         super().__init__(seed, algorithm=algorithm)
         self.profile: dict[str, Any] = {}
+        self.kind: TaskKind = get(DEFAULT_KIND)
 
     def script(self, first: Obs) -> Script:
         model, names = deliverable(first)
         if not names:
             return
+        self.kind = observed_kind(first)
         dataset = yield from self.clean(names[0])
         run_id = yield from self.train(dataset)
         if run_id is None:
@@ -165,8 +170,7 @@ class ServingReferenceAgent(ReferenceAgent):
             job = yield from self.train_job(LABELLED)
             if job is None:
                 return
-            auc = (job.get("metrics") or {}).get("val_auc")
-            if auc is not None and auc >= self.min_val_auc:
+            if self.validates(job.get("metrics") or {}):
                 obs = yield from self.do({"type": "register_model", "run_id": job["run_id"], "name": model})
                 if obs.get("ok"):
                     version = obs["result"]["version"]
@@ -178,6 +182,15 @@ class ServingReferenceAgent(ReferenceAgent):
             rows = yield from self.labelled_rows(2 * rows)
 
     # -------------------------------------------------------------------------------- building blocks
+
+    def validates(self, metrics: dict[str, Any]) -> bool:
+        """Whether a retrained run is good enough to roll out: ``val_auc`` of at least ``min_val_auc``
+        for a binary classifier; another kind's default metric logged and finite."""
+        if self.kind.name == DEFAULT_KIND:
+            auc = metrics.get("val_auc")
+            return auc is not None and auc >= self.min_val_auc
+        value = metrics.get(self.kind.metric().logged)
+        return value is not None and value == value
 
     def until(self, done: Any, every_s: float) -> Generator[dict[str, Any], Obs, bool]:
         """Look at the alerts every ``every_s`` seconds until ``done(observation)``; whether it came."""
@@ -206,7 +219,13 @@ class ServingReferenceAgent(ReferenceAgent):
     def clean(self, dataset: str) -> Generator[dict[str, Any], Obs, str]:
         obs = yield from self.do({"type": "check_data_quality", "dataset": dataset})
         self.profile = _result(obs).get("profile") or {}
-        for strategy in cleaning_plan(self.profile):
+        plan = cleaning_plan(self.profile)
+        if (
+            self.kind.name != DEFAULT_KIND
+        ):  # another kind: its own policy (binary keeps the agent's algorithm)
+            policy = self.kind.policy(self.profile)
+            plan, self.algorithm = list(policy.preparations), policy.algorithm
+        for strategy in plan:
             obs = yield from self.do({"type": "clean_dataset", "dataset": dataset, "strategy": strategy})
             if obs.get("ok"):
                 dataset = obs["result"]["dataset"]

@@ -19,9 +19,9 @@ from mlsandbox.data.clean import Strategy, clean_frame
 from mlsandbox.data.formats import Format, from_bytes, to_bytes
 from mlsandbox.data.profile import outlier_mask
 from mlsandbox.data.spec import MAX_OUTLIER_SHARE, TabularDataset
-from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.scenario import load_builtin
 from mlsandbox.scenario.sources import LakeSource, drifting
+from mlsandbox.tasks.registry import kind_of
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def scaled_spec(spec: TabularDataset, scale: float, rows: int | None) -> Tabular
     update: dict[str, Any] = {"defects": defects}
     if rows is not None:
         update["rows"] = rows
-    return TabularDataset.model_validate({**spec.model_dump(), **update})
+    return type(spec).model_validate({**spec.model_dump(), **update})
 
 
 @lru_cache(maxsize=64)
@@ -66,7 +66,7 @@ def _generated(ref: DataRef) -> tuple[pd.DataFrame, pd.DataFrame, str, Format]:
     if index is None:
         raise ValueError(f"scenario {ref.scenario!r} has no dataset {ref.dataset!r}")
     spec = scaled_spec(scenario.datasets[index], ref.defect_scale, ref.rows)
-    data = generate_tabular(spec, ref.seed * 1000 + index)
+    data = kind_of(spec).generate(spec, ref.seed * 1000 + index)
     if ref.source is None:
         return from_bytes(to_bytes(data.train_table, ref.fmt), ref.fmt), data.holdout, spec.target, ref.fmt
     source = next((s for s in scenario.sources if s.name == ref.source), None)
@@ -74,7 +74,11 @@ def _generated(ref: DataRef) -> tuple[pd.DataFrame, pd.DataFrame, str, Format]:
         raise ValueError(f"scenario {ref.scenario!r} has no lake source {ref.source!r}")
     from mlsandbox.data.drift import generate_batches
 
-    series = generate_batches(drifting(source, spec), ref.seed * 1000 + 500)  # type: ignore[arg-type]
+    series = generate_batches(
+        drifting(source, spec),  # type: ignore[arg-type]
+        ref.seed * 1000 + 500,
+        lambda batch, seed: kind_of(batch).generate(batch, seed),
+    )
     chosen = ref.batches or tuple(range(source.batches))
     parts = [
         from_bytes(to_bytes(series.batches[b].train_table, source.format), source.format) for b in chosen

@@ -45,7 +45,7 @@ import numpy as np
 from mlsandbox.calibration import records as R
 from mlsandbox.calibration import texts
 from mlsandbox.calibration.datasets import prepare
-from mlsandbox.calibration.model import Calibration
+from mlsandbox.calibration.model import Calibration, LinearModel
 from mlsandbox.calibration.plan import TRAINER_DEFAULTS, DataRef, FitPoint, FlowPoint, JobPoint, ServingPoint
 from mlsandbox.calibration.shipped import default_path
 from mlsandbox.data.clean import Strategy
@@ -1161,6 +1161,113 @@ def base_document() -> dict[str, Any]:
     return texts.base_document()
 
 
+def _task_features(point: JobPoint, defaults: dict[str, float]) -> dict[str, float]:
+    """The features the simulator computes for a job of ``point`` (its rows, limits, and the timed
+    algorithm's hyperparameter defaults)."""
+    from mlsandbox.backends.sim.proxy import feature_summary
+
+    prepared = prepare(point.data, point.cleaning)
+    out = dict(feature_summary(prepared.frame, prepared.target))
+    out.update(one=1.0, cpus=point.cpus, threads=float(max(1, math.floor(point.cpus))))
+    out["memory_mb"] = float(point.memory_mb)
+    for name, default in defaults.items():
+        value = float(point.hyperparams.get(name, default))
+        out[f"hp:{name}"] = value
+        out[f"log10_hp:{name}"] = math.log10(value) if value > 0 else math.log10(max(default, 1e-12))
+    return out
+
+
+def _timed_as(algorithm: str, algorithms: dict[str, Any]) -> str:
+    """The binary algorithm whose calibration a task's algorithm starts from: its namesake, else its
+    kind's stand-in (``TaskKind.calibration_stand_ins``), else logistic regression."""
+    if algorithm in algorithms:
+        return algorithm
+    from mlsandbox.tasks.registry import kinds
+
+    for kind in kinds().values():
+        if algorithm in kind.calibration_stand_ins:
+            return kind.calibration_stand_ins[algorithm]
+    return "logistic_regression"
+
+
+def fit_task_resources(recs: list[R.Record], doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``jobs.tasks`` fitted from the ``kind`` job records (real runs of another kind of work), and a
+    report. Per (trainer task, algorithm), starting from the timed binary algorithm's resources (its
+    namesake or its kind's stand-in): the fit's CPU-seconds keep that model's dependence on rows, width and
+    hyperparameters, with their level moved to the measured jobs' (a job's CPU-seconds less the timed
+    algorithm's overhead: starting, reading, logging are the same trainer's); the peak memory is a line in
+    the rows through the measurements (moved to them when they have fewer than three sizes). CPU-seconds
+    and memory do not depend on the machine's load; the overheads' wall time does, and stays the timed
+    algorithm's."""
+    by: dict[tuple[str, str], list[tuple[JobPoint, dict[str, Any]]]] = defaultdict(list)
+    for p, r in _jobs(recs, ("kind",)):
+        if r.get("state") == "succeeded" and r.get("task"):
+            by[(str(r["task"]), p.algorithm)].append((p, r))
+    algorithms = doc["jobs"]["algorithms"]
+    tasks: dict[str, Any] = json.loads(json.dumps(doc["jobs"].get("tasks") or {}))
+    report: dict[str, Any] = {}
+    for (task, algorithm), jobs in sorted(by.items()):
+        timed = _timed_as(algorithm, algorithms)
+        base = algorithms[timed]
+        res = json.loads(json.dumps(base["resources"]))
+        overhead = LinearModel.model_validate(res["overhead_cpu_s"])
+        fit_model = res["fit_cpu_s"]
+        peaks, fit_gaps = [], []
+        for p, r in jobs:
+            rows = float((r.get("data") or {}).get("rows", 0.0))
+            if r.get("peak_rss_mb"):
+                peaks.append((rows, float(r["peak_rss_mb"])))
+            if r.get("cpu_seconds") and p.cpus >= 1.0:
+                x = _task_features(p, dict(base.get("defaults") or {}))
+                fit_cpu = max(
+                    float(r["cpu_seconds"]) - overhead.mean(x), float(fit_model.get("minimum") or 0.005)
+                )
+                rest = sum(c * x.get(f, 0.0) for f, c in fit_model["coefficients"].items())
+                fit_gaps.append(math.log(fit_cpu) - rest)
+        line = _rows_line(peaks)
+        if line is not None:
+            intercept, slope, sd, _ = line
+            res["peak_rss_mb"] = {
+                "intercept": intercept,
+                "coefficients": {"rows": slope},
+                "link": "identity",
+                "residual_sd": sd,
+                "minimum": 50.0,
+            }
+        elif peaks:
+            m = res["peak_rss_mb"]
+            slope = float(m["coefficients"].get("rows", 0.0))
+            m["intercept"] = float(
+                m["intercept"] + _median([y - (m["intercept"] + slope * x) for x, y in peaks], 0.0)
+            )
+        if fit_gaps and fit_model.get("link") == "log":
+            center = float(np.median(fit_gaps))
+            mad = float(1.4826 * np.median(np.abs(np.asarray(fit_gaps) - center)))
+            fit_model.update(
+                intercept=center, residual_sd=round(max(mad, float(fit_model.get("residual_sd") or 0.05)), 4)
+            )
+        tasks.setdefault(task, {})[algorithm] = res
+        report[f"{task}/{algorithm}"] = {
+            "jobs": len(jobs),
+            "timed_as": timed,
+            "cpu_seconds_median": _median([float(r.get("cpu_seconds") or 0.0) for _, r in jobs], 0.0),
+            "peak_rss_mb_median": _median([float(r.get("peak_rss_mb") or 0.0) for _, r in jobs], 0.0),
+        }
+    return tasks, report
+
+
+def fit_task_section(path: Path, base: dict[str, Any] | None = None) -> tuple[Calibration, dict[str, Any]]:
+    """The shipped calibration (or ``base``) with ``jobs.tasks`` fitted from the ``kind`` records at
+    ``path`` and nothing else changed (``mlsandbox calibrate --section kinds``)."""
+    recs = R.records(path)
+    doc = json.loads(json.dumps(base if base is not None else base_document()))
+    tasks, report = fit_task_resources(recs, doc)
+    if not tasks:
+        raise ValueError(f"{path} holds no successful job of another kind of work")
+    doc["jobs"]["tasks"] = tasks
+    return Calibration.model_validate(doc), report
+
+
 def fit_calibration(path: Path, base: dict[str, Any] | None = None) -> tuple[Calibration, dict[str, Any]]:
     """The calibration fitted from the records at ``path`` (validated against the schema), and a report
     of its main figures."""
@@ -1176,6 +1283,10 @@ def fit_calibration(path: Path, base: dict[str, Any] | None = None) -> tuple[Cal
     builder.trainer()
     builder.serving()
     builder.flows()
+    tasks, task_report = fit_task_resources(recs, builder.doc)
+    if tasks:
+        builder.doc["jobs"]["tasks"] = tasks
+        builder.report["tasks"] = task_report
     builder.meta(R.sessions(path))
     calibration = Calibration.model_validate(builder.doc)
     report: dict[str, Any] = {"records": len(recs), "samples with an AUC": len(builder.samples)}
@@ -1191,6 +1302,8 @@ def write_calibration(calibration: Calibration, out: Path | None = None) -> Path
     target = out or default_path(calibration.meta.generator_version)
     target.parent.mkdir(parents=True, exist_ok=True)
     data = calibration.model_dump(mode="json", exclude_none=False)
+    if not data["jobs"].get("tasks"):  # a calibration of binary jobs only reads as it did before kinds
+        data["jobs"].pop("tasks", None)
     target.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return target
 
@@ -1201,6 +1314,8 @@ __all__ = [
     "Sample",
     "compare_auc_models",
     "fit_calibration",
+    "fit_task_resources",
+    "fit_task_section",
     "samples",
     "template",
     "write_calibration",

@@ -437,6 +437,11 @@ class JobsModel(Model):
     """Training jobs: per algorithm, the failure modes, the divergence rule and the trainer's names."""
 
     algorithms: dict[str, AlgorithmModel]
+    tasks: dict[str, dict[str, ResourceModel]] = Field(default_factory=dict)
+    """Per trainer task other than ``binary`` (``multiclass``, ``regression``: a kind's ``fit_task``), per
+    algorithm, its jobs' resources measured on real runs of that task (``mlsandbox calibrate --section
+    kinds``). An algorithm of a task not listed is timed as its binary namesake or its kind's stand-in
+    (``TaskKind.calibration_stand_ins``). A calibration without it (written before kinds) still loads."""
     divergence: list[Divergence] = Field(default_factory=list)
     failures: Failures
     trainer: TrainerModel
@@ -462,6 +467,15 @@ class JobsModel(Model):
                 ("resources.peak_rss_mb", alg.resources.peak_rss_mb),
             ):
                 m.check_features(JOB_FEATURES, f"jobs.algorithms.{name}.{where}", hyperparameters=True)
+        for task, by_algorithm in self.tasks.items():
+            for name, res in by_algorithm.items():
+                for where, m in (
+                    ("overhead_cpu_s", res.overhead_cpu_s),
+                    ("overhead_wall_s", res.overhead_wall_s),
+                    ("fit_cpu_s", res.fit_cpu_s),
+                    ("peak_rss_mb", res.peak_rss_mb),
+                ):
+                    m.check_features(JOB_FEATURES, f"jobs.tasks.{task}.{name}.{where}", hyperparameters=True)
         for d in self.divergence:
             if d.algorithm not in self.algorithms:
                 raise ValueError(f"jobs.divergence: unknown algorithm {d.algorithm!r}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,12 +67,15 @@ class JobPoint(_Point):
 
     kind: Literal["job"] = "job"
     purpose: str
-    """Why it is in the sweep: ``base``, ``hyperparams``, ``cleaning``, ``size``, ``cpus``, ``oom``,
+    """Why it is in the sweep: ``base``, ``hyperparams``, ``cleaning``, ``size``, ``cpus``, ``kind`` (a
+    family of another kind of work than binary classification, trained as its kind says), ``oom``,
     ``divergence``, ``missing_values``, ``unknown_hyperparameter``, ``invalid_hyperparameter``,
     ``timeout``, ``missing_object``."""
     data: DataRef
     cleaning: tuple[Strategy, ...] = ()
-    algorithm: Algorithm
+    algorithm: str
+    """One of the trainer's algorithms for the data's kind (:data:`Algorithm` for binary classification;
+    ``kind`` points: the kind's own, such as ``ridge``)."""
     hyperparams: dict[str, Any] = Field(default_factory=dict)
     cpus: float = Field(default=1.0, gt=0, le=1.0)
     """At most one CPU: the sweep never takes more than one core of a shared machine."""
@@ -119,7 +122,7 @@ class FlowPoint(_Point):
 
 
 Point = Annotated[JobPoint | FitPoint | ServingPoint | FlowPoint, Field(discriminator="kind")]
-SECTIONS: tuple[str, ...] = ("job", "fit", "serving", "flow")
+SECTIONS: tuple[str, ...] = ("job", "fit", "serving", "flow", "kinds")
 
 
 # ------------------------------------------------------------------------------------------ the plan
@@ -258,6 +261,53 @@ def failure_points(base: DataRef, ready: tuple[Strategy, ...], quick: bool) -> l
     return points
 
 
+KIND_SIZES: tuple[int | None, ...] = (None, 6000)
+"""Row counts of the ``kind`` points (None: the family's own), so the fit sees the size dependence."""
+
+
+def kind_points(quick: bool = False) -> list[JobPoint]:
+    """Real jobs of every installed table kind but binary classification (whose jobs are the ``job`` section):
+    per kind, its built-in families without production traffic (two; one when ``quick``), each of the
+    kind's algorithms on the family's dataset cleaned as the kind's rule policy cleans it, at each of
+    :data:`KIND_SIZES`, and (not when ``quick``) at half a CPU (the CPU limit's stretch)."""
+    from mlsandbox.data.profile import profile_frame
+    from mlsandbox.data.spec import TabularDataset
+    from mlsandbox.scenario import catalog_ids, load_builtin
+    from mlsandbox.tasks.registry import DEFAULT_KIND, kind_of
+
+    by_kind: dict[str, list[tuple[int, str]]] = {}
+    for sid in catalog_ids():
+        sc = load_builtin(sid)
+        kind = sc.work()[0]
+        # The table kinds only: the real cleaning code this sweep runs is the tables' (the forecasting,
+        # text and image kinds' jobs are timed by the calibrated algorithm their declaration names).
+        table = isinstance(sc.dataset(sc.goal.dataset), TabularDataset)
+        if kind != DEFAULT_KIND and table and sc.serving is None and not sc.sources:
+            by_kind.setdefault(kind, []).append((sc.difficulty, sid))
+    points: list[JobPoint] = []
+    for _kind, found in sorted(by_kind.items()):
+        for _, sid in sorted(found)[: 1 if quick else 2]:
+            sc = load_builtin(sid)
+            spec = sc.dataset(sc.goal.dataset)
+            task = kind_of(spec)
+            generated = task.generate(spec, 0)
+            frame = generated.train_table.to_pandas()
+            cleaning = cast(
+                "tuple[Strategy, ...]",
+                tuple(task.policy(profile_frame(frame, task.target(spec))).preparations),
+            )
+            for algorithm in task.algorithms:
+                for rows in KIND_SIZES:
+                    ref = DataRef(scenario=sid, dataset=spec.name, rows=rows, seed=_seed("kind", sid, rows))
+                    points.append(JobPoint(purpose="kind", data=ref, cleaning=cleaning, algorithm=algorithm))
+                if not quick:
+                    ref = DataRef(scenario=sid, dataset=spec.name, seed=_seed("kind", sid, "cpus"))
+                    points.append(
+                        JobPoint(purpose="kind", data=ref, cleaning=cleaning, algorithm=algorithm, cpus=0.5)
+                    )
+    return points
+
+
 def _has_defects(ref: DataRef) -> bool:
     from mlsandbox.scenario import load_builtin
 
@@ -340,6 +390,7 @@ def build_plan(quick: bool = False, sections: tuple[str, ...] = SECTIONS) -> lis
         "fit": fit_points,
         "serving": serving_points,
         "flow": flow_points,
+        "kinds": kind_points,
     }
     unknown = sorted(set(sections) - set(makers))
     if unknown:
@@ -355,6 +406,7 @@ __all__ = [
     "ALGORITHMS",
     "CLEANINGS",
     "HYPERPARAMS",
+    "KIND_SIZES",
     "SECTIONS",
     "Algorithm",
     "DataRef",
@@ -364,4 +416,5 @@ __all__ = [
     "Point",
     "ServingPoint",
     "build_plan",
+    "kind_points",
 ]

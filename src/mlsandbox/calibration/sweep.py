@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -45,9 +45,11 @@ from mlsandbox.backends.protocols import (
 )
 from mlsandbox.calibration import records as R
 from mlsandbox.calibration.datasets import Prepared, prepare
-from mlsandbox.calibration.plan import DataRef, FitPoint, FlowPoint, JobPoint, ServingPoint
+from mlsandbox.calibration.plan import Algorithm, DataRef, FitPoint, FlowPoint, JobPoint, ServingPoint
 from mlsandbox.data.formats import to_bytes
 from mlsandbox.data.tabular import GENERATOR_VERSION
+from mlsandbox.scenario import load_builtin
+from mlsandbox.tasks.registry import kind_of
 from mlsandbox.workloads.contract import NOTE_PREFIX
 
 log = logging.getLogger(__name__)
@@ -136,12 +138,18 @@ class Context:
 
 
 def trainer_args(ctx: Context, key: str, target: str, point: JobPoint, run_name: str, seed: int) -> list[str]:
-    """The trainer's command line, as ``train_model`` builds it."""
+    """The trainer's command line, as ``train_model`` builds it (with the data's kind's arguments)."""
     return [
         "--bucket", ctx.bucket, "--key", key, "--target", target,
         "--algorithm", point.algorithm, "--hyperparams", json.dumps(point.hyperparams, sort_keys=True),
         "--experiment-id", ctx.experiment_id, "--run-name", run_name, "--seed", str(seed),
+        *kind_of(_spec(point.data)).trainer_args(_spec(point.data)),
     ]  # fmt: skip
+
+
+def _spec(ref: DataRef) -> Any:
+    """The dataset spec a data reference names."""
+    return load_builtin(ref.scenario).dataset(ref.dataset)
 
 
 def run_job(ctx: Context, point: JobPoint) -> dict[str, Any]:
@@ -201,10 +209,19 @@ def run_job(ctx: Context, point: JobPoint) -> dict[str, Any]:
         mv = rt.tracking.register_model(str(status.result["run_id"]), name)
         ctx.registered.append(name)
         model = rt.tracking.load_model(name, mv.version)
+        spec = _spec(point.data)
+        kind = kind_of(spec)
+        if point.purpose == "kind":  # another kind of work: its default metric, as its grader computes it
+            metric = kind.metric()
+            result["kind"] = kind.name
+            result["task"] = kind.fit_task
+            result["holdout_metric"] = {metric.name: kind.score(metric.name, model, prepared.holdout, spec)}
+            result["grade_s"] = time.perf_counter() - t1
+            return result
         result["holdout_auc"] = holdout_auc(model, prepared)
         result["grade_s"] = time.perf_counter() - t1
         # The same pipeline fitted in this process on the same rows: the fits' grid must agree with jobs.
-        same = run_fit(FitPoint(data=point.data, cleaning=point.cleaning, algorithm=point.algorithm,
+        same = run_fit(FitPoint(data=point.data, cleaning=point.cleaning, algorithm=cast(Algorithm, point.algorithm),
                                 hyperparams=point.hyperparams))  # fmt: skip
         result["in_process"] = {k: same.get(k) for k in ("metrics", "holdout_auc", "fit_cpu_s", "fit_wall_s")}
     return result

@@ -61,8 +61,10 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--section",
-                help="Only these parts of the sweep (repeatable): job, fit, serving, flow. "
-                "`fit` alone runs in this process, without a sandbox (a provisional calibration).",
+                help="Only these parts of the sweep (repeatable): job, fit, serving, flow, kinds. "
+                "`fit` alone runs in this process, without a sandbox (a provisional calibration); "
+                "`kinds` alone (jobs of every kind of work but binary classification) fits only their "
+                "resources into the shipped calibration.",
             ),
         ] = None,
         fit_only: Annotated[
@@ -121,7 +123,7 @@ def register(app: typer.Typer) -> None:
                 err_console.print(f"  point failed: {line}")
         if no_fit:
             return
-        _fit(path, out)
+        _fit(path, out, tasks_only=set(sections) == {"kinds"})
 
     @app.command()
     def fidelity(
@@ -224,21 +226,50 @@ def register(app: typer.Typer) -> None:
                 "-" if f.job_duration_ks is None else f"{f.job_duration_ks:.2f}",
             )
         console.print(table)
+        kinds = Table(title="per kind of work")
+        for col in (
+            "kind",
+            "triples",
+            "success agreement",
+            "metric",
+            "|metric diff| p50 / max",
+            "rel. error p50",
+        ):
+            kinds.add_column(col, justify="left" if col in ("kind", "metric") else "right")
+        for kind, k in index.kinds.items():
+            kinds.add_row(
+                kind,
+                f"{k.comparable}/{k.triples}",
+                "-" if k.success_agreement is None else f"{k.success_agreement:.0%}",
+                ", ".join(k.metrics),
+                f"{num(k.median_abs_metric_diff)} / {num(k.max_abs_metric_diff)}",
+                "-" if k.median_rel_metric_error is None else f"{k.median_rel_metric_error:.1%}",
+            )
+        console.print(kinds)
         console.print(f"report: {target / 'index.html'}")
 
 
-def _fit(path: Path, out: Path | None) -> None:
-    from mlsandbox.calibration.fit import fit_calibration, write_calibration
+def _fit(path: Path, out: Path | None, tasks_only: bool = False) -> None:
+    """Fit the records into a calibration (``tasks_only``: only its per-task job resources, into the
+    shipped calibration, from a sweep of the ``kinds`` section alone)."""
+    from mlsandbox.calibration.fit import fit_calibration, fit_task_section, write_calibration
 
     if not path.exists():
         raise _fail(f"no calibration records at {path}: run `mlsandbox calibrate` first")
     t0 = time.perf_counter()
-    calibration, report = fit_calibration(path)
+    try:
+        calibration, report = fit_task_section(path) if tasks_only else fit_calibration(path)
+    except ValueError as e:
+        raise _fail(e) from None
     target = write_calibration(calibration, out)
     table = Table(title=f"calibration fitted in {time.perf_counter() - t0:.1f} s")
     table.add_column("figure", justify="left")
     table.add_column("value", justify="right")
     for key, value in report.items():
+        if isinstance(value, dict):
+            value = ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
         table.add_row(key, value if isinstance(value, str) else f"{value:.4g}")
     console.print(table)
     console.print(f"written to {target}")

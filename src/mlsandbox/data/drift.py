@@ -18,6 +18,7 @@ drift's intensity and the effective parameters, plus every batch's own manifest 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -165,7 +166,7 @@ def _check_covariate(where: str, d: CovariateShift, column: Any) -> None:
 @dataclass(frozen=True, eq=False)
 class GeneratedBatches:
     batches: list[Any]
-    """One :class:`~mlsandbox.data.tabular.GeneratedTabular` per batch, oldest first."""
+    """One generated batch (``train_table``, ``holdout``, ``manifest``) per batch, oldest first."""
     manifest: dict[str, Any]
 
 
@@ -191,7 +192,8 @@ def _blend(a: list[float], b: list[float], i: float) -> list[float]:
 
 
 def batch_spec(spec: DriftingDataset, batch: int) -> tuple[TabularDataset, dict[str, Any]]:
-    """The tabular spec of one batch, and the effective parameters that drifted."""
+    """The tabular spec of one batch, and the effective parameters that drifted. The batch's spec is of
+    the base spec's own model: a regression or multi-class base stays of its kind."""
     columns = {c.name: c for c in spec.base.columns}
     updates: dict[str, dict[str, Any]] = {}
     effective: dict[str, Any] = {}
@@ -226,18 +228,23 @@ def batch_spec(spec: DriftingDataset, batch: int) -> tuple[TabularDataset, dict[
     data.update(rows=spec.batch_rows, columns=[c.model_dump() for c in new_columns])
     if spec.base.task == "classification":
         data["positive_rate"] = positive_rate
-    return TabularDataset.model_validate(data), effective
+    return type(spec.base).model_validate(data), effective
 
 
-def generate_batches(spec: DriftingDataset, seed: int) -> GeneratedBatches:
-    """Generate every batch (oldest first) and the manifest of the drift."""
+def generate_batches(
+    spec: DriftingDataset, seed: int, generate: Callable[[TabularDataset, int], Any] | None = None
+) -> GeneratedBatches:
+    """Generate every batch (oldest first) and the manifest of the drift. ``generate`` makes one batch
+    from its spec and seed (default: :func:`~mlsandbox.data.tabular.generate_tabular`; the world passes
+    the spec's kind's generator); what it returns has ``train_table``, ``holdout`` and ``manifest``."""
     from mlsandbox.data.tabular import generate_tabular
 
     check_seed(seed)
+    make = generate or generate_tabular
     batches, described = [], []
     for b in range(spec.batches):
         tab, effective = batch_spec(spec, b)
-        generated = generate_tabular(tab, batch_seed(seed, b))
+        generated = make(tab, batch_seed(seed, b))
         batches.append(generated)
         begin, end = _add_period(spec.start, spec.period, b), _add_period(spec.start, spec.period, b + 1)
         described.append(

@@ -28,6 +28,14 @@ action type            slots                                       unmasked when
 ``submit``             1                                           always
 =====================  ==========================================  =========================================
 
+The algorithm of a ``train_model`` slot is a *position* in the dataset kind's algorithms, named by the binary
+kind's algorithm at that position (``logistic_regression`` is position 0: a regression's ``ridge``; the
+forest, boosting and network positions keep their names): the action space has the same shape for every
+kind, and a position a kind has not is masked. A kind's algorithms past the binary kind's count are not
+reachable from the slots (none of the built-in kinds has more). The kind is the goal dataset's; it is in
+``info["kind"]``, and ``FlatObservation(kind_features=True)`` adds it to the observation (one-hot over
+the installed kinds; off by default, which keeps the observation's shape).
+
 Dataset slots follow the episode's datasets in creation order (the scenario's first, then cleaned
 outputs); job slots are ``job-1`` ... ``job-<max_jobs>``.
 
@@ -72,6 +80,8 @@ from mlsandbox.errors import ActionError
 from mlsandbox.gateway.dispatcher import parse_action
 from mlsandbox.gateway.packs.core.actions import CleanDataset, ServiceName, TrainModel
 from mlsandbox.gateway.registry import get_catalog
+from mlsandbox.tasks.kind import TaskKind
+from mlsandbox.tasks.registry import kind_of, kinds
 from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
 from mlsandbox.world.episode import EpisodeState
 
@@ -95,6 +105,8 @@ class SlotContext:
     wait_seconds: tuple[float, ...]
     allow_restart: bool
     algorithms: tuple[str, ...] = ALGORITHMS
+    kind_algorithms: tuple[str, ...] = ALGORITHMS
+    """The episode's kind's algorithms, by position (see the module docstring)."""
     machines: tuple[str | None, ...] = (None,)
     """Machine types of the ``train_model`` slots (None: no machine, the action's default resources)."""
     services: tuple[str, ...] = SERVICES
@@ -148,7 +160,10 @@ def _train(ctx: SlotContext, i: int) -> Slot:
     name, ok = _dataset_slot(ctx, d)
     rec = ctx.state.datasets.get(name)
     ok = ok and rec is not None and rec.target is not None and ctx.state.credits_left > 0
-    action: dict[str, Any] = {"type": "train_model", "dataset": name, "algorithm": ctx.algorithms[a]}
+    position = ALGORITHMS.index(ctx.algorithms[a])
+    ok = ok and position < len(ctx.kind_algorithms)
+    algorithm = ctx.kind_algorithms[position] if position < len(ctx.kind_algorithms) else ctx.algorithms[a]
+    action: dict[str, Any] = {"type": "train_model", "dataset": name, "algorithm": algorithm}
     machine = ctx.machines[m]
     if machine is not None:
         action["machine"] = machine
@@ -222,6 +237,17 @@ TEMPLATES: dict[str, Template] = {
 
 def _masked_fallback(action_type: str) -> Template:
     return _one({"type": action_type}, lambda _: False)
+
+
+def episode_kind(state: EpisodeState) -> TaskKind:
+    """The kind of work of an episode: its goal dataset's."""
+    sc = state.scenario
+    return kind_of(sc.dataset(sc.goal.dataset))
+
+
+def kind_algorithms(state: EpisodeState) -> tuple[str, ...]:
+    """The episode's kind's algorithms in their positions (what the ``train_model`` slots map to)."""
+    return tuple(episode_kind(state).algorithms)
 
 
 def in_process_env(env: gym.Env[Any, Any]) -> MLSandboxEnv:
@@ -318,7 +344,12 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         )
         if self._slots_cache is not None and self._slots_cache[0] == key:
             return list(self._slots_cache[1])
-        ctx = dataclasses.replace(self._probe, state=st, has_services=inner.supports("faults.services"))
+        ctx = dataclasses.replace(
+            self._probe,
+            state=st,
+            has_services=inner.supports("faults.services"),
+            kind_algorithms=kind_algorithms(st),
+        )
         out: list[Slot] = []
         for tpl, i in self._index:
             action, ok = tpl.build(ctx, i)
@@ -470,10 +501,14 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
 
     JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 
-    def __init__(self, env: gym.Env[Any, Any], *, max_datasets: int = 6, max_jobs: int = 4) -> None:
+    def __init__(
+        self, env: gym.Env[Any, Any], *, max_datasets: int = 6, max_jobs: int = 4, kind_features: bool = False
+    ) -> None:
         super().__init__(env)
         self.max_datasets = max_datasets
         self.max_jobs = max_jobs
+        self.kinds: tuple[str, ...] = tuple(kinds()) if kind_features else ()
+        """Kinds of the one-hot kind features (empty: none; see the module docstring)."""
         self.types = list(get_catalog().types)
         self.memory = Memory()
         self._action: dict[str, Any] | None = None
@@ -481,16 +516,21 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         n += (4 + len(STRATEGY_FLAGS)) * max_datasets
         n += (len(ALGORITHMS) + len(STRATEGY_FLAGS) + 3) * max_jobs
         n += 3 * len(SERVICES) + len(ERROR_CODES) + 1
+        n += len(self.kinds)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
         self.memory = Memory()
         self._action = None
-        return super().reset(**kwargs)
+        obs, info = super().reset(**kwargs)
+        info["kind"] = episode_kind(in_process_env(self.env).episode).name
+        return obs, info
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         self._action = _as_action(action)
-        return super().step(action)
+        obs, reward, terminated, truncated, info = super().step(action)
+        info["kind"] = episode_kind(in_process_env(self.env).episode).name
+        return obs, reward, terminated, truncated, info
 
     def observation(self, observation: Any) -> np.ndarray:
         inner = in_process_env(self.env)
@@ -498,6 +538,8 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         sc = st.scenario
         obs = inner.last_observation or {}
         mem = self.memory
+        kind = episode_kind(st)
+        position = dict(zip(kind.algorithms, ALGORITHMS, strict=False))
         if self._action is not None:
             mem.update(self._action, obs, sc.goal.model_name)
             self._action = None
@@ -535,7 +577,7 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
             job_id = f"job-{j + 1}"
             job = st.jobs.get(job_id)
             data_flags = mem.lineage.get(job.dataset, frozenset()) if job is not None else frozenset()
-            f += [float(job is not None and job.algorithm == a) for a in ALGORITHMS]
+            f += [float(job is not None and position.get(job.algorithm) == a) for a in ALGORITHMS]
             f += [float(job is not None and flag in data_flags) for flag in STRATEGY_FLAGS]
             code = mem.exit_codes.get(job_id)
             f += [
@@ -548,6 +590,7 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
             f += [float(healthy is True), float(healthy is False), float(service in mem.restarted)]
         f += [float(mem.last_error == c) for c in ERROR_CODES]
         f += [float(mem.last_error is not None and mem.last_error not in ERROR_CODES)]
+        f += [float(kind.name == k) for k in self.kinds]
         return np.clip(np.asarray(f, dtype=np.float32), 0.0, 1.0)
 
 
@@ -611,11 +654,13 @@ def make_rl_env(
     templates: dict[str, Template] | None = None,
     machines: Sequence[str | None] | None = None,
     services: Sequence[str] | None = None,
+    kind_features: bool = False,
     **env_kwargs: Any,
 ) -> gym.Env[np.ndarray, np.int64]:
-    """``MLSandboxEnv`` with :class:`FlatObservation` and :class:`DiscreteActions` (masks via ``action_masks``)."""
+    """``MLSandboxEnv`` with :class:`FlatObservation` and :class:`DiscreteActions` (masks via ``action_masks``;
+    ``kind_features``: the episode's kind in the observation)."""
     env: gym.Env[Any, Any] = MLSandboxEnv(scenario, **env_kwargs)
-    env = FlatObservation(env, max_datasets=max_datasets, max_jobs=max_jobs)
+    env = FlatObservation(env, max_datasets=max_datasets, max_jobs=max_jobs, kind_features=kind_features)
     return DiscreteActions(
         env,
         action_types=action_types,

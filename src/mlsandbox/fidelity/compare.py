@@ -52,6 +52,12 @@ class EpisodeTrace(_Model):
     success: bool = False
     score: float = 0.0
     holdout_auc: float | None = None
+    kind: str = "tabular"
+    """The kind of work (the goal dataset's)."""
+    metric: str | None = None
+    """The metric the goal grades by (``roc_auc`` for the AUC goals)."""
+    holdout_metric: float | None = None
+    """That metric of the graded model on the hidden holdout (None: no model was graded)."""
     grade_reason: str | None = None
     reward: float = 0.0
     components: dict[str, float] = Field(default_factory=dict)
@@ -85,6 +91,8 @@ class TripleComparison(_Model):
     """sim minus local."""
     component_diffs: dict[str, float]
     auc_diff: float | None
+    metric_diff: float | None = None
+    """The goal metric on the holdout, sim minus local (any kind; the AUC difference for AUC goals)."""
     steps_diff: int
     divergence: Divergence | None
 
@@ -186,6 +194,9 @@ def compare(local: EpisodeTrace, sim: EpisodeTrace) -> TripleComparison:
     auc_diff = None
     if local.holdout_auc is not None and sim.holdout_auc is not None:
         auc_diff = sim.holdout_auc - local.holdout_auc
+    metric_diff = None
+    if local.holdout_metric is not None and sim.holdout_metric is not None:
+        metric_diff = sim.holdout_metric - local.holdout_metric
     return TripleComparison(
         scenario=local.scenario,
         agent=local.agent,
@@ -196,6 +207,7 @@ def compare(local: EpisodeTrace, sim: EpisodeTrace) -> TripleComparison:
         reward_diff=sim.reward - local.reward,
         component_diffs={k: sim.components.get(k, 0.0) - local.components.get(k, 0.0) for k in keys},
         auc_diff=auc_diff,
+        metric_diff=metric_diff,
         steps_diff=len(sim.steps) - len(local.steps),
         divergence=first_divergence(local, sim),
     )

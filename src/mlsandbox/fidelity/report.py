@@ -59,6 +59,49 @@ class ScenarioFidelity(_Model):
     triples: list[TripleComparison]
 
 
+class KindFigures(_Model):
+    """The fidelity figures of the triples of one kind of work: success agreement and the error of the
+    goal metric on the holdout (sim against local)."""
+
+    triples: int
+    comparable: int
+    success_agreement: float | None
+    metrics: list[str] = Field(default_factory=list)
+    """The goal metrics of the kind's triples."""
+    metric_pairs: int = 0
+    """Comparable triples where both backends graded a model."""
+    median_abs_metric_diff: float | None = None
+    max_abs_metric_diff: float | None = None
+    median_rel_metric_error: float | None = None
+    """Median of |sim - local| / |local| of the holdout metric."""
+
+
+def kind_figures(triples: list[TripleComparison]) -> dict[str, KindFigures]:
+    """:class:`KindFigures` per kind of work (the local trace's kind)."""
+    out: dict[str, KindFigures] = {}
+    for kind in sorted({t.local.kind for t in triples}):
+        mine = [t for t in triples if t.local.kind == kind]
+        ok = [t for t in mine if t.comparable]
+        pairs = [t for t in ok if t.metric_diff is not None]
+        diffs = [abs(t.metric_diff) for t in pairs if t.metric_diff is not None]
+        rel = [
+            abs(t.metric_diff) / abs(t.local.holdout_metric)
+            for t in pairs
+            if t.metric_diff is not None and t.local.holdout_metric
+        ]
+        out[kind] = KindFigures(
+            triples=len(mine),
+            comparable=len(ok),
+            success_agreement=_mean([float(t.success_agrees) for t in ok]),
+            metrics=sorted({t.local.metric for t in mine if t.local.metric}),
+            metric_pairs=len(pairs),
+            median_abs_metric_diff=statistics.median(diffs) if diffs else None,
+            max_abs_metric_diff=max(diffs) if diffs else None,
+            median_rel_metric_error=statistics.median(rel) if rel else None,
+        )
+    return out
+
+
 class FidelityIndex(_Model):
     created: str
     backends: tuple[str, str]
@@ -70,6 +113,8 @@ class FidelityIndex(_Model):
     targets: dict[str, float]
     scenarios: dict[str, Figures]
     pages: dict[str, str]
+    kinds: dict[str, KindFigures] = Field(default_factory=dict)
+    """Per kind of work (an index written before kinds existed has none)."""
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -380,6 +425,31 @@ def index_html(index: FidelityIndex) -> str:
         _table(["figure", "value"], _figures_rows(index.figures)),
         f"<p>Targets: success agreement &ge; {SUCCESS_AGREEMENT_TARGET:.0%} of triples, median |holdout AUC "
         f"difference| &le; {AUC_DIFF_TARGET}.</p>",
+        "<h2>Kinds of work</h2>",
+        _table(
+            [
+                "kind",
+                "triples",
+                "success agreement",
+                "metric",
+                "median |metric diff|",
+                "median relative error",
+            ],
+            [
+                [
+                    f'<td class="l">{html.escape(kind)}</td>',
+                    _td(f"{k.comparable}/{k.triples}"),
+                    _td(
+                        _fmt(k.success_agreement, "{:.0%}"),
+                        cls="good" if (k.success_agreement or 0) >= SUCCESS_AGREEMENT_TARGET else "bad",
+                    ),
+                    _td(", ".join(k.metrics)),
+                    _td(f"{_fmt(k.median_abs_metric_diff, '{:.4f}')} ({k.metric_pairs} pairs)"),
+                    _td(_fmt(k.median_rel_metric_error, "{:.1%}")),
+                ]
+                for kind, k in index.kinds.items()
+            ],
+        ),
         "<h2>Scenarios</h2>",
         _table(
             [
@@ -423,9 +493,11 @@ __all__ = [
     "SUCCESS_AGREEMENT_TARGET",
     "FidelityIndex",
     "Figures",
+    "KindFigures",
     "ScenarioFidelity",
     "figures",
     "index_html",
+    "kind_figures",
     "now",
     "scenario_html",
     "write_index",

@@ -42,11 +42,12 @@ PROBE_AGENTS: tuple[str, ...] = _probe_agents()
 
 
 def model_families() -> list[str]:
-    """The built-in scenarios whose goal is a registered model graded on hidden holdout (the families the
-    probes apply to)."""
+    """The built-in scenarios whose goal is a registered model graded on hidden holdout, of any kind (the
+    families the probes apply to)."""
     from mlsandbox.scenario.loader import catalog_ids
 
-    return [sid for sid in catalog_ids() if load_scenario(sid).goal.type == "registered_model_auc"]
+    goals = ("registered_model_auc", "registered_model_metric")
+    return [sid for sid in catalog_ids() if load_scenario(sid).goal.type in goals]
 
 
 _TERMINAL = ("succeeded", "failed", "cancelled")
@@ -96,9 +97,18 @@ class _JobWatch:
             )
 
 
-def trace_of(res: EpisodeResult, backend: str, agent: str, jobs: dict[str, JobTrace]) -> EpisodeTrace:
+def trace_of(
+    res: EpisodeResult,
+    backend: str,
+    agent: str,
+    jobs: dict[str, JobTrace],
+    work: tuple[str, str] = ("tabular", "roc_auc"),
+) -> EpisodeTrace:
+    """The trace of an episode; ``work``: the scenario's kind and goal metric (``Scenario.work``)."""
     grade = res.grade or {}
     info = res.final_info
+    kind = str(grade.get("kind") or work[0])
+    metric = str(grade.get("metric") or work[1].removesuffix("+slo"))
     steps = [
         StepTrace(
             step=s.step,
@@ -118,6 +128,9 @@ def trace_of(res: EpisodeResult, backend: str, agent: str, jobs: dict[str, JobTr
         success=res.success,
         score=float(grade.get("score") or 0.0),
         holdout_auc=grade.get("holdout_auc"),
+        kind=kind,
+        metric=metric,
+        holdout_metric=grade.get("holdout_metric", grade.get("holdout_auc")),
         grade_reason=grade.get("reason"),
         reward=round(res.total_reward, 6),
         components={k: round(v, 6) for k, v in res.components.items()},
@@ -138,10 +151,10 @@ def play(env: MLSandboxEnv, scenario: Scenario, agent: str, seed: int, backend: 
     except Exception as e:  # one broken episode does not stop the comparison
         log.warning("%s: episode %s/%s/%s failed: %s", backend, scenario.id, agent, seed, e)
         return EpisodeTrace(
-            backend=backend, scenario=scenario.id, agent=agent, seed=seed,
+            backend=backend, scenario=scenario.id, agent=agent, seed=seed, kind=scenario.work()[0],
             wall_s=round(time.perf_counter() - t0, 3), error=f"{type(e).__name__}: {e}",
         )  # fmt: skip
-    return trace_of(res, backend, agent, jobs)
+    return trace_of(res, backend, agent, jobs, scenario.work())
 
 
 @dataclass

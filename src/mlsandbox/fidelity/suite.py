@@ -12,6 +12,7 @@ from mlsandbox.fidelity.report import (
     FidelityIndex,
     ScenarioFidelity,
     figures,
+    kind_figures,
     now,
     write_index,
     write_scenario,
@@ -63,6 +64,7 @@ def run_fidelity(
         targets={"success_agreement": SUCCESS_AGREEMENT_TARGET, "median_abs_auc_diff": AUC_DIFF_TARGET},
         scenarios={sid: sf.figures for sid, sf in per_scenario.items()},
         pages=pages,
+        kinds=kind_figures(every),
     )
     write_index(out, index)
     return index

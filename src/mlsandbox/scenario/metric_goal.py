@@ -41,15 +41,18 @@ class MetricGoal(BaseModel):
 
 def check_metric_goal(goal: Any, datasets: dict[str, Any]) -> None:
     """A :class:`ValueError` naming ``goal.metric`` when the metric does not fit the dataset's kind (and
-    the metric ``roc_auc`` for a ``registered_model_auc`` goal)."""
+    the metric ``roc_auc`` for a ``registered_model_auc`` goal, or a ``deployment_slo`` goal without a
+    bar of the kind's metric)."""
     spec = datasets.get(goal.dataset)
     if spec is None:
         return
     kind = kind_of(spec)
-    if goal.type in ("registered_model_metric", "predictions_file"):
+    if goal.type in ("registered_model_metric", "predictions_file") or getattr(goal, "by_metric", False):
         metric, field = goal.metric, "goal.metric"
     elif goal.type == "registered_model_auc":
         metric, field = "roc_auc", "goal.type registered_model_auc"
+    elif goal.type == "deployment_slo":
+        metric, field = "roc_auc", "goal.min_auc (a deployment_slo goal without threshold or baseline_ratio)"
     else:
         return
     try:
@@ -62,6 +65,8 @@ def goal_metric(goal: Any, spec: Any) -> str:
     """The metric a goal grades by (``roc_auc`` for the AUC goals, with ``+slo`` for a deployment's)."""
     if goal.type in ("registered_model_metric", "predictions_file"):
         return kind_of(spec).metric(goal.metric).name
+    if goal.type == "deployment_slo" and getattr(goal, "by_metric", False):
+        return f"{kind_of(spec).metric(goal.metric).name}+slo"
     return "roc_auc+slo" if goal.type == "deployment_slo" else "roc_auc"
 
 

@@ -22,7 +22,7 @@ from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.predictions_goal import PredictionsFileGoal
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
-from mlsandbox.scenario.sources import Source, check_sources
+from mlsandbox.scenario.sources import Source, check_sources, refuse_non_table
 from mlsandbox.scenario.space import ParameterSpace, read_parameter
 from mlsandbox.scenario.team import Team
 from mlsandbox.tasks.registry import DEFAULT_KIND, DatasetSpec
@@ -191,6 +191,16 @@ class Scenario(_Model):
             compute=self.compute,
         )
         check_sources(self.sources, {d.name: d for d in self.datasets}, self.max_steps)
+        if self.serving is not None:
+            if self.serving.dataset not in names:
+                raise ValueError(
+                    f"serving.dataset {self.serving.dataset!r} is not one of the datasets {names}"
+                )
+            if self.serving.traffic is not None:
+                try:
+                    refuse_non_table(self.dataset(self.serving.dataset), "serving.traffic")
+                except ValueError as e:
+                    raise ValueError(f"serving.dataset: {e}") from None
         if self.space is not None:
             data = self.model_dump(mode="json", exclude={"space"})
             for path in self.space.parameters:
@@ -202,7 +212,7 @@ class Scenario(_Model):
         spec = self.dataset(self.goal.dataset)
         return str(getattr(spec, "kind", DEFAULT_KIND)), goal_metric(self.goal, spec)
 
-    def dataset(self, name: str) -> TabularDataset:
+    def dataset(self, name: str) -> DatasetSpec:
         for d in self.datasets:
             if d.name == name:
                 return d

@@ -127,7 +127,11 @@ class Serving(_Model):
 class DeploymentSLOGoal(_Model):
     """Success: at the end a deployment named after the model serves a version of it (registered in this
     episode) whose holdout ROC AUC is at least ``min_auc``, and the SLO was violated for at most
-    ``max_violation_fraction`` of the time production traffic ran."""
+    ``max_violation_fraction`` of the time production traffic ran.
+
+    A dataset of another kind (a regression, multi-class labels) names its bar as the
+    ``registered_model_metric`` goal does: ``metric`` (default: the kind's first) with ``threshold`` or
+    ``baseline_ratio``; ``min_auc`` is then not used."""
 
     type: Literal["deployment_slo"] = "deployment_slo"
     dataset: str
@@ -139,3 +143,23 @@ class DeploymentSLOGoal(_Model):
     """``production``: graded on the latest drift phase of production traffic instead of the dataset's
     holdout."""
     max_violation_fraction: float = Field(default=0.2, ge=0, le=1)
+    metric: str | None = None
+    """A metric of the dataset's kind that grades the served version (with ``threshold`` or
+    ``baseline_ratio``); without a bar the served version is graded by ROC AUC against ``min_auc``."""
+    threshold: float | None = None
+    """The metric's value that counts as success (its direction is the metric's)."""
+    baseline_ratio: float | None = Field(default=None, gt=0)
+    """The bar as a multiple of the kind's trivial predictor's figure on the holdout."""
+
+    @property
+    def by_metric(self) -> bool:
+        """Whether the served version is graded by the kind's metric (a bar is set) rather than ROC AUC."""
+        return self.threshold is not None or self.baseline_ratio is not None
+
+    @model_validator(mode="after")
+    def _one_bar(self) -> DeploymentSLOGoal:
+        if self.threshold is not None and self.baseline_ratio is not None:
+            raise ValueError("goal: give at most one of threshold or baseline_ratio")
+        if self.metric is not None and not self.by_metric:
+            raise ValueError(f"goal.metric {self.metric!r}: give its bar, threshold or baseline_ratio")
+        return self

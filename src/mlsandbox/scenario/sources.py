@@ -179,12 +179,23 @@ def check_sources(
         )
 
 
+def refuse_non_table(spec: object, what: str) -> None:
+    """A :class:`ValueError` naming the dataset and its kind when ``spec`` is not a table's spec (drift
+    moves a table's columns: a kind whose data is not a table cannot drift, nor feed production traffic)."""
+    if not isinstance(spec, TabularDataset):
+        name, kind = getattr(spec, "name", "?"), getattr(spec, "kind", "?")
+        raise ValueError(
+            f"{what} needs a tabular dataset; dataset {name!r} is of kind {kind!r}, whose data is not a table"
+        )
+
+
 def drifting(source: LakeSource, spec: TabularDataset) -> object:
     """The :class:`~mlsandbox.data.drift.DriftingDataset` of a lake source (ValueError when invalid)."""
     from pydantic import ValidationError
 
     from mlsandbox.data.drift import DriftingDataset
 
+    refuse_non_table(spec, "a drifting lake source")
     try:
         return DriftingDataset(
             base=spec,
@@ -199,4 +210,13 @@ def drifting(source: LakeSource, spec: TabularDataset) -> object:
         raise ValueError(msg) from None
 
 
-__all__ = ["ApiSource", "LakeSource", "PostgresSource", "SchemaChange", "Source", "check_sources", "drifting"]
+__all__ = [
+    "ApiSource",
+    "LakeSource",
+    "PostgresSource",
+    "SchemaChange",
+    "Source",
+    "check_sources",
+    "drifting",
+    "refuse_non_table",
+]

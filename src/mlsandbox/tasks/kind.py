@@ -37,6 +37,12 @@ from pydantic import BaseModel
 Direction = Literal["max", "min"]
 
 
+ResponseShape = Literal["binary", "multiclass", "number"]
+"""What a deployment answers per row: ``binary``, a label and the positive class's probability;
+``multiclass``, a class label and that class's probability; ``number``, a number (no probability). The
+model server takes it as ``--response`` (its own copy of these names: it imports nothing of the world)."""
+
+
 @dataclass(frozen=True)
 class Metric:
     """A metric a goal may name: higher (``max``) or lower (``min``) is better."""
@@ -44,6 +50,14 @@ class Metric:
     name: str
     direction: Direction
     description: str = ""
+    validation: str = ""
+    """The metric the trainer logs on its validation split for it (default ``val_<name>``): what the
+    serving pack's risky-deployment check reads of a version's run."""
+
+    @property
+    def logged(self) -> str:
+        """The run metric that measures this metric on the validation split."""
+        return self.validation or f"val_{self.name}"
 
     def better(self, value: float, bar: float) -> bool:
         """Whether ``value`` meets ``bar`` in this metric's direction."""
@@ -81,6 +95,9 @@ class Serving:
     """What a request carries, e.g. ``rows of feature columns``."""
     response: str
     """What comes back per row, e.g. ``label and probability`` or ``a number``."""
+    shape: ResponseShape | None = "binary"
+    """The response's shape as the model server builds it (its ``--response``); None: what the model is
+    decides (a label, with its probabilities when the model has them)."""
 
 
 class TaskKind(ABC):
@@ -193,4 +210,4 @@ class TaskKind(ABC):
         return f"<TaskKind {self.name}>"
 
 
-__all__ = ["Direction", "Generated", "Metric", "Policy", "Serving", "TaskKind"]
+__all__ = ["Direction", "Generated", "Metric", "Policy", "ResponseShape", "Serving", "TaskKind"]

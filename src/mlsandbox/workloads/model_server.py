@@ -17,8 +17,11 @@ reason in its log, as any server whose application start fails.
 - ``{"entity_ids": ["id", ...]}``: the features are fetched from the feature service (``--feature-url``);
   its latency adds to ours, its errors become ``502``, its time-outs ``504``.
 
-and answers ``{"predictions": [...], "probabilities": [...], "model": ..., "version": ...}``
-(``probabilities``: of the positive class, for a binary classifier). A body that is not JSON, a missing
+and answers ``{"predictions": [...], "probabilities": [...], "model": ..., "version": ...}`` in the shape
+``--response`` names (the dataset kind's serving declaration): ``binary``, a label and the positive class's
+probability per row; ``multiclass``, a class label and that class's probability; ``number``, a number per
+row and no ``probabilities`` (a regressor). Without ``--response`` the model decides: a classifier's label
+(with the positive class's probability when it has two classes), else its plain prediction. A body that is not JSON, a missing
 or unknown column or a value of the wrong type is ``422`` with ``detail: [{"loc", "msg", "type"}]``
 (``loc`` as FastAPI gives it, e.g. ``["body", "instances", 3, "tenure_months"]``); an unknown entity is
 ``404`` with its position.
@@ -66,6 +69,8 @@ from mlsandbox.workloads.trainer import block_torch
 log = logging.getLogger("mlsandbox.model_server")
 
 LOAD_FAILED_EXIT = 3
+RESPONSES = ("binary", "multiclass", "number")
+"""The response shapes ``--response`` takes (the task kinds' ``Serving.shape``)."""
 _NUMERIC = frozenset({"double", "float", "long", "integer"})
 _JSON = "application/json"
 
@@ -91,21 +96,34 @@ class LoadedModel:
     columns: list[tuple[str, str]]
     """(column, kind) in the signature's order; kind is ``number``, ``string`` or ``boolean``."""
     classes: list[Any] | None = None
+    response: str | None = None
+    """The response shape (one of :data:`RESPONSES`; None: what the model is decides)."""
     _names: frozenset[str] = field(default=frozenset())
 
     def __post_init__(self) -> None:
         self._names = frozenset(c for c, _ in self.columns)
+        if self.response is not None and self.response not in RESPONSES:
+            raise LoadError(f"unknown response shape {self.response!r} (one of {', '.join(RESPONSES)})")
+        if self.response in ("binary", "multiclass") and (
+            self.classes is None or not hasattr(self.model, "predict_proba")
+        ):
+            raise LoadError(f"a {self.response} response needs a classifier; this model has no classes")
 
     def predict(self, frame: Any) -> tuple[list[Any], list[float] | None]:
-        if self.classes is not None and hasattr(self.model, "predict_proba"):
-            import numpy as np
+        """The predictions of the rows of ``frame`` and, for a classifier, their probabilities."""
+        import numpy as np
 
-            proba = np.asarray(self.model.predict_proba(frame))
-            labels = np.asarray(self.classes)[proba.argmax(axis=1)]
-            positive = proba[:, 1].tolist() if proba.shape[1] == 2 else None
-            return labels.tolist(), positive
-        out = self.model.predict(frame)
-        return list(getattr(out, "tolist", lambda: list(out))()), None
+        if self.response == "number" or self.classes is None or not hasattr(self.model, "predict_proba"):
+            out = np.asarray(self.model.predict(frame))
+            if self.response == "number":
+                return out.astype(float).tolist(), None
+            return out.tolist(), None
+        proba = np.asarray(self.model.predict_proba(frame))
+        best = proba.argmax(axis=1)
+        labels = np.asarray(self.classes)[best].tolist()
+        if self.response == "multiclass":
+            return labels, proba[np.arange(len(best)), best].tolist()
+        return labels, proba[:, 1].tolist() if proba.shape[1] == 2 else None
 
 
 # ------------------------------------------------------------------------------------------------ load
@@ -127,8 +145,11 @@ def _signature_columns(local: str) -> list[tuple[str, str]]:
     return columns
 
 
-def load_model(model_uri: str | None, model_path: str | None, tracking_uri: str | None) -> LoadedModel:
-    """Download (when ``models:/NAME/VERSION``) and load the model; :class:`LoadError` when impossible."""
+def load_model(
+    model_uri: str | None, model_path: str | None, tracking_uri: str | None, response: str | None = None
+) -> LoadedModel:
+    """Download (when ``models:/NAME/VERSION``) and load the model to answer in the ``response`` shape;
+    :class:`LoadError` when impossible."""
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
     from mlflow.models import Model
@@ -174,7 +195,7 @@ def load_model(model_uri: str | None, model_path: str | None, tracking_uri: str 
         if tmp is not None:
             tmp.cleanup()
     classes = getattr(model, "classes_", None)
-    return LoadedModel(model, name, version, columns, None if classes is None else list(classes))
+    return LoadedModel(model, name, version, columns, None if classes is None else list(classes), response)
 
 
 # ---------------------------------------------------------------------------------------- validation
@@ -365,6 +386,7 @@ def create_app(
     port_file: str | None = None,
     port: int | None = None,
     fault_file: str | None = None,
+    response: str | None = None,
 ) -> Any:
     """The ASGI app (metrics outside, fault hook inside, FastAPI app innermost)."""
     http_metrics = HttpMetrics("model")
@@ -396,7 +418,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
-            loaded = await asyncio.to_thread(load_model, model_uri, model_path, tracking_uri)
+            loaded = await asyncio.to_thread(load_model, model_uri, model_path, tracking_uri, response)
         except LoadError as e:
             log.error("cannot serve: %s", e)
             raise
@@ -533,6 +555,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--feature-url", help="the feature service, for requests by entity_ids")
     p.add_argument("--feature-timeout", type=float, default=2.0)
     p.add_argument("--max-batch-rows", type=int, default=256)
+    p.add_argument(
+        "--response", choices=RESPONSES, help="the response shape (default: what the model is decides)"
+    )
     return p.parse_args(argv)
 
 
@@ -558,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         max_batch_rows=args.max_batch_rows,
         port_file=args.port_file,
         port=port,
+        response=args.response,
     )
     config = uvicorn.Config(
         app,

@@ -209,6 +209,7 @@ class KubeEpisodeServing:
                 credits_per_second=spec.machine.credits_per_second,
                 labels=self.labels,
                 feature_url=self._feature_url,
+                response=spec.response,
             )
         except ValidationError as e:
             raise ServingError("invalid_parameters", f"deployment {spec.deployment!r}: {e}") from None

@@ -76,6 +76,8 @@ class ModelServerSpec(BaseModel):
     """Extra labels of every object (the episode label)."""
     feature_url: str | None = None
     """The feature service the replicas fetch features from, for requests by entity id."""
+    response: str | None = None
+    """The replicas' response shape (the model server's ``--response``; None: what the model is decides)."""
 
 
 # ------------------------------------------------------------------------------------------ builders
@@ -135,6 +137,7 @@ def pod_template(
     resources = server_resources(spec.cpus, spec.memory_mb, cpu_request)
     args = ["--model-uri", f"models:/{spec.registry_name}/{spec.version}"]
     args += ["--feature-url", spec.feature_url] if spec.feature_url else []
+    args += ["--response", spec.response] if spec.response else []
     container = _server_container(
         COMPONENT,
         image,

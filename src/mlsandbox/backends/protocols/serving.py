@@ -32,6 +32,7 @@ from pydantic import Field
 from mlsandbox.backends.protocols.common import Model
 from mlsandbox.backends.protocols.environments import EnvironmentInfo
 from mlsandbox.errors import BackendError
+from mlsandbox.tasks.kind import ResponseShape
 
 FEATURE_SERVICE = "feature-service"
 """The target name of the episode's feature service (in scrapes, metrics and faults)."""
@@ -103,6 +104,9 @@ class DeploymentSpec(Model):
     """A named environment of the episode (None: the model server's own). Backend-specific: a backend
     whose replicas run a fixed image refuses it with :class:`~mlsandbox.errors.Unsupported`
     (``serving.environment``)."""
+    response: ResponseShape | None = None
+    """What the replicas answer per row (the dataset kind's :attr:`~mlsandbox.tasks.kind.Serving.shape`,
+    the model server's ``--response``); None: what the model is decides."""
 
 
 class ReplicaView(Model):

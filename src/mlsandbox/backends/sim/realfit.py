@@ -225,6 +225,25 @@ def numeric_columns(model: Any) -> list[str]:
     return []
 
 
+def boolean_columns(model: Any) -> list[str]:
+    """The columns a fitted trainer pipeline saw as booleans (one-hot encoded from ``True``/``False``):
+    what the real model's signature types ``boolean``."""
+    steps = getattr(model, "named_steps", None)
+    if not steps or "preprocess" not in steps:
+        return []
+    pre = steps["preprocess"]
+    encoder = getattr(pre, "named_transformers_", {}).get("categorical")
+    for name, _, columns in pre.transformers_:
+        if name != "categorical" or encoder is None or not hasattr(encoder, "categories_"):
+            continue
+        return [
+            str(c)
+            for c, values in zip(columns, encoder.categories_, strict=False)
+            if len(values) and getattr(values, "dtype", None) is not None and values.dtype.kind == "b"
+        ]
+    return []
+
+
 def clear() -> None:
     """Forget every kept fit (tests, benchmarks measuring fresh fits)."""
     with _LOCK:
@@ -235,6 +254,7 @@ __all__ = [
     "KEPT",
     "FitResult",
     "SplitError",
+    "boolean_columns",
     "cached",
     "clear",
     "numeric_columns",

@@ -41,7 +41,7 @@ from mlsandbox.backends.protocols.serving import (
     check_set_version,
     not_found,
 )
-from mlsandbox.backends.sim.realfit import numeric_columns
+from mlsandbox.backends.sim.realfit import boolean_columns, numeric_columns
 from mlsandbox.backends.sim.world import SimWorld, stable_seed
 from mlsandbox.workloads.http_metrics import HttpMetrics
 
@@ -124,7 +124,7 @@ class SimEpisodeServing:
 
     def _served(self, spec: DeploymentSpec, version: str) -> tuple[Any, str]:
         """The model server's loaded model of ``version`` (its start), or ``deploy_failed``."""
-        from mlsandbox.workloads.model_server import LoadedModel
+        from mlsandbox.workloads.model_server import LoadedModel, LoadError
 
         reg = self.tracking.models.get(spec.registry_name)
         found = None if reg is None else next((v for v in reg.versions if v.version == version), None)
@@ -136,12 +136,21 @@ class SimEpisodeServing:
             raise self._failed(spec, version, detail, exit_status=3)
         model = found.model
         names = [str(n) for n in getattr(model, "feature_names_in_", [])]
-        numeric = set(numeric_columns(model))
-        columns = [(n, "number" if n in numeric else "string") for n in names]
+        numeric, boolean = set(numeric_columns(model)), set(boolean_columns(model))
+        columns = [(n, "number" if n in numeric else "boolean" if n in boolean else "string") for n in names]
         classes = list(getattr(model, "classes_", []))
-        return LoadedModel(
-            model, spec.registry_name, version, columns, [_plain(c) for c in classes] or None
-        ), str(getattr(model, "algorithm", "gradient_boosting"))
+        try:
+            served = LoadedModel(
+                model,
+                spec.registry_name,
+                version,
+                columns,
+                [_plain(c) for c in classes] or None,
+                spec.response,
+            )
+        except LoadError as e:  # the model server's start fails the same way (exit status 3)
+            raise self._failed(spec, version, f"cannot serve: {e}", exit_status=3) from None
+        return served, str(getattr(model, "algorithm", "gradient_boosting"))
 
     def _failed(self, spec: DeploymentSpec, version: str, detail: str, *, exit_status: int) -> ServingError:
         values = {

@@ -339,7 +339,7 @@ def plan_trainer(
             )
         )
     features.update(hp_features(alg, args.hyperparams))
-    res = alg.resources
+    res = jobs.tasks.get(args.task, {}).get(args.algorithm) or alg.resources
     over_cpu = draw(res.overhead_cpu_s, features, rng)
     over_wall = max(over_cpu, draw(res.overhead_wall_s, features, rng))
     fit_cpu = draw(res.fit_cpu_s, features, rng) if table is not None else 0.0

@@ -21,7 +21,7 @@ class TabularBinary(TaskKind):
     title = "tabular binary classification"
     spec = TabularDataset
     metrics = (
-        Metric("roc_auc", "max", "ROC AUC of the positive class's probability"),
+        Metric("roc_auc", "max", "ROC AUC of the positive class's probability", "val_auc"),
         Metric("accuracy", "max", "share of rows whose predicted label is right"),
     )
     algorithms: ClassVar[Mapping[str, frozenset[str]]] = ESTIMATOR_PARAMETERS

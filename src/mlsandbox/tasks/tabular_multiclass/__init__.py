@@ -78,7 +78,7 @@ class TabularMulticlass(TaskKind):
     )
     algorithms: ClassVar[Mapping[str, frozenset[str]]] = ESTIMATOR_PARAMETERS
     fit_task = "multiclass"
-    serving = Serving("rows of feature columns", "a class label and its probability per row")
+    serving = Serving("rows of feature columns", "a class label and its probability per row", "multiclass")
 
     def generate(self, spec: Any, seed: int) -> Generated:
         import numpy as np

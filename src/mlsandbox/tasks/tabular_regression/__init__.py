@@ -40,7 +40,7 @@ class TabularRegression(TaskKind):
     algorithms: ClassVar[Mapping[str, frozenset[str]]] = REGRESSION_PARAMETERS
     fit_task = "regression"
     calibration_stand_ins: ClassVar[Mapping[str, str]] = {"ridge": "logistic_regression"}
-    serving = Serving("rows of feature columns", "a number per row")
+    serving = Serving("rows of feature columns", "a number per row", "number")
 
     def generate(self, spec: Any, seed: int) -> Generated:
         # The generator reads a regression from the spec's fields; its manifest says which kind made it.

@@ -46,7 +46,7 @@ class TextClassification(TaskKind):
         "linear_svc": "logistic_regression",
         "naive_bayes": "logistic_regression",
     }
-    serving = Serving("documents (text)", "a label per document")
+    serving = Serving("documents (text)", "a label per document", None)  # linear_svc has no probabilities
 
     def generate(self, spec: Any, seed: int) -> Generated:
         import pyarrow as pa

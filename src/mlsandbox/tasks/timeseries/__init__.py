@@ -41,7 +41,7 @@ class TimeseriesForecasting(TaskKind):
         "seasonal_naive": "logistic_regression",
         "ridge": "logistic_regression",
     }
-    serving = Serving("dates to forecast (a horizon)", "a forecast value per date")
+    serving = Serving("dates to forecast (a horizon)", "a forecast value per date", "number")
 
     def generate(self, spec: Any, seed: int) -> Generated:
         import pyarrow as pa

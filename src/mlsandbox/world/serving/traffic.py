@@ -30,8 +30,8 @@ from mlsandbox.backends.protocols.clock import Clock, Ticker
 from mlsandbox.backends.protocols.serving import EpisodeServing, ServingError
 from mlsandbox.data.drift import DriftingDataset, batch_spec
 from mlsandbox.data.spec import TabularDataset
-from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.scenario.serving import Traffic
+from mlsandbox.tasks.registry import kind_of
 
 ID_COLUMN = "entity_id"
 TICK_S = 0.02
@@ -65,7 +65,7 @@ def make_population(spec: TabularDataset, traffic: Traffic, seed: int) -> Popula
     for b in range(traffic.phases):
         tab, _ = batch_spec(drifting, b)
         tab = tab.model_copy(update={"rows": 50, "holdout_rows": traffic.population_per_phase})
-        gen = generate_tabular(tab, (seed * 7919 + 104729 * (b + 1)) % (2**31))
+        gen = kind_of(tab).generate(tab, (seed * 7919 + 104729 * (b + 1)) % (2**31))
         hold = gen.holdout.reset_index(drop=True)
         ids = [f"p{b}-{i}" for i in range(len(hold))]
         feats = hold.drop(columns=[spec.target])

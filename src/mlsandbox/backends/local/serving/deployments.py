@@ -55,6 +55,8 @@ class Placement:
     environment: str = "default"
     python: str | None = None
     """The environment's interpreter (None: the sandbox's own)."""
+    response: str | None = None
+    """The replicas' response shape (the model server's ``--response``; None: what the model is decides)."""
 
 
 @dataclass
@@ -174,6 +176,8 @@ class Deployments:
         self, deployment: str, registry_name: str, version: str, n: int, placement: Placement
     ) -> list[ServingProcess]:
         args = ["--model-uri", f"models:/{registry_name}/{version}"]
+        if placement.response is not None:
+            args += ["--response", placement.response]
         if self.feature_service is not None:
             args += ["--feature-url", self.feature_service.url]
         procs: list[ServingProcess] = []

@@ -76,7 +76,9 @@ class LocalEpisodeServing:
                     f"environment {environment!r} cannot run the model server: {e}",
                 ) from None
         m = spec.machine
-        return Placement(m.name, m.cpus, m.memory_mb, m.credits_per_second, environment, python)
+        return Placement(
+            m.name, m.cpus, m.memory_mb, m.credits_per_second, environment, python, spec.response
+        )
 
     def deploy(self, spec: DeploymentSpec) -> tuple[DeploymentView, bool]:
         placement = self._placement(spec)

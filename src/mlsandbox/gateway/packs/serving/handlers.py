@@ -12,7 +12,9 @@ deployment) and the traffic generator, started when the deployment named after t
 exists. Labelled production rows are published to the lake as ``prod/labelled.parquet`` (a dataset the
 agent can train on) as their labels arrive. Replicas cost their machine's price per second
 (``state.extra_credits``, from :meth:`EpisodeServing.credits_per_second` and the runtime's clock); a version
-whose run has no ``val_auc`` at or above the threshold is a risky deployment. What the grade and the
+whose run has no passing validation metric (the goal's metric as the trainer logs it, ``val_auc`` for ROC
+AUC, in the metric's direction against the goal's bar) is a risky deployment. Replicas answer in the
+serving dataset's kind's response shape. What the grade and the
 reward read (the served version, risky deployments, the SLO seconds) is the episode's typed
 :class:`~mlsandbox.world.episode.ServingRecord`, ``state.serving``. Everything stops, and the episode's deployments are removed, in
 ``on_close``.
@@ -39,10 +41,13 @@ from mlsandbox.backends.protocols.serving import (
 )
 from mlsandbox.data.formats import to_bytes
 from mlsandbox.errors import ActionError
+from mlsandbox.evaluation.metric_grade import metric_bar
 from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.serving import actions as S
 from mlsandbox.gateway.packs.serving.telemetry import TelemetryCursor, serving_telemetry
 from mlsandbox.scenario.serving import METRICS, Serving
+from mlsandbox.tasks.kind import Metric, ResponseShape
+from mlsandbox.tasks.registry import kind_of
 from mlsandbox.world.episode import DatasetRecord
 from mlsandbox.world.serving.monitoring import Monitor
 from mlsandbox.world.serving.traffic import ID_COLUMN, Population, TrafficGenerator, make_population
@@ -236,17 +241,39 @@ def _registered(ctx: EpisodeContext, name: str, version: str) -> None:
         )
 
 
+def _validation_bar(ctx: EpisodeContext, spec: Serving) -> tuple[Metric, float]:
+    """The metric a deployed version's run must have passed on its validation split, and its bar: the
+    goal's metric (the kind's default when it names none) against the goal's bar; for a goal graded by
+    ROC AUC, ``val_auc`` against ``serving.min_eval_auc`` or the goal's ``min_auc``."""
+    goal = ctx.scenario.goal
+    data = ctx.scenario.dataset(getattr(goal, "dataset", spec.dataset))
+    if getattr(goal, "by_metric", False) or goal.type == "registered_model_metric":
+        holdout = ctx.state.ground_truth.holdouts.get(goal.dataset)
+        if holdout is not None:
+            metric, _, bar = metric_bar(goal, data, holdout)
+            return metric, bar
+    kind = kind_of(data)
+    auc = next((m for m in kind.metrics if m.name == "roc_auc"), kind.metric())
+    return auc, spec.min_eval_auc or float(getattr(goal, "min_auc", 0.75))
+
+
 def _risky(ctx: EpisodeContext, spec: Serving, name: str, version: str) -> bool:
-    """Whether the version's run lacks a passing validation metric (``val_auc`` >= the threshold)."""
-    threshold = spec.min_eval_auc or float(getattr(ctx.scenario.goal, "min_auc", 0.75))
+    """Whether the version's run lacks a passing validation metric (see :func:`_validation_bar`: the
+    trainer's ``val_<metric>`` in the metric's direction; ``val_auc`` >= the threshold for ROC AUC)."""
+    metric, bar = _validation_bar(ctx, spec)
     try:
         versions = ctx.runtime.tracking.list_model_versions(ctx.state.registry_name(name))
         mv = next(v for v in versions if v.name == ctx.state.registry_name(name) and v.version == version)
         run = ctx.runtime.tracking.get_run(mv.run_id) if mv.run_id else None
     except Exception:
         return True
-    auc = None if run is None else run.metrics.get("val_auc")
-    return auc is None or auc < threshold
+    value = None if run is None else run.metrics.get(metric.logged)
+    return value is None or not metric.better(float(value), bar)
+
+
+def _response(ctx: EpisodeContext, spec: Serving) -> ResponseShape | None:
+    """What the deployments answer: the serving dataset's kind's response shape."""
+    return kind_of(ctx.scenario.dataset(spec.dataset)).serving.shape
 
 
 def _machine(ctx: EpisodeContext, machine: str) -> Machine:
@@ -306,6 +333,7 @@ def handle_deploy_model(ctx: EpisodeContext, a: S.DeployModel) -> dict[str, Any]
         replicas=a.replicas,
         machine=machine,
         environment=environment,
+        response=_response(ctx, world.spec),
     )
     view, created = _call(lambda: world.serving.deploy(spec))
     if risky:

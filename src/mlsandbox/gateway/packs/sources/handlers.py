@@ -49,6 +49,7 @@ from mlsandbox.errors import ActionError
 from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.sources import actions as S
 from mlsandbox.scenario.sources import ApiSource, LakeSource, PostgresSource, drifting
+from mlsandbox.tasks.registry import kind_of
 from mlsandbox.world.episode import DatasetRecord
 
 log = logging.getLogger(__name__)
@@ -302,7 +303,11 @@ def _start_lake(ctx: EpisodeContext, rt: SourceRuntime, spec: Any) -> None:
 
     source = rt.spec
     assert isinstance(source, LakeSource)
-    series = generate_batches(drifting(source, spec), ctx.seed * 1000 + 500 + _stable(source.name))  # type: ignore[arg-type]
+    series = generate_batches(
+        drifting(source, spec),  # type: ignore[arg-type]
+        ctx.seed * 1000 + 500 + _stable(source.name),
+        lambda batch, seed: kind_of(batch).generate(batch, seed),
+    )
     rt.batches = series.batches[: source.batches]
     rt.due = dict(enumerate(source.arrivals))
     for change in source.schema_changes:
