@@ -35,3 +35,18 @@ def test_reference_succeeds_and_random_and_do_nothing_fail(scenario: str) -> Non
     for agent in ("random", "do-nothing"):
         grade = _grade(scenario, agent)
         assert not grade["success"], (agent, grade)
+
+
+def test_the_cnn_is_refused_on_sim_as_unsupported_and_changes_nothing() -> None:
+    env = MLSandboxEnv("images-parts-sorting", backend="sim", sandbox="sim-images-cnn")
+    try:
+        env.reset(seed=0)
+        action = {"type": "train_model", "dataset": "raw/parts.parquet", "algorithm": "cnn"}
+        env.step(action)
+        observation = env.last_observation
+        assert observation is not None
+        error = observation["error"]
+        assert error["code"] == "unsupported" and "PyTorch" in error["message"], error
+        assert not env.episode.jobs
+    finally:
+        env.close()
