@@ -31,7 +31,9 @@ def _measure(frame: Any, algorithm: str, hyperparams: dict[str, Any]) -> dict[st
 
     with threadpool_limits(limits=1):
         t0 = time.perf_counter()
-        metrics, model = image_classifier.fit_job(frame, algorithm, hyperparams, 1, "label", "image", lambda _: None)
+        metrics, model = image_classifier.fit_job(
+            frame, algorithm, hyperparams, 1, "label", "image", lambda _: None
+        )
         fit_s = time.perf_counter() - t0
         train_images = round(len(frame) * (1 - image_classifier.VALIDATION_FRACTION))
         t0 = time.perf_counter()
@@ -72,7 +74,9 @@ def main() -> None:
         print(f"{name:<22} {r['fit_s']:>8.2f} {r['fit_images_per_s']:>10.1f} "
               f"{r['predict_images_per_s']:>14.1f} {r['val_accuracy']:>8.3f}")  # fmt: skip
     OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps({"machine": machine, "rows": opts.rows, "size": 32, "runs": runs}, indent=2) + "\n")
+    OUT.write_text(
+        json.dumps({"machine": machine, "rows": opts.rows, "size": 32, "runs": runs}, indent=2) + "\n"
+    )
     print(f"saved {OUT}")
 
 

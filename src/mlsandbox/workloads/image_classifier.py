@@ -47,7 +47,9 @@ def hyperparameter_problems(algorithm: str, hyperparams: dict[str, Any]) -> list
         return [f"unknown algorithm {algorithm!r} for image classification; choose one of {list(ALGORITHMS)}"]
     unknown = sorted(set(hyperparams) - ESTIMATOR_PARAMETERS[algorithm])
     if unknown:
-        return [f"{algorithm} has no parameter(s) {unknown}; its parameters: {sorted(ESTIMATOR_PARAMETERS[algorithm])}"]
+        return [
+            f"{algorithm} has no parameter(s) {unknown}; its parameters: {sorted(ESTIMATOR_PARAMETERS[algorithm])}"
+        ]
     return []
 
 
@@ -141,7 +143,9 @@ def fit_job(
     if image_column not in frame.columns or target not in frame.columns:
         raise KeyError(f"columns {image_column!r} and {target!r} must be in the data: {list(frame.columns)}")
     if algorithm in TORCH_ALGORITHMS and not torch_available():
-        raise ImportError(f"algorithm {algorithm!r} trains with PyTorch, which is not installed: {INSTALL_TORCH}")
+        raise ImportError(
+            f"algorithm {algorithm!r} trains with PyTorch, which is not installed: {INSTALL_TORCH}"
+        )
     train, val = train_test_split(
         frame, test_size=VALIDATION_FRACTION, random_state=seed, stratify=frame[target]
     )

@@ -49,7 +49,7 @@ def decode_all(values: Any, size: int | None) -> Any:
     the first whose size differs (from ``size``, else from the first image's)."""
     import numpy as np
 
-    arrays = []
+    arrays: list[Any] = []
     for i, value in enumerate(values):
         try:
             pixels = decode(value)
@@ -89,7 +89,7 @@ def _orientation_histograms(grey: Any) -> Any:
     return np.concatenate([cells.reshape(n, -1), whole], axis=1) / float(h * w)
 
 
-class ImageFeatures(TransformerMixin, BaseEstimator):  # type: ignore[misc]
+class ImageFeatures(TransformerMixin, BaseEstimator):
     """Rows with an encoded image in ``column`` to pixel features: the grey image downsampled to
     ``grid`` x ``grid``, an 8-bin histogram per colour channel and histograms of gradient orientations."""
 
@@ -116,7 +116,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):  # type: ignore[misc]
         return np.concatenate([small.reshape(n, -1), colour, _orientation_histograms(grey)], axis=1)
 
 
-class ImagePixels(TransformerMixin, BaseEstimator):  # type: ignore[misc]
+class ImagePixels(TransformerMixin, BaseEstimator):
     """Rows with an encoded image in ``column`` to a ``(n, 3, h, w)`` float array in [0, 1]."""
 
     def __init__(self, column: str = "image") -> None:
@@ -148,7 +148,7 @@ def _pool(x: Any) -> Any:
     return x[:, :, : h // 2 * 2, : w // 2 * 2].reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
 
 
-class SmallCNN(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
+class SmallCNN(ClassifierMixin, BaseEstimator):
     """Two 3x3 convolution blocks (ReLU, 2x2 max-pool), global max pooling and a linear layer,
     trained with Adam and cross-entropy on PyTorch CPU; the fitted weights are numpy arrays and
     :meth:`predict_proba` runs in numpy."""
@@ -216,7 +216,9 @@ class SmallCNN(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             if say is not None:
                 say(f"epoch {epoch}/{self.epochs} loss={mean:.6g}")
             if not np.isfinite(mean):
-                raise ArithmeticError(f"loss is {mean} at epoch {epoch} with learning_rate={self.learning_rate:g}")
+                raise ArithmeticError(
+                    f"loss is {mean} at epoch {epoch} with learning_rate={self.learning_rate:g}"
+                )
         params = [p.detach().numpy().astype("float32").copy() for p in net.parameters()]
         self.conv1_w_, self.conv1_b_, self.conv2_w_, self.conv2_b_, self.head_w_, self.head_b_ = params
         return self

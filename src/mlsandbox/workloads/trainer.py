@@ -227,7 +227,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--task", default="binary", choices=TASKS, help="what the target is (default: binary)"
     )
     parser.add_argument(
-        "--column", default=None, help="forecasting: the date column; text: the document column; images: the image column"
+        "--column",
+        default=None,
+        help="forecasting: the date column; text: the document column; images: the image column",
     )
     parser.add_argument("--hyperparams", default="{}", help="JSON object of estimator parameters")
     parser.add_argument("--experiment-id", required=True)

@@ -61,7 +61,7 @@ def _pool(spec: ImageClassificationDataset, seed: int, name: str, rows: int) -> 
     rng = rng_for(seed, spec.name, name, "labels")
     wanted = rng.choice(len(spec.labels), size=rows, p=p)
     need = np.bincount(wanted, minlength=len(spec.labels))
-    count = int(math.ceil(max(need) * len(spec.labels) * 1.3)) + 40
+    count = math.ceil(max(need) * len(spec.labels) * 1.3) + 40
     images = generate_images(
         ImageDataset(
             name=f"{spec.name}_{name}"[:40],
@@ -78,7 +78,8 @@ def _pool(spec: ImageClassificationDataset, seed: int, name: str, rows: int) -> 
     for row in images.labels.to_pylist():
         by_label[row["label"]].append(images.files[row["file"]])
     taken = {s: 0 for s in spec.labels}
-    files, labels = [], []
+    files: list[bytes] = []
+    labels: list[str] = []
     for code in wanted:
         label = spec.labels[int(code)]
         files.append(by_label[label][taken[label] % len(by_label[label])])
@@ -87,7 +88,9 @@ def _pool(spec: ImageClassificationDataset, seed: int, name: str, rows: int) -> 
     return files, labels
 
 
-def generate_image_classification(spec: ImageClassificationDataset, seed: int) -> GeneratedImageClassification:
+def generate_image_classification(
+    spec: ImageClassificationDataset, seed: int
+) -> GeneratedImageClassification:
     check_seed(seed)
     images, labels = _pool(spec, seed, "train", spec.rows)
     held_images, held_labels = _pool(spec, seed, "holdout", spec.holdout_rows)
@@ -150,4 +153,10 @@ def generate_image_classification(spec: ImageClassificationDataset, seed: int) -
     return GeneratedImageClassification(train=frame, holdout=holdout, manifest=manifest)
 
 
-__all__ = ["OTHER_SIZES", "GeneratedImageClassification", "generate_image_classification", "resized", "shifted"]
+__all__ = [
+    "OTHER_SIZES",
+    "GeneratedImageClassification",
+    "generate_image_classification",
+    "resized",
+    "shifted",
+]

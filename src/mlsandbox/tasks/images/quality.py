@@ -47,7 +47,11 @@ def _stats(pixels: np.ndarray) -> tuple[float, float]:
 
 
 def profile(
-    frame: pd.DataFrame, image_column: str, label_column: str, time_column: str | None, file_column: str | None
+    frame: pd.DataFrame,
+    image_column: str,
+    label_column: str,
+    time_column: str | None,
+    file_column: str | None,
 ) -> dict[str, Any]:
     """The data-quality profile of an image classification table."""
     missing = [c for c in (image_column, label_column) if c not in frame.columns]
@@ -57,7 +61,9 @@ def profile(
     decoded = _decoded(ordered[image_column])
     bad = [i for i, d in enumerate(decoded) if d is None]
     names = (
-        ordered[file_column].astype(str).tolist() if file_column in frame.columns else [str(i) for i in ordered.index]
+        ordered[file_column].astype(str).tolist()
+        if file_column in frame.columns
+        else [str(i) for i in ordered.index]
     )
     sizes = Counter(f"{d.shape[1]}x{d.shape[0]}" for d in decoded if d is not None)
     counts = frame[label_column].value_counts()
@@ -90,7 +96,9 @@ def profile(
         "image_sizes": dict(sizes.most_common()),
         "common_size": sizes.most_common(1)[0][0] if sizes else None,
         "by_time": {
-            "newest_rows_from": str(ordered[time_column].iloc[cut]) if time_column in frame.columns and cut < len(ordered) else None,
+            "newest_rows_from": str(ordered[time_column].iloc[cut])
+            if time_column in frame.columns and cut < len(ordered)
+            else None,
             "older": before,
             "newest_fifth": after,
             **change,

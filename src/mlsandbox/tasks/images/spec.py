@@ -65,9 +65,7 @@ class ImageClassificationDataset(_Model):
         if len(set(self.labels)) != len(self.labels):
             raise ValueError(f"labels must be distinct, got {self.labels}")
         p = self.label_probabilities
-        if p is not None and (
-            len(p) != len(self.labels) or any(x <= 0 for x in p) or abs(sum(p) - 1) > 1e-6
-        ):
+        if p is not None and (len(p) != len(self.labels) or any(x <= 0 for x in p) or abs(sum(p) - 1) > 1e-6):
             raise ValueError(f"label_probabilities must be {len(self.labels)} positive numbers summing to 1")
         columns = [self.image_column, self.target, self.time_column, self.file_column]
         if len(set(columns)) != len(columns):
