@@ -146,3 +146,17 @@ def test_a_deployment_answers_a_label_per_image_sent_as_base64() -> None:
     labels, _ = served.predict(sent)
     assert labels == list(model.predict(rows[["image"]]))
     assert [p["label"] for p in KIND.predictions(model, sent)] == labels
+
+
+def test_the_model_round_trips_through_skops_trusting_only_safe_types() -> None:
+    import skops.io
+
+    from mlsandbox.backends.common.mlflow_tracking import SAFE_TRUSTED_PREFIXES
+
+    clean = _prepared(_data().train_table.to_pandas())
+    model = image_classifier.fit(clean, "logistic_regression", {}, 1, **COLUMNS).model
+    data = skops.io.dumps(model)
+    trusted = skops.io.get_untrusted_types(data=data)
+    assert all(t.startswith(SAFE_TRUSTED_PREFIXES) for t in trusted), trusted
+    loaded = skops.io.loads(data, trusted=trusted)
+    assert list(loaded.predict(clean.head(8)[["image"]])) == list(model.predict(clean.head(8)[["image"]]))
