@@ -30,6 +30,7 @@ BUILTIN: dict[str, str] = {
     "tabular_regression": "mlsandbox.tasks.tabular_regression:KIND",
     "timeseries_forecasting": "mlsandbox.tasks.timeseries:KIND",
     "text_classification": "mlsandbox.tasks.text:KIND",
+    "image_classification": "mlsandbox.tasks.images:KIND",
 }
 """The built-in kinds (``module:attribute``), loaded by name (a broken one is an error, not a warning)."""
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")

@@ -134,17 +134,18 @@ ESTIMATOR_PARAMETERS: dict[str, frozenset[str]] = {
 """Each algorithm's estimator parameters, spelled as scikit-learn spells them (``get_params()`` of the
 estimator :func:`make_estimator` builds, for the pinned scikit-learn; a unit test holds the two equal).
 Kept here as data so that validating an action's hyperparameters imports no scikit-learn."""
-TASKS = ("binary", "multiclass", "regression", "forecasting", "text")
+TASKS = ("binary", "multiclass", "regression", "forecasting", "text", "images")
 """What ``--task`` may say: a 0/1 label (the default), one of several labels, a number, a daily series to
-forecast (:mod:`mlsandbox.workloads.forecasting`) or labelled documents
-(:mod:`mlsandbox.workloads.text_classifier`)."""
+forecast (:mod:`mlsandbox.workloads.forecasting`), labelled documents
+(:mod:`mlsandbox.workloads.text_classifier`) or labelled images (:mod:`mlsandbox.workloads.image_classifier`)."""
 OWN_LEARNERS = {
     "forecasting": "mlsandbox.workloads.forecasting",
     "text": "mlsandbox.workloads.text_classifier",
+    "images": "mlsandbox.workloads.image_classifier",
 }
 """The tasks whose splitting, fitting and metrics live in a module of their own (``fit_job``), imported
 by name when the task is asked for (each imports nothing from mlsandbox either)."""
-OWN_ALGORITHMS = ("seasonal_naive", "linear_svc", "naive_bayes")
+OWN_ALGORITHMS = ("seasonal_naive", "linear_svc", "naive_bayes", "cnn")
 """Those modules' algorithms beside the ones above (a unit test holds the lists equal)."""
 REGRESSION_PARAMETERS: dict[str, frozenset[str]] = {
     "ridge": frozenset(
@@ -180,6 +181,9 @@ VALIDATION_FRACTION = 0.2
 # that as "no PyTorch".
 
 BLOCKED_IMPORTS = ("torch",)
+TORCH_ALGORITHMS = ("cnn",)
+"""The algorithms that train with PyTorch: their job is left free to import it (the image task's small
+CNN; a unit test holds this equal to :data:`mlsandbox.workloads.image_classifier.TORCH_ALGORITHMS`)."""
 
 
 class _ImportBlocker:
@@ -223,7 +227,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--task", default="binary", choices=TASKS, help="what the target is (default: binary)"
     )
     parser.add_argument(
-        "--column", default=None, help="forecasting: the date column; text: the document column"
+        "--column",
+        default=None,
+        help="forecasting: the date column; text: the document column; images: the image column",
     )
     parser.add_argument("--hyperparams", default="{}", help="JSON object of estimator parameters")
     parser.add_argument("--experiment-id", required=True)
@@ -545,7 +551,7 @@ def _train_own(args: argparse.Namespace, run: Any) -> dict[str, Any]:
     metrics.update(train_rows=float(len(table)), train_seconds=round(train_seconds, 3))
     mlflow.log_metrics(metrics)
     log("logging model to MLflow ...")
-    column = args.column or ("date" if args.task == "forecasting" else "text")
+    column = args.column or {"forecasting": "date", "images": "image"}.get(args.task, "text")
     model_info = mlflow.sklearn.log_model(
         model,
         name="model",
@@ -578,7 +584,8 @@ def _pip_requirements() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    block_torch()  # saving a skops model would otherwise import PyTorch (see block_torch)
+    if args.algorithm not in TORCH_ALGORITHMS:
+        block_torch()  # saving a skops model would otherwise import PyTorch (see block_torch)
     try:
         if args.config_prefix:
             config = read_config(args.config_prefix)

@@ -128,6 +128,7 @@ class SimJobs:
             raise ValueError(f"job {spec.job_id!r}: timeout_s must be positive")
         if spec.environment not in (None, "default"):
             self._environments_get(spec.environment)  # KeyError for an unknown key
+        _refuse_torch(spec)
         self.world.charge("jobs.submit")
         self.pump()
         now = self.world.clock.monotonic()
@@ -602,6 +603,25 @@ def _parse(data: bytes, kind: str) -> Any:
 
     raw = gzip.decompress(data) if kind == "csv.gz" else data
     return pa.Table.from_pandas(from_bytes(raw, "csv"), preserve_index=False)
+
+
+TORCH_REFUSAL = (
+    "the simulator fits every model for real in its own process on one core, and a network trained with "
+    "PyTorch takes minutes there; train it on the local or kube backend"
+)
+
+
+def _refuse_torch(spec: JobSpec) -> None:
+    """:class:`~mlsandbox.errors.Unsupported` for a trainer job whose algorithm trains with PyTorch."""
+    from mlsandbox.errors import Unsupported
+    from mlsandbox.workloads.trainer import TORCH_ALGORITHMS
+
+    if spec.workload != "trainer" or "--algorithm" not in spec.args:
+        return
+    position = spec.args.index("--algorithm") + 1
+    algorithm = spec.args[position] if position < len(spec.args) else ""
+    if algorithm in TORCH_ALGORITHMS:
+        raise Unsupported(f"jobs.{algorithm}", "sim", TORCH_REFUSAL)
 
 
 def _usage_plan(message: str) -> JobPlan:

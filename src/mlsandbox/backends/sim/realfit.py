@@ -206,7 +206,7 @@ def _fit_own(
         message = f"{type(e).__name__}: {e}"
         mode = (
             "missing_values"
-            if any(w in str(e) for w in ("NaN", "invalid document"))
+            if any(w in str(e) for w in ("NaN", "invalid document", "cannot decode image", "same shape"))
             else "invalid_hyperparameter"
         )
         return FitResult(**counts, failure=(mode, message))

@@ -16,7 +16,7 @@ from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
 from mlsandbox.tasks.registry import kinds
 
 HyperparameterName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")]
-Algorithm = Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp", "ridge"]
+Algorithm = Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp", "ridge", "cnn"]
 """The trainer's algorithms over every kind; which fit a dataset is its kind's (``train_model`` refuses the
 others with an error observation)."""
 
@@ -58,7 +58,8 @@ class CleanDataset(ActionModel):
     Strategies of tables: drop_na (drop rows with any missing value), impute_mean / impute_median (fill
     missing numeric values with the column mean / median and missing categories with the most frequent
     one), clip_outliers (clip numeric values to the 1.5 IQR fences). Other kinds of data have their own
-    (a time series: dedupe_dates, drop_unsettled, fill_gaps; documents: drop_empty, dedupe, drop_short);
+    (a time series: dedupe_dates, drop_unsettled, fill_gaps; documents: drop_empty, dedupe, drop_short;
+    images: drop_unreadable, resize, augment_brightness, augment_blur);
     a strategy the dataset's kind has not is refused. The output defaults to
     ``clean/<name>-<strategy>.parquet``; it may not be under ``raw/``."""
 
@@ -75,6 +76,10 @@ class CleanDataset(ActionModel):
         "drop_empty",
         "dedupe",
         "drop_short",
+        "drop_unreadable",
+        "resize",
+        "augment_brightness",
+        "augment_blur",
     ]
     output: DatasetName | None = Field(
         default=None, description="Name of the new dataset, ending in .csv, .parquet, .avro, .jsonl or .xlsx"
