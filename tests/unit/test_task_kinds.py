@@ -185,3 +185,16 @@ def test_an_algorithm_that_does_not_fit_the_kind_is_an_error_observation_that_ch
         assert env.gateway.state.jobs == {}
     finally:
         env.close()
+
+
+def test_every_builtin_kinds_algorithm_can_be_asked_for() -> None:
+    """train_model's algorithm field names every algorithm a built-in kind trains, so none is unreachable."""
+    from typing import get_args
+
+    from mlsandbox.gateway.packs.core.actions import Algorithm
+    from mlsandbox.tasks.registry import BUILTIN, get
+
+    offered = set(get_args(Algorithm))
+    for name in BUILTIN:
+        missing = set(get(name).algorithms) - offered
+        assert not missing, (name, sorted(missing))

@@ -16,7 +16,10 @@ from mlsandbox.gateway.safety import DatasetName, JobId, ModelName, RunId
 from mlsandbox.tasks.registry import kinds
 
 HyperparameterName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")]
-Algorithm = Literal["logistic_regression", "random_forest", "gradient_boosting", "mlp", "ridge", "cnn"]
+Algorithm = Literal[
+    "logistic_regression", "random_forest", "gradient_boosting", "mlp", "ridge", "cnn", "linear_svc",
+    "naive_bayes", "seasonal_naive",
+]  # fmt: skip
 """The trainer's algorithms over every kind; which fit a dataset is its kind's (``train_model`` refuses the
 others with an error observation)."""
 
