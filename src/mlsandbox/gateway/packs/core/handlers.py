@@ -135,6 +135,8 @@ def handle_clean_dataset(ctx: EpisodeContext, a: C.CleanDataset) -> dict[str, An
             "invalid_parameters",
             f"output {out_key!r} must end in one of {', '.join(sorted(set(SUFFIX.values())))}",
         ) from None
+    if a.strategy == "drop_conflicting_duplicates" and rec.target is None:
+        raise ActionError("invalid_parameters", f"{a.strategy} needs a dataset with a target column")
     data, digest = _read_bytes(ctx, rec)
 
     def clean() -> tuple[bytes, dict[str, Any]]:
@@ -290,7 +292,10 @@ def handle_get_logs(ctx: EpisodeContext, a: C.GetLogs) -> dict[str, Any]:
         text = ctx.backend_call(lambda: ctx.pool.logs(job.backend_id, tail=a.tail))
         return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
     service = a.target.removeprefix("service:")
-    _service(ctx, service)
+    extra = _service(ctx, service)
+    if extra is not None:  # a pack's service of the episode reads its own log
+        text = ctx.backend_call(lambda: extra.logs(a.tail))
+        return {"target": service, "lines": text.splitlines()[-a.tail :]}
     text = ctx.backend_call(lambda: ctx.runtime.faults.services.logs(service, tail=a.tail))
     return {"target": service, "lines": text.splitlines()[-a.tail :]}
 
