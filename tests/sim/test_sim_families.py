@@ -20,6 +20,7 @@ FAMILIES = (
     "orders-rotated-credentials",
     "orders-source-outage",
     "orders-api-brownout",
+    "churn-conflicting-labels",
 )
 
 
@@ -222,3 +223,36 @@ def test_a_surge_is_met_by_scaling_and_restarting_the_feature_service_is_penalis
     wrong = _run("serving-alert-traffic-surge", _OnCall("restart"))
     assert not wrong.success
     assert wrong.components["wrong_mitigations"] < 0
+
+
+# ------------------------------------------------------------------------------------------ label noise
+
+
+def test_conflicting_labels_show_in_the_profile_and_any_model_on_the_deduplicated_table_passes() -> None:
+    raw = "raw/customers.csv"
+    dedup = "clean/customers-drop-conflicting-duplicates.parquet"
+    agent = _Actions(
+        [
+            {"type": "check_data_quality", "dataset": raw},
+            {"type": "clean_dataset", "dataset": raw, "strategy": "drop_conflicting_duplicates"},
+            {"type": "clean_dataset", "dataset": dedup, "strategy": "impute_mean"},
+            {
+                "type": "train_model",
+                "dataset": "clean/customers-drop-conflicting-duplicates-impute-mean.parquet",
+                "algorithm": "random_forest",
+            },
+            *_job_done("job-1"),
+            lambda obs: {"type": "register_model", "run_id": obs["result"]["run_id"], "name": "churn"},
+        ]
+    )
+    res = _run("churn-conflicting-labels", agent)
+    profile = agent.seen[0]["result"]["profile"]
+    assert profile["conflicting_duplicate_rows"] == 900  # 30% of 3000 rows: the re-sent batch
+    assert agent.seen[1]["result"]["changes"]["conflicting_rows_dropped"] == 900
+    assert res.success, res.grade  # another valid fix: another algorithm, another imputation, another order
+
+
+def test_conflicting_labels_left_in_fail_whatever_else_is_cleaned() -> None:
+    res = _run("churn-conflicting-labels", "reference")  # imputes and clips, keeps the flipped copies
+    assert not res.success
+    assert res.grade is not None and "accuracy" in res.grade["reason"]
