@@ -257,11 +257,7 @@ class AlertTriageReferenceAgent(ServingReferenceAgent):
         rules = (obs.get("result") or {}).get("rules") or [] if obs.get("ok") else []
         load = {r["rule"] for r in rules if str(r.get("condition", "")).split(" ", 1)[0] in LOAD_METRICS}
         slo = {r["rule"] for r in rules if str(r.get("condition", "")).split(" ", 1)[0] in SLO_METRICS}
-        # Headroom for the first seconds of a burst while more replicas start (as the serving reference).
-        replicas = 2 if load else 1
-        obs = yield from self.do(
-            {"type": "deploy_model", "name": model, "version": version, "replicas": replicas}
-        )
+        obs = yield from self.do({"type": "deploy_model", "name": model, "version": version, "replicas": 1})
         if not obs.get("ok"):
             return
         deployment = str(obs["result"].get("deployment") or model)
@@ -281,7 +277,7 @@ class AlertTriageReferenceAgent(ServingReferenceAgent):
                     scaled = bool(obs.get("ok"))
                 continue
             if scaled:  # the burst is over: give the replicas back
-                obs = yield {"type": "scale", "deployment": deployment, "replicas": 2}
+                obs = yield {"type": "scale", "deployment": deployment, "replicas": 1}
                 scaled = not obs.get("ok")
             if firing & slo:
                 handled, quiet = True, 0
