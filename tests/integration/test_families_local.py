@@ -44,3 +44,13 @@ def test_rotated_credentials_real_401_and_signature_mismatch(sandbox: Any) -> No
     assert "auth_failed" in codes
     assert "SignatureDoesNotMatch" in _text(seen)
     assert res.success, res.grade
+
+
+def test_feature_service_down_real_503_then_a_real_restart_on_the_same_address(sandbox: Any) -> None:
+    res, seen = _reference_episode(sandbox, "serving-alert-feature-service-down")
+    health = [o["result"] for o in seen if o.get("action") == "get_service_health" and o.get("ok")]
+    assert any(not h["healthy"] and "HTTP 503" in str(h["error"]) for h in health), health
+    restarts = [o for o in seen if o.get("action") == "restart_service"]
+    assert restarts and restarts[0]["ok"] and restarts[0]["result"]["healthy"]
+    assert res.success, res.grade
+    assert res.components["fault_mitigated"] > 0

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mlsandbox.agents import make_agent
+from mlsandbox.agents.families_reference import AlertTriageReferenceAgent
 from mlsandbox.agents.runner import EpisodeResult, run_episode
 from mlsandbox.agents.scripted import ScriptedAgent
 from mlsandbox.env import MLSandboxEnv
@@ -19,6 +20,7 @@ FAMILIES = (
     "orders-rotated-credentials",
     "orders-source-outage",
     "orders-api-brownout",
+    "churn-conflicting-labels",
 )
 
 
@@ -150,3 +152,107 @@ def test_a_brownout_with_no_other_copy_is_waited_out() -> None:
     res = _run("orders-api-brownout", gives_up)
     assert "HTTP 503" in gives_up.seen[1]["error"]["message"]
     assert not res.success
+
+
+# ------------------------------------------------------------------------- an alert with two causes
+
+ALERT_FAMILIES = ("serving-alert-feature-service-down", "serving-alert-traffic-surge")
+"""The same task text and alerts; one has the feature service down, the other a burst of traffic. Their
+episodes watch production traffic for a couple of minutes of simulated time: one seed each."""
+
+
+class _OnCall(AlertTriageReferenceAgent):
+    """Treats the first firing alert with one fixed remedy, whatever its cause (``scale`` out to three
+    replicas, or ``restart`` the feature service), then watches as the reference does."""
+
+    def __init__(self, remedy: str, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.remedy = remedy
+
+    def triage(self, deployment: str, load: set[str], slo: set[str]) -> Any:
+        treated = False
+        for _ in range(self.min_looks):
+            yield {"type": "wait", "seconds": self.every_s}
+            obs = yield {"type": "get_alerts", "active_only": True}
+            firing = [a for a in (obs.get("result") or {}).get("alerts", []) if a.get("state") == "firing"]
+            if firing and not treated:
+                treated = True
+                if self.remedy == "scale":
+                    yield {"type": "scale", "deployment": deployment, "replicas": 3}
+                else:
+                    yield {"type": "restart_service", "service": "feature-service"}
+
+
+@pytest.mark.parametrize("family", ALERT_FAMILIES)
+def test_the_alert_reference_tells_the_causes_apart(family: str) -> None:
+    res = _run(family, load_builtin(family).reference_agent)
+    assert res.success, res.grade
+    assert res.components.get("wrong_mitigations", 0.0) == 0.0
+    actions = [s.observation.get("action") for s in res.steps]
+    if family == "serving-alert-feature-service-down":
+        assert "restart_service" in actions and "scale" not in actions
+        assert res.components["fault_mitigated"] > 0  # the restart cleared it: the agent's mitigation
+    else:
+        assert "scale" in actions and "restart_service" not in actions
+
+
+@pytest.mark.parametrize("family", ALERT_FAMILIES)
+@pytest.mark.parametrize("agent", ["random", "do-nothing"])
+def test_random_and_no_op_agents_fail_the_alert(family: str, agent: str) -> None:
+    assert not _run(family, agent).success
+
+
+def test_feature_service_down_shows_as_a_failing_health_check_and_a_restart_fixes_it() -> None:
+    agent = _OnCall("restart")
+    res = _run("serving-alert-feature-service-down", agent)
+    assert res.success, res.grade  # another valid fix: restart at the first alert, without a health check
+    assert res.components.get("wrong_mitigations", 0.0) == 0.0
+
+
+def test_scaling_out_while_the_feature_service_is_down_fails_and_is_penalised() -> None:
+    res = _run("serving-alert-feature-service-down", _OnCall("scale"))
+    assert not res.success
+    assert res.components["wrong_mitigations"] < 0
+
+
+def test_a_surge_is_met_by_scaling_and_restarting_the_feature_service_is_penalised() -> None:
+    generic = _run("serving-alert-traffic-surge", "mlsandbox.agents.serving_reference:ServingReferenceAgent")
+    assert generic.success, (
+        generic.grade
+    )  # another valid fix: two replicas from the start, three in the burst
+    wrong = _run("serving-alert-traffic-surge", _OnCall("restart"))
+    assert not wrong.success
+    assert wrong.components["wrong_mitigations"] < 0
+
+
+# ------------------------------------------------------------------------------------------ label noise
+
+
+def test_conflicting_labels_show_in_the_profile_and_any_model_on_the_deduplicated_table_passes() -> None:
+    raw = "raw/customers.csv"
+    dedup = "clean/customers-drop-conflicting-duplicates.parquet"
+    agent = _Actions(
+        [
+            {"type": "check_data_quality", "dataset": raw},
+            {"type": "clean_dataset", "dataset": raw, "strategy": "drop_conflicting_duplicates"},
+            {"type": "clean_dataset", "dataset": dedup, "strategy": "impute_mean"},
+            {
+                "type": "train_model",
+                "dataset": "clean/customers-drop-conflicting-duplicates-impute-mean.parquet",
+                "algorithm": "random_forest",
+            },
+            *_job_done("job-1"),
+            lambda obs: {"type": "register_model", "run_id": obs["result"]["run_id"], "name": "churn"},
+        ]
+    )
+    res = _run("churn-conflicting-labels", agent)
+    profile = agent.seen[0]["result"]["profile"]
+    assert profile["conflicting_duplicate_rows"] == 900  # 30% of 3000 rows: the re-sent batch
+    assert agent.seen[1]["result"]["changes"]["conflicting_rows_dropped"] == 900
+    assert res.success, res.grade  # another valid fix: another algorithm, another imputation, another order
+
+
+def test_conflicting_labels_left_in_fail_whatever_else_is_cleaned() -> None:
+    res = _run("churn-conflicting-labels", "reference")  # imputes and clips, keeps the flipped copies
+    assert not res.success
+    assert res.grade is not None and "accuracy" in res.grade["reason"]

@@ -132,6 +132,11 @@ class FakeControl:
             return
         self.http.pop((episode_id, target), None)
 
+    def http_fault_active(self, target: str, *, episode_id: str) -> bool:
+        if self.hooks is not None:
+            return bool(self.hooks.active(target, episode_id=episode_id))
+        return (episode_id, target) in self.http
+
     def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
         if "cpu_contention" in self.refuse:
             raise Unsupported("fault:cpu_contention", "fake", self.refuse["cpu_contention"])

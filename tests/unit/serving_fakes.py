@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import generate_latest
 
+from mlsandbox.backends.protocols.faults import ServiceHealth
 from mlsandbox.backends.protocols.serving import (
     FEATURE_SERVICE,
     DeploymentSpec,
@@ -224,6 +225,20 @@ class InMemoryServing:
     def start_feature_service(self, bucket: str, key: str, id_column: str) -> None:
         if not self.features:
             self.features = [Replica(f"f{next(self._ids)}", "")]
+
+    def feature_service_health(self, *, timeout_s: float = 2.0) -> ServiceHealth:
+        if not self.features:
+            raise ServingError("unavailable", "the feature service is not running")
+        return ServiceHealth(service=FEATURE_SERVICE, healthy=True)
+
+    def restart_feature_service(self) -> ServiceHealth:
+        if not self.features:
+            raise ServingError("unavailable", "the feature service is not running")
+        self.features = [Replica(f"f{next(self._ids)}", "")]
+        return self.feature_service_health()
+
+    def feature_service_logs(self, tail: int = 50) -> str:
+        return ""
 
     def request(
         self,

@@ -257,6 +257,9 @@ class MemoryFaults:
     def clear_http_fault(self, target: str, *, episode_id: str) -> None:
         self.servers.faults.pop((episode_id, target), None)
 
+    def http_fault_active(self, target: str, *, episode_id: str) -> bool:
+        return (episode_id, target) in self.servers.faults
+
     def recover_all(self) -> list[str]:
         return []
 

@@ -107,6 +107,7 @@ def test_profile_of_a_hand_built_frame_is_exact() -> None:
             },
         },
         "target": {"name": "y", "missing": 0, "classes": {"0": 5, "1": 2}, "minority_share": round(2 / 7, 6)},
+        "conflicting_duplicate_rows": 0,
     }
     profile = profile_frame(hand_frame(), "y")
     assert profile == expected
@@ -246,3 +247,23 @@ def test_bad_strategy_and_target_are_rejected() -> None:
         clean_frame(hand_frame(), "fix_it", "y")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="target column 'label' is not in the frame"):
         clean_frame(hand_frame(), "drop_na", "label")
+
+
+def test_drop_conflicting_duplicates_keeps_the_first_seen_label_and_exact_duplicates() -> None:
+    df = pd.DataFrame(
+        {
+            "a": [1.0, 2.0, 1.0, 2.0, 1.0, 3.0],
+            "b": ["x", "y", "x", "y", "x", "z"],
+            "y": [1, 0, 0, 0, 1, 1],
+        }
+    )
+    assert profile_frame(df, "y")["conflicting_duplicate_rows"] == 1
+    out, summary = clean_frame(df, "drop_conflicting_duplicates", "y")
+    assert summary["conflicting_rows_dropped"] == 1
+    assert out.to_dict("list") == {
+        "a": [1.0, 2.0, 2.0, 1.0, 3.0],
+        "b": ["x", "y", "y", "x", "z"],
+        "y": [1, 0, 0, 1, 1],
+    }
+    with pytest.raises(ValueError, match="target"):
+        clean_frame(df, "drop_conflicting_duplicates", None)

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from mlsandbox.env.reward_vector import MultiObjectiveReward
-from mlsandbox.evaluation.constraints import check_action, check_budget
+from mlsandbox.evaluation.constraints import check_action, check_budget, wrong_mitigation
 from mlsandbox.evaluation.metrics import fault_metrics
 from mlsandbox.evaluation.reward import (
     COMPONENTS,
@@ -234,3 +234,16 @@ def test_multi_objective_wrapper_vector_and_space() -> None:
     assert np.isclose(v2.sum(), vec.sum())
     with pytest.raises(ValueError, match="level"):
         MultiObjectiveReward(_FakeEnv(), level="nope")  # type: ignore[arg-type]
+
+
+def test_a_wrong_mitigation_is_matched_carried_out_and_paid_for_once() -> None:
+    sc = load_builtin("serving-alert-feature-service-down")
+    assert wrong_mitigation(sc, {"type": "scale", "deployment": "churn", "replicas": 3}) is not None
+    assert wrong_mitigation(sc, {"type": "scale", "deployment": "churn", "replicas": 1}) is None
+    assert wrong_mitigation(sc, {"type": "restart_service", "service": "feature-service"}) is None
+    assert check_action(sc, {"type": "scale", "deployment": "churn", "replicas": 3}) is None  # not hard
+    st, tr = _state(sc), RewardTracker()
+    st.wrong_mitigations.append("scale(replicas=3)")
+    assert tr.step(st, invalid=False, grade=None)["wrong_mitigations"] == -sc.reward.wrong_mitigation
+    assert tr.step(st, invalid=False, grade=None)["wrong_mitigations"] == 0
+    assert st.tallies()["wrong_mitigations"] == 1

@@ -10,7 +10,12 @@ scenario's plan:
   object-store credentials from the config store; it refreshes the source's credentials after a 401 and
   points a stale config credential back at the vault after a job fails to authenticate;
 - :class:`OutageReferenceAgent`: a primary source that goes down for a while; it retries with a pause
-  and falls back to another source of the same data when the primary stays down.
+  and falls back to another source of the same data when the primary stays down;
+- :class:`LabelNoiseReferenceAgent`: a table whose profile shows conflicting duplicates (the same
+  features with another label); it drops them before the usual cleaning;
+- :class:`AlertTriageReferenceAgent`: a served model whose error or latency alert has two possible
+  causes; it scales out only while a load alert fires, and restarts the feature service only when its
+  health check fails.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Generator
 from typing import Any
 
 from mlsandbox.agents.scripted import Obs, ReferenceAgent, Script, cleaning_plan, deliverable
+from mlsandbox.agents.serving_reference import LOAD_METRICS, SLO_METRICS, ServingReferenceAgent
 
 _TERMINAL = ("succeeded", "failed", "cancelled")
 _DIVERGED = re.compile(r"diverged|loss is nan|loss is inf|non-finite", re.IGNORECASE)
@@ -209,9 +215,86 @@ class OutageReferenceAgent(CredentialsReferenceAgent):
         return None
 
 
+class LabelNoiseReferenceAgent(ReferenceAgent):
+    """Rows that repeat others' features with another label: drop them (the first-seen label stays),
+    then clean and train as the reference checklist does."""
+
+    name = "label-noise-reference"
+
+    def cleaning(self, profile: dict[str, Any]) -> list[str]:
+        conflicts = int(profile.get("conflicting_duplicate_rows") or 0)
+        return (["drop_conflicting_duplicates"] if conflicts else []) + cleaning_plan(profile)
+
+
+class AlertTriageReferenceAgent(ServingReferenceAgent):
+    """On-call for a served model whose alerts have two possible causes: a burst of traffic (a load
+    alert fires: scale out, then back) or the feature service down (an error or latency alert without a
+    load alert, and the feature service fails its health check: restart it). It never treats a cause
+    it has not seen."""
+
+    name = "alert-triage-reference"
+    looks = 30
+    """Looks at the alerts (every ``every_s`` seconds) after the deploy, at most."""
+    min_looks = 24
+    """Looks before it may stop: the SLO is judged over all the time traffic ran."""
+    every_s = 5.0
+    quiet_looks = 6
+    """Looks without any firing alert, after one was handled, to stop at."""
+
+    def script(self, first: Obs) -> Script:
+        model, names = deliverable(first)
+        if not names:
+            return
+        dataset = yield from self.clean(names[0])
+        run_id = yield from self.train(dataset)
+        if run_id is None:
+            return
+        obs = yield from self.do({"type": "register_model", "run_id": run_id, "name": model})
+        if not obs.get("ok"):
+            return
+        version = obs["result"]["version"]
+        obs = yield {"type": "get_alerts"}
+        rules = (obs.get("result") or {}).get("rules") or [] if obs.get("ok") else []
+        load = {r["rule"] for r in rules if str(r.get("condition", "")).split(" ", 1)[0] in LOAD_METRICS}
+        slo = {r["rule"] for r in rules if str(r.get("condition", "")).split(" ", 1)[0] in SLO_METRICS}
+        obs = yield from self.do({"type": "deploy_model", "name": model, "version": version, "replicas": 1})
+        if not obs.get("ok"):
+            return
+        deployment = str(obs["result"].get("deployment") or model)
+        yield from self.triage(deployment, load, slo)
+
+    def triage(self, deployment: str, load: set[str], slo: set[str]) -> Generator[dict[str, Any], Obs, None]:
+        scaled, handled, quiet = False, False, 0
+        for look in range(self.looks):
+            yield {"type": "wait", "seconds": self.every_s}
+            obs = yield {"type": "get_alerts", "active_only": True}
+            alerts = (obs.get("result") or {}).get("alerts", []) if obs.get("ok") else []
+            firing = {a.get("rule") for a in alerts if a.get("state") == "firing"}
+            if firing & load:
+                handled, quiet = True, 0
+                if not scaled:
+                    obs = yield {"type": "scale", "deployment": deployment, "replicas": self.surge_replicas}
+                    scaled = bool(obs.get("ok"))
+                continue
+            if scaled:  # the burst is over: give the replicas back
+                obs = yield {"type": "scale", "deployment": deployment, "replicas": 1}
+                scaled = not obs.get("ok")
+            if firing & slo:
+                handled, quiet = True, 0
+                health = yield {"type": "get_service_health", "service": "feature-service"}
+                if health.get("ok") and not (health.get("result") or {}).get("healthy", True):
+                    yield {"type": "restart_service", "service": "feature-service"}
+                continue
+            quiet += 1
+            if handled and quiet >= self.quiet_looks and look + 1 >= self.min_looks:
+                return
+
+
 __all__ = [
+    "AlertTriageReferenceAgent",
     "CredentialsReferenceAgent",
     "DivergenceReferenceAgent",
     "FamilyReferenceAgent",
+    "LabelNoiseReferenceAgent",
     "OutageReferenceAgent",
 ]

@@ -10,6 +10,8 @@ Feature columns (all but the target):
   value as text).
 * ``clip_outliers``: clip numeric columns to their 1.5-IQR fences (see :mod:`mlsandbox.data.profile`;
   integer columns to the integers inside the fences); missing values stay missing.
+* ``drop_conflicting_duplicates``: drop every row whose features repeat an earlier row's with another
+  label (the first-seen label stays; exact duplicates are kept). Needs the target.
 
 The input frame is never modified; the result has a fresh 0..n-1 index.
 """
@@ -24,6 +26,7 @@ import pandas as pd
 
 from mlsandbox.data.profile import (
     check_unique_columns,
+    conflicting_rows,
     iqr_fences,
     is_numeric,
     most_frequent,
@@ -31,7 +34,7 @@ from mlsandbox.data.profile import (
     simple_dtype,
 )
 
-Strategy = Literal["drop_na", "impute_mean", "impute_median", "clip_outliers"]
+Strategy = Literal["drop_na", "impute_mean", "impute_median", "clip_outliers", "drop_conflicting_duplicates"]
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 
 
@@ -43,6 +46,13 @@ def _drop_missing_target(df: pd.DataFrame, target: str | None) -> pd.DataFrame:
     if target is None:
         return df
     return df.loc[df[target].notna()]
+
+
+def _drop_conflicting(df: pd.DataFrame, target: str | None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    if target is None:
+        raise ValueError("drop_conflicting_duplicates needs the dataset's target column")
+    mask = conflicting_rows(df, target)
+    return df.loc[~mask], {"conflicting_rows_dropped": int(mask.sum())}
 
 
 def _drop_na(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -133,6 +143,8 @@ def clean_frame(
         out, details = _drop_na(labelled)
     elif strategy == "clip_outliers":
         out, details = _clip(labelled, target)
+    elif strategy == "drop_conflicting_duplicates":
+        out, details = _drop_conflicting(labelled, target)
     else:
         out, details = _impute(labelled, strategy, target)
     out = out.reset_index(drop=True)

@@ -50,6 +50,17 @@ class Duplicates(_Model):
     rate: float = Field(gt=0, le=0.3)
 
 
+class ConflictingDuplicates(_Model):
+    """A batch re-sent with its labels flipped: the last ``rate * rows`` rows of the file are replaced by
+    copies of earlier rows whose label is not ``label``, each copy labelled ``label`` (so it conflicts
+    with the row it copies; a row may be copied more than once). Binary targets only."""
+
+    type: Literal["conflicting_duplicates"] = "conflicting_duplicates"
+    rate: float = Field(gt=0, le=0.4)
+    label: Literal[0, 1] = 0
+    """The label every copy carries (copies are of rows of the other class)."""
+
+
 class LabelNoise(_Model):
     """A share of the classification labels is flipped (never the holdout's)."""
 
@@ -103,6 +114,13 @@ class TypeCorruption(_Model):
 
 
 Injection = Annotated[
-    MissingMAR | MissingMNAR | Duplicates | LabelNoise | InconsistentCategories | UnitMixup | TypeCorruption,
+    MissingMAR
+    | MissingMNAR
+    | Duplicates
+    | ConflictingDuplicates
+    | LabelNoise
+    | InconsistentCategories
+    | UnitMixup
+    | TypeCorruption,
     Field(discriminator="type"),
 ]

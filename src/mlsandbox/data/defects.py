@@ -18,6 +18,7 @@ from mlsandbox.data.columns import MISSING_CODE, Split, decimals_for
 from mlsandbox.data.randomness import parallel_map, rng_for, sorted_sample
 from mlsandbox.data.spec import _NA_TOKENS as NA_TOKENS
 from mlsandbox.data.spec import (
+    ConflictingDuplicates,
     Duplicates,
     InconsistentCategories,
     LabelNoise,
@@ -122,6 +123,8 @@ class Injector:
         """The defects' records, row indices as arrays (see :func:`rows_to_lists`)."""
         dupes = [i for i in self.spec.defects.injections if isinstance(i, Duplicates)]
         pairs = self._choose_duplicates(dupes[0]) if dupes else None
+        flips = [i for i in self.spec.defects.injections if isinstance(i, ConflictingDuplicates)]
+        flipped = self._choose_conflicting(flips[0]) if flips else None
         self._missing_mcar()
         self._outliers()
         for inj in self.spec.defects.injections:
@@ -137,6 +140,8 @@ class Injector:
                 self._type_corruption(inj)
         if pairs is not None:
             self._copy_duplicates(dupes[0], *pairs)
+        if flipped is not None:
+            self._copy_conflicting(flips[0], *flipped)
         return self.records
 
     # ---------------------------------------------------------------------------------------- v1 defects
@@ -191,6 +196,33 @@ class Injector:
             values[targets] = values[sources]
         self.labels[targets] = self.labels[sources]
         self.records.append(record(None, "duplicate", inj.rate, targets, sources=sources))
+
+    def _choose_conflicting(self, inj: ConflictingDuplicates) -> tuple[np.ndarray, np.ndarray]:
+        """(targets: the last free rows of the file, sources: earlier free rows of the other class, drawn
+        with replacement); all of them kept out of every other defect."""
+        labels = self.labels
+        if labels.dtype != np.bool_:
+            raise ValueError("conflicting_duplicates needs a binary target")
+        free = np.flatnonzero(~self.blocked)
+        k = min(count_for(inj.rate, self.n), free.size // 2)
+        targets = free[free.size - k :]
+        other = bool(1 - inj.label)
+        pool = free[: free.size - k]
+        pool = pool[labels[pool] == other]
+        if k == 0 or pool.size == 0:
+            return targets[:0], targets[:0]
+        sources = np.sort(self.rng("conflicting_duplicates").choice(pool, size=k, replace=True))
+        self.blocked[targets] = True
+        self.blocked[sources] = True
+        return targets, sources
+
+    def _copy_conflicting(self, inj: ConflictingDuplicates, targets: np.ndarray, sources: np.ndarray) -> None:
+        for values in self.split.values.values():
+            values[targets] = values[sources]
+        self.labels[targets] = bool(inj.label)
+        self.records.append(
+            record(self.spec.target, "conflicting_duplicate", inj.rate, targets, sources=sources)
+        )
 
     def _missing_weighted(self, inj: MissingMAR | MissingMNAR) -> None:
         name = inj.column

@@ -207,8 +207,20 @@ def profile_target(series: pd.Series) -> dict[str, Any]:
     }
 
 
+def conflicting_rows(df: pd.DataFrame, target: str) -> np.ndarray:
+    """A mask of the rows whose features repeat an earlier row's while their label differs from the
+    label first seen with those features (conflicting duplicates)."""
+    features = [c for c in df.columns if c != target]
+    if df.empty or not features:
+        return np.zeros(len(df), dtype=bool)
+    keys = pd.util.hash_pandas_object(df[features], index=False).to_numpy()
+    first = df[target].groupby(keys, sort=False).transform("first")
+    return np.asarray((df[target] != first).to_numpy(), dtype=bool)
+
+
 def profile_frame(df: pd.DataFrame, target: str | None = None) -> dict[str, Any]:
-    """Rows, columns, duplicates, per-column quality statistics and, given a target, its class balance."""
+    """Rows, columns, duplicates, per-column quality statistics and, given a target, its class balance and
+    the rows whose features repeat an earlier row's with another label (``conflicting_duplicate_rows``)."""
     if target is not None and target not in df.columns:
         raise ValueError(f"target column {target!r} is not in the frame; columns: {list(df.columns)}")
     check_unique_columns(df)
@@ -225,4 +237,5 @@ def profile_frame(df: pd.DataFrame, target: str | None = None) -> dict[str, Any]
             str(name): profile_column(df.iloc[:, i], int(per_column[i])) for i, name in enumerate(df.columns)
         },
         "target": profile_target(df[target]) if target is not None else None,
+        "conflicting_duplicate_rows": int(conflicting_rows(df, target).sum()) if target is not None else None,
     }

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mlsandbox.data.defect_spec import (
+    ConflictingDuplicates,
     Duplicates,
     InconsistentCategories,
     Injection,
@@ -354,6 +355,10 @@ class TabularDataset(_Model):
                     )
             elif isinstance(i, LabelNoise) and self.task != "classification":
                 raise ValueError("defects.injections label_noise applies to classification targets only")
+            elif isinstance(i, ConflictingDuplicates) and self.task != "classification":
+                raise ValueError(
+                    "defects.injections conflicting_duplicates applies to classification targets only"
+                )
             if isinstance(i, UnitMixup):
                 column = by_name[i.column]
                 if column.integer and not float(i.factor).is_integer():  # type: ignore[union-attr]
@@ -398,6 +403,7 @@ __all__ = [
     "BooleanColumn",
     "CategoricalColumn",
     "Column",
+    "ConflictingDuplicates",
     "DatasetSpec",
     "DatetimeColumn",
     "Defects",

@@ -14,6 +14,8 @@ slo_violations         stability        seconds of SLO violation of deployments 
 risky_deployments      stability        risky deployments, e.g. without an evaluation (a pack counter)
 fault_detected         problem_solving  a fault addressed for the first time (decays with time)
 fault_mitigated        problem_solving  a fault whose symptom the agent made go away (decays)
+wrong_mitigations      problem_solving  actions the scenario names wrong mitigations (scaling out while a
+                                        dependency is down): carried out, and paid for here
 step_cost              process          every step
 invalid_action         process          every rejected action
 constraint_violation   constraint       a hard constraint broken (the episode ends)
@@ -48,6 +50,7 @@ COMPONENT_OBJECTIVE: dict[str, str] = {
     "risky_deployments": "stability",
     "fault_detected": "problem_solving",
     "fault_mitigated": "problem_solving",
+    "wrong_mitigations": "problem_solving",
     "step_cost": "process",
     "invalid_action": "process",
     "constraint_violation": "constraint",
@@ -229,6 +232,8 @@ class RewardTracker:
         risky = self._counter_delta("risky_deployments", float(state.serving.risky_deployments))
         comps["risky_deployments"] = -w.risky_deployment * risky
         comps["invalid_action"] = -w.invalid_action if invalid else 0.0
+        wrong = self._counter_delta("wrong_mitigations", float(len(state.wrong_mitigations)))
+        comps["wrong_mitigations"] = -w.wrong_mitigation * wrong
         for i, rec in enumerate(state.ground_truth.faults):
             if rec.error is not None:
                 continue

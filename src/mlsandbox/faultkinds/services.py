@@ -95,7 +95,8 @@ class HttpErrorsFault(FaultParams):
     """One of the sandbox's own HTTP services (a model server, an API data source) answers ``error_rate``
     of its requests with ``status`` and delays every request by ``delay_ms``, through the service's
     internal fault hook (a control file the agent cannot reach). Targets: ``http:NAME`` of a service that
-    registered its hook."""
+    registered its hook. On the feature service the fault is the process's own state: restarting it
+    (``restart_service feature-service``) clears it, which counts as the agent's mitigation."""
 
     targets = ("http",)
     category = "service"

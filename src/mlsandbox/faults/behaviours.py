@@ -431,6 +431,11 @@ class HttpErrors(Behaviour):
     def addresses(self, action: dict[str, Any]) -> bool:
         return self._about_service(action, self.target_name)
 
+    def symptom_gone(self, ctx: FaultContext) -> bool:
+        """The fault is no longer in effect while still planned: a restart of a service whose own state
+        it was (the feature service) cleared it."""
+        return not ctx.control.http_fault_active(self.target_name, episode_id=ctx.state.episode_id)
+
 
 # -------------------------------------------------------------------------------------------------- config
 

@@ -109,6 +109,8 @@ def _condition_holds(condition: str, state: EpisodeState) -> bool:
         return any(j.state == "succeeded" for j in jobs)
     if condition == "model_registered":
         return bool(state.registered)
+    if condition == "model_served":  # the goal's model serves production traffic
+        return state.serving.served_version is not None
     raise ValueError(f"unknown condition {condition!r}")
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from mlsandbox.backends.protocols import Runtime
 from mlsandbox.data.formats import SUFFIX
 from mlsandbox.errors import ActionError, Unsupported
-from mlsandbox.evaluation.constraints import Violation, check_action, check_budget
+from mlsandbox.evaluation.constraints import Violation, check_action, check_budget, wrong_mitigation
 from mlsandbox.evaluation.metrics import episode_metrics
 from mlsandbox.evaluation.reward import Grade, RewardTracker, grade_episode, objective_vector
 from mlsandbox.faults.engine import PerturbationEngine
@@ -279,6 +279,9 @@ class Gateway:
                 # plug-in's bug): a backend_error observation, never an exception out of step().
                 log.exception("episode %s: %s failed", st.episode_id, action_type)
                 raise ActionError("backend_error", f"{action_type} failed: {type(e).__name__}: {e}") from None
+            wrong = wrong_mitigation(self.scenario, action.model_dump(mode="json"))
+            if wrong is not None:
+                st.wrong_mitigations.append(wrong)
             self.episode.refresh_jobs()
             obs = ok_observation(st.step, action_type, result, self.budget())
             invalid = False

@@ -102,6 +102,8 @@ class RewardWeights(_Model):
     """Added once per injected fault whose symptom the agent made go away; halves every
     ``detect_half_life_steps`` steps after the injection."""
     detect_half_life_steps: float = Field(default=5.0, gt=0)
+    wrong_mitigation: float = 0.0
+    """Subtracted per action matching one of ``constraints.wrong_mitigations`` (carried out all the same)."""
     constraint_violation: float = Field(default=10.0, ge=0)
     """Subtracted when a hard constraint is violated (the episode ends; task reward is forfeited)."""
     shaping: dict[Literal["data_inspected", "data_cleaned", "job_succeeded", "model_registered"], float] = (
@@ -126,6 +128,9 @@ class Constraints(_Model):
     budget: bool = False
     """When true, using more credits than ``budget.credits`` is a violation (not only a blocked job)."""
     forbidden_actions: list[ForbiddenAction] = Field(default_factory=list)
+    wrong_mitigations: list[ForbiddenAction] = Field(default_factory=list)
+    """Not hard: actions that treat a cause the situation does not have (scaling out while a dependency
+    is down). Each one that succeeds costs ``reward.wrong_mitigation``; the episode goes on."""
 
 
 # ------------------------------------------------------------------------------------------ perturbations

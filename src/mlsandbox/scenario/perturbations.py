@@ -61,7 +61,13 @@ def config_prefix(episode_id: str) -> str:
     return "mls-" + re.sub(r"[^a-z0-9_-]", "-", episode_id.lower()) + "-"
 
 
-CONDITIONS: tuple[str, ...] = ("job_submitted", "job_running", "job_succeeded", "model_registered")
+CONDITIONS: tuple[str, ...] = (
+    "job_submitted",
+    "job_running",
+    "job_succeeded",
+    "model_registered",
+    "model_served",
+)
 """Conditions on episode state a ``when: {condition: ...}`` trigger may wait for."""
 SUPPLIED_TARGET_KINDS: frozenset[str] = frozenset({"source"})
 """Target kinds whose fault mechanisms live above the fault engine (the gateway supplies them when it
@@ -109,7 +115,7 @@ class WithProbability(_Model):
 class OnCondition(_Model):
     """Once, at the first step boundary where ``condition`` holds in the episode state."""
 
-    condition: Literal["job_submitted", "job_running", "job_succeeded", "model_registered"]
+    condition: Literal["job_submitted", "job_running", "job_succeeded", "model_registered", "model_served"]
 
 
 def _when_tag(value: Any) -> str | None:

@@ -115,7 +115,9 @@ class TaskKind(ABC):
     """The metrics a goal may name; the first is the kind's default."""
     algorithms: ClassVar[Mapping[str, frozenset[str]]]
     """The trainer's algorithms for this kind, each with its estimator's parameter names."""
-    preparations: ClassVar[tuple[str, ...]] = ("drop_na", "impute_mean", "impute_median", "clip_outliers")
+    preparations: ClassVar[tuple[str, ...]] = (
+        "drop_na", "impute_mean", "impute_median", "clip_outliers", "drop_conflicting_duplicates"
+    )  # fmt: skip
     """The ``clean_dataset`` strategies that apply to this kind's data."""
     formats: ClassVar[tuple[str, ...]] = ("csv", "parquet", "avro", "jsonl", "excel")
     """The file formats this kind's data may be stored in."""

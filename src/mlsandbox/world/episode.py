@@ -125,6 +125,8 @@ class EpisodeState:
     done: bool = False
     submitted: bool = False
     invalid_actions: int = 0
+    wrong_mitigations: list[str] = field(default_factory=list)
+    """The scenario's wrong mitigations the agent carried out (what each was), in order."""
     datasets: dict[str, DatasetRecord] = field(default_factory=dict)
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     registered: list[tuple[str, str]] = field(default_factory=list)
@@ -154,6 +156,7 @@ class EpisodeState:
             "idle_reserved_credits": ch.idle_reserved_credits,
             "flow_cpu_seconds": ch.flow_cpu_seconds,
             "flow_credits": ch.flow_credits,
+            "wrong_mitigations": float(len(self.wrong_mitigations)),
         }
         return {k: v for k, v in named.items() if v}
 

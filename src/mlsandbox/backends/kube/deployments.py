@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.backends.protocols import Endpoints, ServiceHealth
 from mlsandbox.backends.protocols.serving import (
     FEATURE_SERVICE,
     DeploymentSpec,
@@ -350,6 +350,43 @@ class KubeEpisodeServing:
             time.sleep(0.25)
         self._feature_url = serving.feature_url
         self._read_at = -1.0e9
+
+    def _started_feature_service(self) -> None:
+        if self._feature_url is None:
+            raise ServingError("unavailable", "the feature service is not running (no deployment yet)")
+
+    def feature_service_health(self, *, timeout_s: float = 2.0) -> ServiceHealth:
+        """The readiness of its pods as the cluster sees it (its Service routes to ready pods only)."""
+        self._started_feature_service()
+        if any(running(p) for p in self._feature_pods()):
+            return ServiceHealth(service=FEATURE_SERVICE, healthy=True)
+        return ServiceHealth(service=FEATURE_SERVICE, healthy=False, error="no ready pod behind its Service")
+
+    def restart_feature_service(self) -> ServiceHealth:
+        """Delete its pods; its Deployment starts new ones (same Service address); wait for one ready."""
+        self._started_feature_service()
+        old = {p["metadata"]["name"] for p in self._feature_pods()}
+        for name in sorted(old):
+            self.cluster.delete("v1", "Pod", name, self.namespace)
+        deadline = time.monotonic() + self.serving.rollout_timeout_s
+        while not any(running(p) and p["metadata"]["name"] not in old for p in self._feature_pods()):
+            if time.monotonic() >= deadline:
+                raise ServingError(
+                    "unavailable",
+                    f"the feature service was not ready after {self.serving.rollout_timeout_s:.0f} s",
+                )
+            time.sleep(0.25)
+        self._read_at = -1.0e9
+        return self.feature_service_health()
+
+    def feature_service_logs(self, tail: int = 50) -> str:
+        self._started_feature_service()
+        for p in self._feature_pods():
+            try:
+                return self.cluster.pod_log(p["metadata"]["name"], self.namespace, tail=tail)
+            except Exception:
+                continue
+        return ""
 
     def credits_per_second(self) -> float:
         """Desired replicas x their machine's price, over the episode's deployments."""

@@ -149,6 +149,11 @@ class FaultControl(Protocol):
         """The service answers normally again (idempotent; no error for an unknown target)."""
         ...
 
+    def http_fault_active(self, target: str, *, episode_id: str) -> bool:
+        """Whether a fault this control set on the HTTP service ``target`` is still in effect (False once
+        cleared, whoever cleared it: a restart of a service whose state the fault was)."""
+        ...
+
     def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
         """Compete for the CPU of ``target`` with ``workers`` CPU burners (idempotent per ``key``).
         ``target`` is ``service:NAME`` (a core service) or ``jobs`` (the jobs handed to

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from mlsandbox.backends.protocols.common import Model
 from mlsandbox.backends.protocols.environments import EnvironmentInfo
+from mlsandbox.backends.protocols.faults import ServiceHealth
 from mlsandbox.errors import BackendError
 from mlsandbox.tasks.kind import ResponseShape
 
@@ -243,6 +244,22 @@ class EpisodeServing(Protocol):
         """Start the episode's feature service on the features at ``bucket/key`` (a parquet object with an
         ``id_column``) and wait until it is ready (idempotent); replicas deployed afterwards look entity
         ids up in it. ``unavailable`` when it does not become ready."""
+        ...
+
+    def feature_service_health(self, *, timeout_s: float = 2.0) -> ServiceHealth:
+        """Probe the feature service's ``/health`` as a client would (its fault hook answers there too).
+        ``unavailable`` when it was never started."""
+        ...
+
+    def restart_feature_service(self) -> ServiceHealth:
+        """Stop the feature service and start it again on the same address and table, then probe it. A
+        fresh process: whatever state made the old one sick goes with it (an ``http:feature-service``
+        fault is cleared). Requests by entity id fail meanwhile. ``unavailable`` when it was never
+        started or does not come back."""
+        ...
+
+    def feature_service_logs(self, tail: int = 50) -> str:
+        """The last ``tail`` lines of the feature service's log (``unavailable`` when never started)."""
         ...
 
     def request(

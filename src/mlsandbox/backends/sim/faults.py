@@ -353,6 +353,10 @@ class SimFaultControl:
             found.fault = None
         self.http_faults.discard((episode_id, target))
 
+    def http_fault_active(self, target: str, *, episode_id: str) -> bool:
+        found = self.http.get(episode_id, target)
+        return found is not None and found.fault is not None and (episode_id, target) in self.http_faults
+
     def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
         if key in self.contention:
             return

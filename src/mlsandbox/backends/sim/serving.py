@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from mlsandbox.backends.protocols.faults import ServiceHealth
 from mlsandbox.backends.protocols.serving import (
     FEATURE_SERVICE,
     DeploymentSpec,
@@ -115,6 +116,7 @@ class SimEpisodeServing:
         self.features: dict[str, list[Any]] | None = None
         self.feature_columns: list[str] = []
         self.feature_replica: _Replica | None = None
+        self.feature_log: builtins.list[str] = []
         self.closed = False
         self.rng = random.Random(stable_seed("serving", self.world.seed, episode_id))
         self._ids = itertools.count(1)
@@ -302,16 +304,55 @@ class SimEpisodeServing:
         self.feature_columns = others
         self.features = {i: [_json_value(col[k]) for col in columns] for k, i in enumerate(ids)}
         self.world.clock.charge(self.cal.feature_service_start_s)
+        self._new_feature_replica()
+        self.http.register(self.episode_id, FEATURE_SERVICE)
+
+    def _new_feature_replica(self) -> None:
         now = self.world.clock.monotonic()
+        n = 1 if self.feature_replica is None else int(self.feature_replica.id[1:]) + 1
         self.feature_replica = _Replica(
-            "f1",
+            f"f{n}",
             "",
             HttpMetrics("feature-service"),
             self.cal.feature_service_rss_mb,
             busy_until=now,
             stats_at=now,
         )
-        self.http.register(self.episode_id, FEATURE_SERVICE)
+        self.feature_log.append(
+            f"INFO mlsandbox.feature_service: serving {len(self.features or {})} entities"
+        )
+
+    def _feature_target(self) -> Any:
+        if self.features is None or self.feature_replica is None:
+            raise ServingError("unavailable", "the feature service is not running (no deployment yet)")
+        return self.http.get(self.episode_id, FEATURE_SERVICE)
+
+    def feature_service_health(self, *, timeout_s: float = 2.0) -> ServiceHealth:
+        target = self._feature_target()
+        status, delay = (None, 0.0) if target is None else target.draw()
+        lookup_ms = self.cal.feature_lookup_ms.value({"one": 1.0, "rows_per_request": 1.0}, 0.0)
+        ms = round(1000.0 * delay + lookup_ms, 1)
+        if status is not None:
+            body = orjson.dumps({"error": "internal fault", "status": status}).decode()
+            return ServiceHealth(
+                service=FEATURE_SERVICE, healthy=False, latency_ms=ms, error=f"HTTP {status}: {body}"
+            )
+        return ServiceHealth(service=FEATURE_SERVICE, healthy=True, latency_ms=ms)
+
+    def restart_feature_service(self) -> ServiceHealth:
+        target = self._feature_target()
+        if target is not None:
+            target.fault = None  # the fault was the old process's state
+        # A start takes its calibrated time; no request is answered meanwhile (none is sent: no ticker
+        # runs while an operation is charged).
+        self.world.clock.charge(self.cal.feature_service_start_s)
+        self._new_feature_replica()
+        return self.feature_service_health()
+
+    def feature_service_logs(self, tail: int = 50) -> str:
+        self._feature_target()
+        lines = self.feature_log if tail <= 0 else self.feature_log[-tail:]
+        return "".join(line + "\n" for line in lines)
 
     def request(
         self,

@@ -365,6 +365,10 @@ class KubeFaultControl:
         if sources is not None:
             sources.clear_http_fault()
 
+    def http_fault_active(self, target: str, *, episode_id: str) -> bool:
+        """Never: no HTTP fault is ever set here."""
+        return False
+
     def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
         """StressChaos ``cpu`` stressors (``workers`` of them, full load) in the pods of a service
         (``service:NAME``); for ``jobs``, one per job as :meth:`refresh_contention` is told of it.

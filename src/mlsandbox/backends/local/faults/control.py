@@ -128,6 +128,9 @@ class LocalFaultControl:
     def clear_http_fault(self, target: str, *, episode_id: str) -> None:
         self._hooks.clear(target, episode_id=episode_id)
 
+    def http_fault_active(self, target: str, *, episode_id: str) -> bool:
+        return self._hooks.active(target, episode_id=episode_id)
+
     # ------------------------------------------------------------------------------------ cpu contention
 
     def _contention_target(self, target: str) -> str | None:

@@ -45,3 +45,8 @@ class HttpHooks:
         if isinstance(entry, UndoHookFile):
             fault_hook.clear_fault(Path(entry.path))
         self.journal.remove(key)
+
+    def active(self, target: str, *, episode_id: str) -> bool:
+        """Whether the control file this control wrote is still there (a restart may have removed it)."""
+        entry = self.journal.get(_key(target, episode_id))
+        return isinstance(entry, UndoHookFile) and Path(entry.path).exists()

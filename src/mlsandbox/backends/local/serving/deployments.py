@@ -28,7 +28,9 @@ from typing import Any
 
 import httpx
 
+from mlsandbox.backends.local import supervisor
 from mlsandbox.backends.local.serving.processes import ProcessHost, ServingProcess
+from mlsandbox.backends.protocols.faults import ServiceHealth
 from mlsandbox.backends.protocols.serving import (
     FEATURE_SERVICE,
     DeploymentView,
@@ -133,6 +135,7 @@ class Deployments:
         self.feature_service: ServingProcess | None = None
         self.lock = threading.RLock()
         self._features_lock = threading.Lock()
+        self._feature_args: list[str] = []
         self.client = httpx.Client(timeout=5.0, limits=httpx.Limits(max_connections=64))
 
     # ------------------------------------------------------------------------------ feature service
@@ -143,23 +146,65 @@ class Deployments:
         with self._features_lock:
             if self.feature_service is not None:
                 return self.feature_service
-            proc = self.host.start(
-                FEATURE_SERVICE,
-                FEATURE_SERVICE_MODULE,
-                ["--bucket", bucket, "--key", key, "--id-column", id_column],
-                cpus=0.5,
-                what="feature_service",
-                fault_name=FEATURE_SERVICE,
-            )
-            try:
-                self.host.wait_ready([proc], timeout_s=60)
-            except ServingError as e:
-                self.host.stop([proc])
-                raise ServingError("unavailable", f"the feature service did not start: {e.message}") from None
+            self._feature_args = ["--bucket", bucket, "--key", key, "--id-column", id_column]
+            proc = self._start_feature_service(0)
             with self.lock:
                 self.feature_service = proc
             self._register(FEATURE_SERVICE)
             return proc
+
+    def _start_feature_service(self, port: int) -> ServingProcess:
+        proc = self.host.start(
+            FEATURE_SERVICE,
+            FEATURE_SERVICE_MODULE,
+            self._feature_args,
+            cpus=0.5,
+            what="feature_service",
+            fault_name=FEATURE_SERVICE,
+            port=port,
+        )
+        try:
+            self.host.wait_ready([proc], timeout_s=60)
+        except ServingError as e:
+            self.host.stop([proc])
+            raise ServingError("unavailable", f"the feature service did not start: {e.message}") from None
+        return proc
+
+    def _running_feature_service(self) -> ServingProcess:
+        with self.lock:
+            proc = self.feature_service
+        if proc is None:
+            raise ServingError("unavailable", "the feature service is not running (no deployment yet)")
+        return proc
+
+    def restart_feature_service(self) -> ServingProcess:
+        """Stop the feature service and start it again on the same port (the model servers keep its
+        address); its fault-hook control file goes with the old process: the fault was its state."""
+        with self._features_lock:
+            old = self._running_feature_service()
+            self.host.stop([old])
+            fault_hook.clear_fault(self.host.fault_file(FEATURE_SERVICE))
+            proc = self._start_feature_service(old.port or 0)
+            with self.lock:
+                self.feature_service = proc
+            return proc
+
+    def feature_service_health(self, timeout_s: float = 2.0) -> ServiceHealth:
+        """``GET /health`` of the feature service, as a client sees it."""
+        proc = self._running_feature_service()
+        t0 = time.monotonic()
+        try:
+            resp = self.client.get(proc.url + "/health", timeout=timeout_s)
+        except httpx.HTTPError as e:
+            return ServiceHealth(service=FEATURE_SERVICE, healthy=False, error=f"{type(e).__name__}: {e}")
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        if resp.status_code != 200:
+            error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            return ServiceHealth(service=FEATURE_SERVICE, healthy=False, latency_ms=ms, error=error)
+        return ServiceHealth(service=FEATURE_SERVICE, healthy=True, latency_ms=ms)
+
+    def feature_service_logs(self, tail: int) -> str:
+        return supervisor.tail(self._running_feature_service().log, tail)
 
     # ------------------------------------------------------------------------------- fault hooks
 

@@ -27,7 +27,7 @@ import psutil
 
 from mlsandbox.backends.local.serving.deployments import Deployment, Deployments, Placement
 from mlsandbox.backends.local.serving.processes import ProcessHost, ServingProcess
-from mlsandbox.backends.protocols import Endpoints
+from mlsandbox.backends.protocols import Endpoints, ServiceHealth
 from mlsandbox.backends.protocols.environments import DEFAULT_KEY, EnvironmentBuildError, Environments
 from mlsandbox.backends.protocols.serving import (
     FEATURE_SERVICE,
@@ -111,6 +111,16 @@ class LocalEpisodeServing:
         self.deployments.start_feature_service(bucket, key, id_column)
 
     # ------------------------------------------------------------------------- requests and scrapes
+
+    def feature_service_health(self, *, timeout_s: float = 2.0) -> ServiceHealth:
+        return self.deployments.feature_service_health(timeout_s)
+
+    def restart_feature_service(self) -> ServiceHealth:
+        self.deployments.restart_feature_service()
+        return self.deployments.feature_service_health()
+
+    def feature_service_logs(self, tail: int = 50) -> str:
+        return self.deployments.feature_service_logs(tail)
 
     def request(
         self,

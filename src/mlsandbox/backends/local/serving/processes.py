@@ -157,10 +157,11 @@ class ProcessHost:
         memory_mb: int | None = None,
         python: str | None = None,
         fault_name: str | None = None,
+        port: int = 0,
     ) -> ServingProcess:
         """Start a server; with ``memory_mb``, under kernel limits (see the module docstring); with
         ``python``, under that interpreter; with ``fault_name``, reading the fault-hook control file of
-        that service (:meth:`fault_file`) rather than one of its own."""
+        that service (:meth:`fault_file`) rather than one of its own; ``port``: its port (0: any free one)."""
         uid = f"{name}-{secrets.token_hex(3)}"
         port_file = self.root / f"{uid}.port"
         fault_file = self.fault_file(fault_name or uid)
@@ -182,7 +183,16 @@ class ProcessHost:
             FAULT_ENV: str(fault_file),
             **supervisor.marker_env(self.sandbox_name, self.home),
         }
-        argv = [python or sys.executable, "-m", module, *args, "--port", "0", "--port-file", str(port_file)]
+        argv = [
+            python or sys.executable,
+            "-m",
+            module,
+            *args,
+            "--port",
+            str(port),
+            "--port-file",
+            str(port_file),
+        ]
         cgroup = None
         if memory_mb is not None and self.limits == "cgroup":
             cgroup = Cgroup(self.sandbox_name, uid)

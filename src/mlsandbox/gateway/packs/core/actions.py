@@ -60,7 +60,8 @@ class CleanDataset(ActionModel):
 
     Strategies of tables: drop_na (drop rows with any missing value), impute_mean / impute_median (fill
     missing numeric values with the column mean / median and missing categories with the most frequent
-    one), clip_outliers (clip numeric values to the 1.5 IQR fences). Other kinds of data have their own
+    one), clip_outliers (clip numeric values to the 1.5 IQR fences), drop_conflicting_duplicates (drop rows
+    whose features repeat an earlier row's with another label; the first-seen label stays). Other kinds of data have their own
     (a time series: dedupe_dates, drop_unsettled, fill_gaps; documents: drop_empty, dedupe, drop_short;
     images: drop_unreadable, resize, augment_brightness, augment_blur);
     a strategy the dataset's kind has not is refused. The output defaults to
@@ -73,6 +74,7 @@ class CleanDataset(ActionModel):
         "impute_mean",
         "impute_median",
         "clip_outliers",
+        "drop_conflicting_duplicates",
         "dedupe_dates",
         "drop_unsettled",
         "fill_gaps",
@@ -176,17 +178,21 @@ ServiceName = Literal["minio", "mlflow", "prefect-server", "prefect-worker"]
 """The services every episode has."""
 SourceServiceName = Literal["postgres", "api-source"]
 """The data-source servers, services of an episode only when its scenario has such a source."""
-AnyServiceName = Literal["minio", "mlflow", "prefect-server", "prefect-worker", "postgres", "api-source"]
+AnyServiceName = Literal[
+    "minio", "mlflow", "prefect-server", "prefect-worker", "postgres", "api-source", "feature-service"
+]
+"""Every service an operations action may name: ``feature-service`` once a deployment runs (scenarios
+with production traffic)."""
 
 
 class GetLogs(ActionModel):
     """The last lines of a log: a job's (target ``job-N``) or a service's (target ``minio``, ``mlflow``,
-    ``prefect-server``, ``prefect-worker``, or ``postgres`` / ``api-source`` when the episode has such a
-    data source; also written ``service:NAME``)."""
+    ``prefect-server``, ``prefect-worker``, ``postgres`` / ``api-source`` when the episode has such a
+    data source, ``feature-service`` once a deployment runs; also written ``service:NAME``)."""
 
     type: Literal["get_logs"] = "get_logs"
     target: str = Field(
-        pattern=r"^(job-[0-9]{1,6}|(service:)?(minio|mlflow|prefect-server|prefect-worker|postgres|api-source))$",
+        pattern=r"^(job-[0-9]{1,6}|(service:)?(minio|mlflow|prefect-server|prefect-worker|postgres|api-source|feature-service))$",
         description="job-N or a service name",
     )
     tail: int = Field(default=50, ge=1, le=500, description="How many lines, from the end")
@@ -196,7 +202,8 @@ class GetServiceHealth(ActionModel):
     """Probe a service the way the sandbox's clients reach it: healthy or not, the response time in ms,
     and the error when it does not answer. ``postgres`` and ``api-source`` (the data-source servers) are
     services of an episode whose scenario has such a source: probed as the episode's client (a SQL
-    ``SELECT 1`` as its role, an authenticated GET)."""
+    ``SELECT 1`` as its role, an authenticated GET); ``feature-service`` (its ``/health``) once a
+    deployment runs."""
 
     type: Literal["get_service_health"] = "get_service_health"
     service: AnyServiceName
@@ -205,7 +212,8 @@ class GetServiceHealth(ActionModel):
 class RestartService(ActionModel):
     """Restart a service on its data (stop it if it runs, start it, wait until it answers its health
     check, at most 90 s). Requests to it fail while it restarts. ``postgres`` and ``api-source`` only in
-    an episode whose scenario has such a source."""
+    an episode whose scenario has such a source; ``feature-service`` once a deployment runs (a fresh
+    process on the same address)."""
 
     type: Literal["restart_service"] = "restart_service"
     service: AnyServiceName

@@ -141,6 +141,8 @@ def handle_clean_dataset(ctx: EpisodeContext, a: C.CleanDataset) -> dict[str, An
             f"strategy {a.strategy!r} does not fit dataset {rec.key!r} of kind {kind.name!r} "
             f"(its strategies: {', '.join(kind.preparations)})",
         )
+    if a.strategy == "drop_conflicting_duplicates" and rec.target is None:
+        raise ActionError("invalid_parameters", f"{a.strategy} needs a dataset with a target column")
     data, digest = _read_bytes(ctx, rec)
 
     def clean() -> tuple[bytes, dict[str, Any]]:
@@ -296,7 +298,10 @@ def handle_get_logs(ctx: EpisodeContext, a: C.GetLogs) -> dict[str, Any]:
         text = ctx.backend_call(lambda: ctx.pool.logs(job.backend_id, tail=a.tail))
         return {"target": a.target, "lines": text.splitlines()[-a.tail :]}
     service = a.target.removeprefix("service:")
-    _service(ctx, service)
+    extra = _service(ctx, service)
+    if extra is not None:  # a pack's service of the episode reads its own log
+        text = ctx.backend_call(lambda: extra.logs(a.tail))
+        return {"target": service, "lines": text.splitlines()[-a.tail :]}
     text = ctx.backend_call(lambda: ctx.runtime.faults.services.logs(service, tail=a.tail))
     return {"target": service, "lines": text.splitlines()[-a.tail :]}
 

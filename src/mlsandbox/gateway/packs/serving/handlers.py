@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from mlsandbox.backends.protocols.faults import ServiceHealth
 from mlsandbox.backends.protocols.serving import (
     FEATURE_SERVICE,
     DeploymentSpec,
@@ -213,6 +214,31 @@ def telemetry(ctx: EpisodeContext) -> dict[str, Any]:
     if world is None or world.closed:
         return {}
     return {"serving": serving_telemetry(world, ctx.pack_state(TelemetryCursor))}
+
+
+@dataclass
+class FeatureService:
+    """The episode's feature service as an operations service (``get_service_health``,
+    ``restart_service``, ``get_logs`` with ``feature-service``)."""
+
+    serving: EpisodeServing
+
+    def health(self) -> ServiceHealth:
+        return _call(lambda: self.serving.feature_service_health())
+
+    def restart(self) -> ServiceHealth:
+        return _call(self.serving.restart_feature_service)
+
+    def logs(self, tail: int) -> str:
+        return _call(lambda: self.serving.feature_service_logs(tail))
+
+
+def episode_services(ctx: EpisodeContext) -> dict[str, FeatureService]:
+    """The feature service, once the first deployment started it (a supplier)."""
+    world = _state(ctx).world
+    if world is None or world.closed or not world.features_started:
+        return {}
+    return {FEATURE_SERVICE: FeatureService(world.serving)}
 
 
 # -------------------------------------------------------------------------------------------- handlers
