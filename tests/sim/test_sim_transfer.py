@@ -48,7 +48,8 @@ def test_memory_features_follow_what_the_agent_observed(held_out: list) -> None:
         obs, _info = env.reset(seed=held_out[0].seed, options={"scenario": held_out[0]})
         flat = env.env
         assert isinstance(flat, FlatObservation)
-        assert env.action_space.n == 59 and obs.shape == env.observation_space.shape
+        # 63 slots: the table kinds' five cleaning strategies on each of the four dataset slots among them
+        assert env.action_space.n == 63 and obs.shape == env.observation_space.shape
         before = obs.copy()
         slots = env.slots()
         check = next(i for i, (a, ok) in enumerate(slots) if ok and a["type"] == "check_data_quality")

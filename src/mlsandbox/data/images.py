@@ -17,20 +17,9 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from mlsandbox.data.image_vocabulary import PALETTE, Shape, Texture
 from mlsandbox.data.randomness import check_seed, rng_for
 from mlsandbox.data.spec import _check_name
-
-Shape = Literal["circle", "square", "triangle", "cross"]
-Texture = Literal["plain", "stripes", "checker", "dots"]
-
-PALETTE: dict[str, tuple[int, int, int]] = {
-    "red": (220, 40, 40),
-    "green": (40, 180, 60),
-    "blue": (40, 80, 220),
-    "yellow": (230, 210, 40),
-    "magenta": (200, 40, 200),
-    "cyan": (40, 200, 210),
-}
 
 
 class _Model(BaseModel):

@@ -78,7 +78,7 @@ from gymnasium import spaces
 from mlsandbox.env.gym_env import MLSandboxEnv
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.dispatcher import parse_action
-from mlsandbox.gateway.packs.core.actions import CleanDataset, ServiceName, TrainModel
+from mlsandbox.gateway.packs.core.actions import ServiceName, TrainModel
 from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.tasks.kind import TaskKind
 from mlsandbox.tasks.registry import kind_of, kinds
@@ -90,7 +90,10 @@ MASKED_ACTION = {"type": "masked_action"}
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 SERVICES: tuple[str, ...] = get_args(ServiceName)
-STRATEGIES: tuple[str, ...] = get_args(CleanDataset.model_fields["strategy"].annotation)
+STRATEGIES: tuple[str, ...] = tuple(TaskKind.preparations)
+"""The table kinds' cleaning strategies: the ``clean_dataset`` slots' positions (another kind's slots map
+position by position to its own strategies, the positions it lacks masked; see ``CleanDataset.strategy``
+for all)."""
 ALGORITHMS: tuple[str, ...] = tuple(ESTIMATOR_PARAMETERS)
 """The classifiers' algorithms (the RL action space's; see ``TrainModel.algorithm`` for all)."""
 
@@ -106,6 +109,7 @@ class SlotContext:
     allow_restart: bool
     algorithms: tuple[str, ...] = ALGORITHMS
     kind_algorithms: tuple[str, ...] = ALGORITHMS
+    kind_preparations: tuple[str, ...] = STRATEGIES
     """The episode's kind's algorithms, by position (see the module docstring)."""
     machines: tuple[str | None, ...] = (None,)
     """Machine types of the ``train_model`` slots (None: no machine, the action's default resources)."""
@@ -151,7 +155,9 @@ def _check(ctx: SlotContext, i: int) -> Slot:
 def _clean(ctx: SlotContext, i: int) -> Slot:
     d, s = divmod(i, len(STRATEGIES))
     name, ok = _dataset_slot(ctx, d)
-    return {"type": "clean_dataset", "dataset": name, "strategy": STRATEGIES[s]}, ok
+    ok = ok and s < len(ctx.kind_preparations)
+    strategy = ctx.kind_preparations[s] if s < len(ctx.kind_preparations) else STRATEGIES[s]
+    return {"type": "clean_dataset", "dataset": name, "strategy": strategy}, ok
 
 
 def _train(ctx: SlotContext, i: int) -> Slot:
@@ -248,6 +254,11 @@ def episode_kind(state: EpisodeState) -> TaskKind:
 def kind_algorithms(state: EpisodeState) -> tuple[str, ...]:
     """The episode's kind's algorithms in their positions (what the ``train_model`` slots map to)."""
     return tuple(episode_kind(state).algorithms)
+
+
+def kind_preparations(state: EpisodeState) -> tuple[str, ...]:
+    """The episode's kind's cleaning strategies in their positions (what the ``clean_dataset`` slots map to)."""
+    return tuple(episode_kind(state).preparations)
 
 
 def in_process_env(env: gym.Env[Any, Any]) -> MLSandboxEnv:
@@ -349,6 +360,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             state=st,
             has_services=inner.supports("faults.services"),
             kind_algorithms=kind_algorithms(st),
+            kind_preparations=kind_preparations(st),
         )
         out: list[Slot] = []
         for tpl, i in self._index:

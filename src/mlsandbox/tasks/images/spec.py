@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mlsandbox.data.images import PALETTE, Shape, Texture
+from mlsandbox.data.image_vocabulary import PALETTE, Shape, Texture
 from mlsandbox.data.spec import _check_name
 
 Shift = Literal["none", "dark", "bright", "blur"]

@@ -144,7 +144,7 @@ def _change_schema(
     """Set the schema change of ``batch``; (its arguments, the change it replaced)."""
     rt = _source(episode, source, LakeSource)
     _pending_batch(rt, batch)
-    columns = list(rt.batches[batch].train.columns)
+    columns = list(rt.batches[batch].train_table.column_names)
     if column not in columns:
         raise ValueError(f"column {column!r} is not in the batches of {source!r} ({columns})")
     if change == "rename" and (not new_name or new_name in columns):

@@ -348,7 +348,7 @@ def _write_batch(ctx: EpisodeContext, rt: SourceRuntime, batch: int) -> None:
     data: Any = generated.train_table
     change = rt.schema_changes.get(batch)
     if change is not None:
-        data = change_schema(generated.train, **change).data
+        data = change_schema(generated.train_table.to_pandas(), **change).data
     payload = to_bytes(data, source.format)
     key = batch_key(source, batch)
     ctx.runtime.object_store.put_object(ctx.state.bucket, key, payload)
