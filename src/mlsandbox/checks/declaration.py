@@ -336,6 +336,7 @@ def _capability(rt: Runtime, name: str) -> Any:
         "flows": lambda: rt.flows,
         "config": lambda: rt.config,
         "environments": lambda: rt.environments,
+        "workspaces": lambda: rt.workspaces,
         "faults": lambda: rt.faults,
         "clock": lambda: rt.clock,
         "audit": lambda: rt.audit,

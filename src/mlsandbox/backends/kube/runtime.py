@@ -29,7 +29,7 @@ from mlsandbox.backends.kube.faults.control import UNAVAILABLE as FAULTS_UNAVAIL
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
 from mlsandbox.backends.protocols import Endpoints, Support, Workspaces
 from mlsandbox.backends.protocols.runtime import random_episode_id
-from mlsandbox.errors import Unsupported
+from mlsandbox.backends.protocols.workspaces import RefusedWorkspaces
 
 from . import environments as kube_environments
 from . import sources as kube_sources
@@ -312,8 +312,8 @@ class KubeRuntime(ServiceClients):
 
     @property
     def workspaces(self) -> Workspaces:
-        """Refused (see :data:`WORKSPACES_REFUSAL`)."""
-        raise Unsupported("workspaces", BACKEND, WORKSPACES_REFUSAL)
+        """Refused: every call raises the typed ``Unsupported`` (see :data:`WORKSPACES_REFUSAL`)."""
+        return RefusedWorkspaces(BACKEND, WORKSPACES_REFUSAL)
 
     def close(self) -> None:
         """Nothing to stop here: Jobs belong to the cluster (``KubeBackend.down`` deletes them)."""

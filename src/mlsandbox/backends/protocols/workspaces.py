@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from mlsandbox.backends.protocols.common import Model
+from mlsandbox.backends.protocols.common import Model, Unsupported
 
 MAX_FILE_BYTES = 1 << 20
 """The largest file ``write_file`` writes and ``read_file`` returns (1 MiB)."""
@@ -70,9 +70,40 @@ class Workspaces(Protocol):
         ...
 
 
+class RefusedWorkspaces:
+    """The workspaces of a backend that refuses them: every call raises the typed :class:`Unsupported`
+    (the runtime still has the attribute, so it satisfies the declared Runtime and a check finds it)."""
+
+    def __init__(self, backend: str, reason: str) -> None:
+        self.backend = backend
+        self.reason = reason
+
+    def _refuse(self) -> Unsupported:
+        return Unsupported("workspaces", self.backend, self.reason)
+
+    def open(self, workspace_id: str, bucket: str) -> None:
+        raise self._refuse()
+
+    def write_file(self, workspace_id: str, path: str, data: bytes) -> int:
+        raise self._refuse()
+
+    def read_file(self, workspace_id: str, path: str, max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes, int]:
+        raise self._refuse()
+
+    def list_files(self, workspace_id: str, path: str = ".") -> list[WorkspaceEntry]:
+        raise self._refuse()
+
+    def usage(self, workspace_id: str) -> WorkspaceUsage:
+        raise self._refuse()
+
+    def close(self, workspace_id: str) -> None:
+        raise self._refuse()
+
+
 __all__ = [
     "MAX_FILE_BYTES",
     "QUOTA_BYTES",
+    "RefusedWorkspaces",
     "WorkspaceEntry",
     "WorkspaceError",
     "WorkspaceUsage",

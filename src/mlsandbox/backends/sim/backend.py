@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mlsandbox.backends.protocols import AuditLog, BackendConfig, ServiceStatus, Support, Workspaces
+from mlsandbox.backends.protocols.workspaces import RefusedWorkspaces
 from mlsandbox.backends.sim.audit import MemoryAuditLog
 from mlsandbox.backends.sim.clock import VirtualClock
 from mlsandbox.backends.sim.config import MemoryConfigStore
@@ -29,7 +30,7 @@ from mlsandbox.backends.sim.storage import MemoryObjectStore
 from mlsandbox.backends.sim.tracking import MemoryTracking
 from mlsandbox.backends.sim.world import SERVICES, SimWorld, addresses_for
 from mlsandbox.calibration.shipped import load_calibration
-from mlsandbox.errors import NotRunningError, Unsupported
+from mlsandbox.errors import NotRunningError
 
 BACKEND = "sim"
 AUDIT_DIR_ENV = "MLSANDBOX_SIM_AUDIT_DIR"
@@ -144,8 +145,8 @@ class SimRuntime:
 
     @property
     def workspaces(self) -> Workspaces:
-        """Refused (see :data:`WORKSPACES_REFUSAL`)."""
-        raise Unsupported("workspaces", BACKEND, WORKSPACES_REFUSAL)
+        """Refused: every call raises the typed ``Unsupported`` (see :data:`WORKSPACES_REFUSAL`)."""
+        return RefusedWorkspaces(BACKEND, WORKSPACES_REFUSAL)
 
     def pump(self) -> None:
         """Bring the simulated jobs and flow runs up to the clock's time (what the tracker, the object
