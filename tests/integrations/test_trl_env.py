@@ -126,9 +126,13 @@ def test_trl_turns_every_action_into_a_documented_tool(tmp_path: Path) -> None:
         assert set(fn["parameters"]["properties"]) == set(action["parameters"]["properties"]) - {"type"}
         for p in fn["parameters"]["properties"].values():
             assert p["description"], (action["type"], p)
-    assert schemas["clean_dataset"]["parameters"]["properties"]["strategy"]["enum"] == [
-        "drop_na", "impute_mean", "impute_median", "clip_outliers",
-    ]  # fmt: skip
+    from typing import get_args
+
+    from mlsandbox.gateway.packs.core.actions import CleanDataset
+
+    strategies = list(get_args(CleanDataset.model_fields["strategy"].annotation))
+    assert "drop_na" in strategies and "fill_gaps" in strategies  # the tables' and the other kinds'
+    assert schemas["clean_dataset"]["parameters"]["properties"]["strategy"]["enum"] == strategies
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "go"}], tools=trainer.tools, tokenize=False, add_generation_prompt=True
     )

@@ -26,7 +26,7 @@ def compare_reports(target: BackendReport, reference: BackendReport) -> list[Fin
     out: list[Finding] = []
     for name, a in target.episodes.items():
         b = reference.episodes.get(name)
-        if b is None or a.refused or b.refused:
+        if b is None or a.refused or b.refused or a.skipped or b.skipped:
             continue
         theirs = {s.label: s for s in b.steps}
         for sa in a.steps:

@@ -72,13 +72,15 @@ class EpisodeRecord:
     episode_id: str | None = None
     refused: str | None = None
     """The support key the backend refused the episode's start with."""
+    skipped: str | None = None
+    """Why the episode was not run: what it needs that the environment lacks (``needs workloads``)."""
     steps: list[StepRecord] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def complete(self) -> bool:
         """Every step ran (none skipped)."""
-        return self.refused is None and all(s.status == "ran" for s in self.steps)
+        return self.refused is None and self.skipped is None and all(s.status == "ran" for s in self.steps)
 
     @property
     def grade(self) -> dict[str, Any] | None:
@@ -131,7 +133,13 @@ class BackendReport:
         for name, ep in self.episodes.items():
             ran = sum(1 for s in ep.steps if s.status == "ran")
             skipped = sum(1 for s in ep.steps if s.status == "skipped")
-            state = f"refused at start ({ep.refused})" if ep.refused else f"{ran} ran, {skipped} skipped"
+            state = (
+                f"refused at start ({ep.refused})"
+                if ep.refused
+                else f"skipped ({ep.skipped})"
+                if ep.skipped
+                else f"{ran} ran, {skipped} skipped"
+            )
             lines.append(f"  {name:<{width}}  {ep.seconds:6.1f} s  {state}")
         for s in self.skipped:
             lines.append(f"  skipped {s.episode}/{s.label}: {s.note}")

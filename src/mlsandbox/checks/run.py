@@ -60,6 +60,10 @@ def _run_episode(
     t0 = time.perf_counter()
     record = EpisodeRecord(ep.name, ep.scenario)
     findings: list[Finding] = []
+    lacking = sorted(ep.needs & without)
+    if lacking:
+        record.skipped = f"needs {', '.join(lacking)}"
+        return record, findings
     refused = [k for k in ep.requires if support.reason(k) is not None]
     gw = Gateway(rt, ep.load(), seed=S.SEED)
     record.episode_id = gw.state.episode_id

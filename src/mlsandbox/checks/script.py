@@ -88,6 +88,9 @@ class Episode:
     the episode at ``start`` with :class:`~mlsandbox.errors.Unsupported` naming it, and leave nothing."""
     action_types: tuple[str, ...] = field(default=())
     """Action types of steps whose action is built from results (for the catalog coverage)."""
+    needs: frozenset[Need] = frozenset()
+    """What the whole episode needs of the environment from its start (a source's server runs as a
+    program: ``workloads``); on an environment without it the episode is skipped, not run."""
 
     def load(self) -> Scenario:
         """The scenario with room for the script: more steps and credits, nothing else changed."""
@@ -187,6 +190,11 @@ PROBES = Episode(
         _s("list_environments", {"type": "list_environments"}),
         _s("create_environment: name taken", {"type": "create_environment", "name": "default", "requirements": ["numpy"]}, "conflict"),
         _s("create_environment: malformed requirement", {"type": "create_environment", "name": "broken", "requirements": ["numpy==="]}, "invalid_parameters"),
+        _s("write_file", {"type": "write_file", "path": "hello.py", "content": "print('hello')\n"}),
+        _s("read_file", {"type": "read_file", "path": "hello.py"}),
+        _s("read_file: a path leaving the workspace", {"type": "read_file", "path": "../hello.py"}, "invalid_parameters"),
+        _s("list_files", {"type": "list_files"}),
+        _s("run_python: a script that is not there", {"type": "run_python", "path": "nope.py"}, "not_found"),
         _s("get_config", {"type": "get_config"}),
         _s("get_config: one key", {"type": "get_config", "key": "s3_endpoint_url"}),
         _s("get_config: unknown key", {"type": "get_config", "key": "nope"}, "invalid_parameters"),
@@ -290,6 +298,7 @@ API = Episode(
     scenario="data-csv-batch-missing-outliers",
     description="an HTTP API source: its server as a service of the episode",
     requires=("sources.api",),
+    needs=frozenset({"workloads"}),  # the source's server is a program (a pod on kube)
     steps=(
         _s("list_sources", {"type": "list_sources"}),
         _s("preview_source", {"type": "preview_source", "source": "orders_api", "rows": 3}),
@@ -307,6 +316,7 @@ POSTGRES = Episode(
     scenario="data-monthly-drift-retrain",
     description="a PostgreSQL source and a lake source",
     requires=("sources.postgres",),
+    needs=frozenset({"workloads"}),  # the database server is a program (a pod on kube)
     steps=(
         _s("list_sources", {"type": "list_sources"}),
         _s("preview_source", {"type": "preview_source", "source": "history_db", "rows": 3}),
