@@ -466,7 +466,15 @@ class LocalWorkspaces:
                 out += ["--symlink", os.readlink(p), str(p)]
             elif p.is_dir():
                 out += ["--ro-bind", str(p), str(p)]
-        made: set[str] = {"/", "/usr"}
+        # The kernel's and the scratch file systems first: an interpreter or a venv under /tmp (a checkout
+        # there) is bound on top of the fresh /tmp, not hidden by it.
+        out += [
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--perms", "1777", "--tmpfs", "/tmp",
+        ]  # fmt: skip
+        made: set[str] = {"/", "/usr", "/proc", "/dev", "/dev/shm", "/tmp"}
         for src in sorted(
             {str(Path(sys.base_prefix).resolve()), str(Path(sys.prefix).resolve()), sys.prefix}
         ):
@@ -478,10 +486,6 @@ class LocalWorkspaces:
                 made.add(src)
                 out += ["--ro-bind", src, src]
         out += [
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--perms", "1777", "--tmpfs", "/dev/shm",
-            "--perms", "1777", "--tmpfs", "/tmp",
             "--bind", str(ws.files), INSIDE,
             "--perms", "0755", "--dir", "/run",
             "--ro-bind", str(ws.run), RUN_INSIDE,
