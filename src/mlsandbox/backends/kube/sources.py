@@ -32,10 +32,11 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
+from mlsandbox.backends.common.postgres import read_table
 from mlsandbox.backends.protocols.faults import HttpFault, ServiceHealth
 from mlsandbox.backends.protocols.sources import (
     API_SOURCE,
@@ -251,41 +252,11 @@ class KubeEpisodeSources:
     def query(
         self, database: str, user: str, password: str | None, table: str, *, limit: int | None = None
     ) -> TableRows:
-        import pandas as pd
-        import psycopg
-        from psycopg import sql
-
         server = self._server(POSTGRES)
         if server is None:
             raise SourceError("unavailable", "the PostgreSQL source has not been started in this episode")
         self._reseed_if_replaced(server)
-        try:
-            with psycopg.connect(self._dsn(database, user, password or "")) as conn:
-                total = conn.execute(
-                    sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
-                ).fetchone()
-                statement = sql.SQL("SELECT * FROM {}").format(sql.Identifier(table))
-                if limit is not None:
-                    statement = sql.SQL("{} LIMIT {}").format(statement, sql.Literal(limit))
-                cur = conn.execute(statement)
-                names = [d.name for d in cur.description or []]
-                frame = pd.DataFrame.from_records(cur.fetchall(), columns=names)
-        except psycopg.OperationalError as e:
-            text = " ".join(str(e).split())
-            kind: Literal["auth", "unavailable"] = (
-                "auth" if "password authentication failed" in text else "unavailable"
-            )
-            raise SourceError(kind, text) from None
-        except psycopg.Error as e:
-            raise SourceError("error", f"{type(e).__name__}: {e}") from None
-        for name in frame.columns:  # NULLs make numeric columns object: back to numbers
-            if frame[name].dtype == object:
-                converted = pd.to_numeric(frame[name], errors="coerce")
-                if converted.notna().sum() == frame[name].notna().sum() and frame[name].notna().any():
-                    frame[name] = converted
-        buf = io.BytesIO()
-        frame.to_parquet(buf, index=False)
-        return TableRows(parquet=buf.getvalue(), total_rows=int(total[0]) if total else len(frame))
+        return read_table(self._dsn(database, user, password or ""), table, limit)
 
     # ------------------------------------------------------------------------------------ services
 

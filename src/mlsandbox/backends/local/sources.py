@@ -26,9 +26,10 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from mlsandbox import httpclients
+from mlsandbox.backends.common.postgres import read_table
 from mlsandbox.backends.protocols import ServiceHealth
 from mlsandbox.backends.protocols.sources import (
     ApiDataset,
@@ -434,41 +435,11 @@ class LocalEpisodeSources:
     def query(
         self, database: str, user: str, password: str | None, table: str, *, limit: int | None = None
     ) -> TableRows:
-        import pandas as pd
-        import psycopg
-        from psycopg import sql
-
         try:
             dsn = self.services.postgres_dsn(database, user=user, password=password)
         except NotRunningError as e:
             raise SourceError("unavailable", str(e)) from None
-        try:
-            with psycopg.connect(dsn) as conn:
-                total = conn.execute(
-                    sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
-                ).fetchone()
-                statement = sql.SQL("SELECT * FROM {}").format(sql.Identifier(table))
-                if limit is not None:
-                    statement = sql.SQL("{} LIMIT {}").format(statement, sql.Literal(limit))
-                cur = conn.execute(statement)
-                names = [d.name for d in cur.description or []]
-                frame = pd.DataFrame.from_records(cur.fetchall(), columns=names)
-        except psycopg.OperationalError as e:
-            text = " ".join(str(e).split())
-            kind: Literal["auth", "unavailable"] = (
-                "auth" if "password authentication failed" in text else "unavailable"
-            )
-            raise SourceError(kind, text) from None
-        except psycopg.Error as e:
-            raise SourceError("error", f"{type(e).__name__}: {e}") from None
-        for name in frame.columns:  # NULLs make numeric columns object: back to numbers
-            if frame[name].dtype == object:
-                converted = pd.to_numeric(frame[name], errors="coerce")
-                if converted.notna().sum() == frame[name].notna().sum() and frame[name].notna().any():
-                    frame[name] = converted
-        buf = io.BytesIO()
-        frame.to_parquet(buf, index=False)
-        return TableRows(parquet=buf.getvalue(), total_rows=int(total[0]) if total else len(frame))
+        return read_table(dsn, table, limit)
 
     # ------------------------------------------------------------------------------------ services
 
