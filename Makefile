@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SEED ?= 7
 
-.PHONY: setup setup-demo demo test test-fast node-chaos-test bench bench-reliability bench-publish docs docs-serve lint gc clean help
+.PHONY: setup setup-demo demo test test-fast node-chaos-test bench bench-catalog bench-reliability bench-publish docs docs-serve lint gc clean help
 
 help:
 	@echo "make setup     install everything the tests need: venv with extras, MinIO, Toxiproxy, PostgreSQL, helm (idempotent)"
@@ -12,6 +12,7 @@ help:
 	@echo "make test      setup + the whole test suite (real services)"
 	@echo "make test-fast setup + the tests that need no services (-m 'not services')"
 	@echo "make bench     setup + benchmarks; figures printed and saved under .bench/"
+	@echo "make bench-catalog  every family of the catalogue validated on sim and local (.bench/catalog.json; CI plays a sample)"
 	@echo "make bench-reliability  setup + soak (100 episodes each way) and load (N = 1, 4, 16 sessions)"
 	@echo "make bench-publish  copy the figures of .bench/*.json to benchmarks/results/ (committed; the site renders them)"
 	@echo "make docs      build the documentation site into site/ (mkdocs --strict: a broken link fails)"
@@ -52,6 +53,12 @@ bench: setup
 	$(PY) benchmarks/bench_kube.py
 	$(PY) benchmarks/bench_sim.py
 	$(PY) benchmarks/bench_integrations.py
+
+# The whole catalogue's validation (CI plays its representative sample): every family's reference agent
+# succeeds and the cheap strategies fail, on sim and on local (an ephemeral sandbox): .bench/catalog.json.
+bench-catalog: setup
+	@mkdir -p .bench
+	$(PY) benchmarks/bench_catalog.py --backend sim --backend local
 
 # Soak and load on one ephemeral sandbox each: .bench/soak.json and .bench/load.json (about 25 minutes).
 bench-reliability: setup

@@ -21,6 +21,9 @@ FAMILIES = (
     "orders-source-outage",
     "orders-api-brownout",
     "churn-conflicting-labels",
+    "retail-holiday-peak-demand",
+    "credit-risk-applications-drift",
+    "credit-risk-serving-drift",
 )
 
 
@@ -256,3 +259,74 @@ def test_conflicting_labels_left_in_fail_whatever_else_is_cleaned() -> None:
     res = _run("churn-conflicting-labels", "reference")  # imputes and clips, keeps the flipped copies
     assert not res.success
     assert res.grade is not None and "accuracy" in res.grade["reason"]
+
+
+# ------------------------------------------------------------------------------------ business packs
+
+
+def _forecast(preparations: list[str], algorithm: str) -> _Actions:
+    """Prepares the holiday demand series in the given order, trains, registers (a valid or a wrong fix)."""
+    data, steps = "raw/holiday_demand.csv", []
+    for strategy in preparations:
+        steps.append({"type": "clean_dataset", "dataset": data, "strategy": strategy})
+        data = "clean/holiday_demand-" + "-".join(p.replace("_", "-") for p in preparations[: len(steps)])
+        data += ".parquet"
+    return _Actions(
+        [
+            *steps,
+            {"type": "train_model", "dataset": data, "algorithm": algorithm},
+            *_job_done("job-1"),
+            lambda obs: {
+                "type": "register_model",
+                "run_id": obs["result"]["run_id"],
+                "name": "holiday-forecast",
+            },
+        ]
+    )
+
+
+def test_holiday_forecast_accepts_another_learner_but_not_the_unsettled_tail() -> None:
+    ridge = _forecast(["dedupe_dates", "drop_unsettled", "fill_gaps"], "ridge")
+    res = _run("retail-holiday-peak-demand", ridge)
+    assert ridge.seen[-2]["result"]["state"] == "succeeded"
+    assert res.success, res.grade  # the reference trains gradient boosting: another learner passes too
+    tail = _forecast(["dedupe_dates", "fill_gaps"], "gradient_boosting")  # the last days still arriving
+    res = _run("retail-holiday-peak-demand", tail)
+    assert tail.seen[-2]["result"]["state"] == "succeeded"
+    assert res.grade is not None and not res.success
+    assert res.grade["holdout_metric"] > res.grade["bar"], res.grade
+
+
+def test_a_credit_model_trained_on_the_application_history_alone_fails() -> None:
+    stale = _Actions(
+        [
+            {"type": "ingest_source", "source": "applications_db"},
+            lambda obs: {
+                "type": "train_model",
+                "dataset": obs["result"]["dataset"],
+                "algorithm": "gradient_boosting",
+            },
+            *_job_done("job-1"),
+            lambda obs: {"type": "register_model", "run_id": obs["result"]["run_id"], "name": "credit-risk"},
+        ]
+    )
+    res = _run("credit-risk-applications-drift", stale)
+    assert stale.seen[3]["result"]["state"] == "succeeded"
+    assert res.grade is not None and not res.success and res.grade["holdout_auc"] < 0.65, res.grade
+
+
+def test_a_credit_model_left_serving_drifted_applicants_fails() -> None:
+    """Deployed and healthy, never retrained: production's applicants moved, its AUC on them is too low."""
+    data = "raw/applications.parquet"
+    stale = _Actions(
+        [
+            {"type": "train_model", "dataset": data, "algorithm": "gradient_boosting"},
+            *_job_done("job-1"),
+            lambda obs: {"type": "register_model", "run_id": obs["result"]["run_id"], "name": "credit-risk"},
+            {"type": "deploy_model", "name": "credit-risk", "version": "1", "replicas": 2},
+            {"type": "wait", "seconds": 30},
+        ]
+    )
+    res = _run("credit-risk-serving-drift", stale)
+    assert stale.seen[2]["result"]["state"] == "succeeded" and stale.seen[4]["ok"], stale.seen[4]
+    assert res.grade is not None and not res.success and res.grade["holdout_auc"] < 0.7, res.grade

@@ -245,6 +245,10 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--family", "-f", help="Only these scenario families (repeatable)."),
         ] = None,
+        pack: Annotated[
+            list[str] | None,
+            typer.Option("--pack", help="Only the families of these packs (repeatable; scenarios packs)."),
+        ] = None,
         variants: Annotated[
             int | None, typer.Option("--variants", min=1, help="Variants per family (train/test suites).")
         ] = None,
@@ -278,6 +282,11 @@ def register(app: typer.Typer, scenarios_app: typer.Typer) -> None:
 
         agents = agent or ["rule", "random"]
         try:
+            if pack:
+                from mlsandbox.scenario.packs import pack_families
+
+                chosen = pack_families(pack)
+                family = [f for f in chosen if f in family] if family else chosen
             for a in agents:
                 if a != "reference":  # the scenario's own reference solution, made per episode
                     make_agent(a)

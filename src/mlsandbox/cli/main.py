@@ -256,13 +256,21 @@ def gc(
 @scenarios_app.command("list")
 def scenarios_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    pack: Annotated[
+        list[str] | None, typer.Option("--pack", help="Only the families of these packs (repeatable).")
+    ] = None,
 ) -> None:
     """List the built-in scenarios (plug-in scenarios included)."""
     from mlsandbox.scenario import catalog_ids, load_builtin
+    from mlsandbox.scenario.packs import pack_families
 
     rows: list[dict[str, Any]] = []
     broken: list[str] = []
-    for sid in catalog_ids():
+    try:
+        ids = pack_families(pack) if pack else catalog_ids()
+    except MLSandboxError as e:
+        raise _fail(e) from None
+    for sid in ids:
         try:
             sc = load_builtin(sid)
         except MLSandboxError as e:  # a broken plug-in scenario is reported, the others still listed
@@ -299,6 +307,32 @@ def scenarios_list(
         console.print(table)
     for msg in broken:
         print_error(err_console, msg)
+
+
+@scenarios_app.command("packs")
+def scenarios_packs(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """The scenario packs: built-in families grouped by the business that would play them."""
+    from mlsandbox.scenario import load_builtin
+    from mlsandbox.scenario.packs import packs
+
+    rows = []
+    try:
+        for p in packs().values():
+            works = sorted({load_builtin(f).work()[0] for f in p.families})
+            rows.append({**p.model_dump(mode="json"), "kinds": works})
+    except MLSandboxError as e:
+        raise _fail(e) from None
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table(title="scenario packs")
+    for col in ("pack", "title", "kinds", "families", "business"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["title"], ", ".join(r["kinds"]), "\n".join(r["families"]), r["business"])
+    console.print(table)
 
 
 @scenarios_app.command("show")

@@ -1,0 +1,164 @@
+"""The whole catalogue's validation (CI plays its representative sample: mlsandbox.scenario.sample).
+
+For every built-in family (or those named, or a pack's) on each backend asked for: the family's reference
+agent on ``--seeds`` seeds must succeed (the goal met, no hard constraint broken), and the cheap strategies
+an optimiser finds first (``do-nothing``, ``repeat-cheap``) must fail and earn less than the reference on
+the family's own seed. ``local`` plays on real services (an ephemeral sandbox unless ``--sandbox`` names a
+running one); ``sim`` on the twin. Prints a line per episode, a table per backend at the end, and saves
+``.bench/catalog.json`` after every family (a long run interrupted keeps what it measured).
+
+    python benchmarks/bench_catalog.py [--backend sim --backend local] [--seeds 1] [--families F ...]
+                                       [--pack P ...] [--sandbox NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from machine import describe as describe_machine
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+OUT = Path(__file__).resolve().parents[1] / ".bench" / "catalog.json"
+CHEAP = ("do-nothing", "repeat-cheap")
+console = Console(stderr=True)
+
+
+def _save(data: dict[str, Any]) -> None:
+    OUT.parent.mkdir(exist_ok=True)
+    old = json.loads(OUT.read_text()) if OUT.exists() else {}
+    old.update(data)
+    old["machine"] = describe_machine()
+    OUT.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
+
+
+def _episode(env: Any, family: str, agent: str, seed: int) -> dict[str, Any]:
+    from mlsandbox.agents import make_agent
+    from mlsandbox.agents.runner import run_episode
+    from mlsandbox.scenario import load_builtin
+
+    sc = load_builtin(family)
+    name = sc.reference_agent if agent == "reference" else agent
+    t0 = time.perf_counter()
+    try:
+        res = run_episode(env, make_agent(name, seed=seed), seed=seed, scenario=sc)
+    except Exception as e:  # a crash is a failed validation, reported with its cause
+        return {"agent": agent, "seed": seed, "success": False, "reason": f"{type(e).__name__}: {e}",
+                "reward": None, "wall_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    violation = res.final_info.get("constraint_violation")
+    grade = res.grade or {}
+    return {
+        "agent": agent,
+        "seed": seed,
+        "success": bool(res.success and not violation),
+        "reason": (f"constraint broken: {violation.get('message')}" if violation else grade.get("reason")),
+        "reward": round(res.total_reward, 3),
+        "steps": len(res.steps),
+        "wall_s": round(time.perf_counter() - t0, 2),
+    }
+
+
+def validate_family(env: Any, family: str, seeds: list[int]) -> dict[str, Any]:
+    """The family's episodes and verdict: valid when the reference succeeds on every seed and each cheap
+    strategy fails below the reference's reward on the first seed."""
+    refs = [_episode(env, family, "reference", s) for s in seeds]
+    cheap = [_episode(env, family, a, seeds[0]) for a in CHEAP]
+    problems = [f"reference failed on seed {r['seed']}: {r['reason']}" for r in refs if not r["success"]]
+    for c in cheap:
+        if c["success"]:
+            problems.append(f"{c['agent']} succeeds")
+        elif refs[0]["reward"] is not None and c["reward"] is not None and c["reward"] >= refs[0]["reward"]:
+            problems.append(f"{c['agent']} earns {c['reward']} >= the reference's {refs[0]['reward']}")
+    return {
+        "family": family,
+        "valid": not problems,
+        "problems": problems,
+        "reference_successes": sum(r["success"] for r in refs),
+        "episodes": refs + cheap,
+        "wall_s": round(sum(e["wall_s"] for e in refs + cheap), 2),
+    }
+
+
+def run_backend(backend: str, families: list[str], n_seeds: int, sandbox: str | None) -> dict[str, Any]:
+    """Every family on one backend (seeds: the family's own, then the next ones)."""
+    import os
+
+    from mlsandbox.env import MLSandboxEnv
+    from mlsandbox.scenario import load_builtin
+
+    if hasattr(os, "sched_setaffinity"):  # real services and jobs take every core
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    local = None
+    if backend == "local" and sandbox is None:
+        from mlsandbox.backends.local import LocalBackend
+
+        local = LocalBackend("bench-catalog")
+        local.up(ephemeral=True)
+    name = sandbox or ("bench-catalog" if backend == "local" else "bench-catalog-sim")
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    out: dict[str, Any] = {"seeds_per_family": n_seeds, "families": rows}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[family]}"))  # fmt: skip
+    try:
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task(backend, total=len(families), family="")
+            for family in families:
+                progress.update(bar, family=family)
+                env = MLSandboxEnv(family, backend=backend, sandbox=name, start_sandbox=backend != "local")
+                try:
+                    first = load_builtin(family).seed
+                    row = validate_family(env, family, [first + i for i in range(n_seeds)])
+                finally:
+                    env.close()
+                rows.append(row)
+                verdict = "valid" if row["valid"] else "INVALID: " + "; ".join(row["problems"])
+                progress.console.print(f"{backend:5} {family:42} {row['wall_s']:7.1f} s  {verdict}")
+                out["valid"] = sum(r["valid"] for r in rows)
+                out["total"] = len(rows)
+                out["wall_s"] = round(time.perf_counter() - started, 1)
+                _save({backend: out})
+                progress.advance(bar)
+    finally:
+        if local is not None:
+            local.down()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", action="append", choices=["sim", "local"], help="default: sim and local")
+    p.add_argument("--seeds", type=int, default=1, help="reference episodes per family (seeds from its own)")
+    p.add_argument("--families", nargs="*", default=None)
+    p.add_argument("--pack", nargs="*", default=None)
+    p.add_argument("--sandbox", default=None, help="a running local sandbox to play in")
+    a = p.parse_args()
+    from mlsandbox.scenario import catalog_ids
+    from mlsandbox.scenario.packs import pack_families
+
+    families = a.families or (pack_families(a.pack) if a.pack else catalog_ids())
+    results = {
+        backend: run_backend(backend, families, a.seeds, a.sandbox)
+        for backend in a.backend or ["sim", "local"]
+    }
+    for backend, res in results.items():
+        table = Table(title=f"catalogue on {backend}: {res['valid']}/{res['total']} families valid, "
+                      f"{res['wall_s']:.0f} s of episodes")  # fmt: skip
+        for col in ("family", "valid", "reference", "cheap strategies (reward)", "wall s"):
+            table.add_column(col)
+        for r in res["families"]:
+            cheap = ", ".join(f"{e['agent']} {e['reward']}" for e in r["episodes"] if e["agent"] in CHEAP)
+            table.add_row(
+                r["family"], "yes" if r["valid"] else "NO", f"{r['reference_successes']}/{a.seeds}", cheap,
+                f"{r['wall_s']:.1f}",
+            )  # fmt: skip
+        Console(width=160).print(table)
+
+
+if __name__ == "__main__":
+    main()
