@@ -15,6 +15,7 @@ FAMILIES = (
     "images-rare-parts",
     "images-new-camera-blur",
     "images-night-shift-slow-lake",
+    "images-quality-new-camera",
 )
 
 

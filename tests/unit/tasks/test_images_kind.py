@@ -160,3 +160,18 @@ def test_the_model_round_trips_through_skops_trusting_only_safe_types() -> None:
     assert all(t.startswith(SAFE_TRUSTED_PREFIXES) for t in trusted), trusted
     loaded = skops.io.loads(data, trusted=trusted)
     assert list(loaded.predict(clean.head(8)[["image"]])) == list(model.predict(clean.head(8)[["image"]]))
+
+
+def test_an_inspection_dataset_has_the_inspection_labels_and_refuses_shapes_among_them() -> None:
+    from pydantic import ValidationError
+
+    spec = ImageClassificationDataset(
+        name="inspections", rows=100, holdout_rows=50, labels=["ok", "scratch", "chip", "stain"], shift="blur"
+    )
+    data = KIND.generate(spec, 1)
+    assert set(data.train_table.to_pandas()["label"]) == set(data.holdout["label"]) == set(spec.labels)
+    assert data.manifest["labels"] == ["ok", "scratch", "chip", "stain"]
+    with pytest.raises(ValidationError, match=r"labels\n.*mixes shape classes \['square'\] with inspection"):
+        ImageClassificationDataset(name="parts", labels=["ok", "square", "stain"])
+    with pytest.raises(ValidationError, match=r"labels\n.*entries must be distinct"):
+        ImageClassificationDataset(name="parts", labels=["ok", "ok"])

@@ -1,6 +1,7 @@
-"""Image classification: photos of parts labelled by shape, graded by accuracy (or macro-F1) on the hidden
-holdout (see :mod:`.spec` for the defects, :mod:`mlsandbox.workloads.image_classifier` for the
-algorithms: a pixel-feature logistic regression always, a small CNN where PyTorch is installed)."""
+"""Image classification: photos of parts labelled by shape, or by inspection class (``ok``, ``scratch``,
+``chip``, ``stain``), graded by accuracy (or macro-F1) on the hidden holdout (see :mod:`.spec` for the
+defects, :mod:`mlsandbox.workloads.image_classifier` for the algorithms: a pixel-feature logistic
+regression always, a small CNN where PyTorch is installed)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The dataset spec of the image classification kind: photos of parts (shapes on textured backgrounds,
-see :mod:`mlsandbox.data.images`) labelled by shape, and their defects.
+see :mod:`mlsandbox.data.images`) labelled by shape, or by inspection class (a disc that is ``ok`` or
+carries a scratch, a chip or a stain), and the export's defects.
 
 Stored as a user meets an exported image dataset: one Parquet file, a row per image with its file name,
 capture time, the encoded PNG bytes (``image``) and the label. The defects an engineer has to notice:
@@ -19,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mlsandbox.data.image_vocabulary import PALETTE, Shape, Texture
+from mlsandbox.data.image_vocabulary import PALETTE, ImageLabel, Shape, Texture, check_labels
 from mlsandbox.data.spec import _check_name
 
 Shift = Literal["none", "dark", "bright", "blur"]
@@ -39,10 +40,12 @@ class ImageClassificationDataset(_Model):
     rows: int = Field(default=1500, ge=100, le=50_000)
     holdout_rows: int = Field(default=600, ge=50, le=20_000)
     size: int = Field(default=32, ge=16, le=128)
-    labels: list[Shape] = Field(
-        default_factory=lambda: list[Shape](["circle", "square", "triangle", "cross"]), min_length=2
+    labels: list[ImageLabel] = Field(
+        default_factory=lambda: list[ImageLabel](list[Shape](["circle", "square", "triangle", "cross"])),
+        min_length=2,
     )
-    """The classes (the shape in the image)."""
+    """The classes: the shape in the image, or the inspected part's state (``ok``, ``scratch``, ``chip``,
+    ``stain``); not both."""
     label_probabilities: list[float] | None = None
     textures: list[Texture] = Field(default_factory=lambda: list[Texture](["plain", "stripes"]), min_length=1)
     colours: list[str] = Field(default_factory=lambda: list(PALETTE), min_length=1)
@@ -59,11 +62,10 @@ class ImageClassificationDataset(_Model):
     file_column: str = "file"
 
     _names = field_validator("name", "image_column", "target", "time_column", "file_column")(_check_name)
+    _labels = field_validator("labels")(check_labels)
 
     @model_validator(mode="after")
     def _consistent(self) -> ImageClassificationDataset:
-        if len(set(self.labels)) != len(self.labels):
-            raise ValueError(f"labels must be distinct, got {self.labels}")
         p = self.label_probabilities
         if p is not None and (len(p) != len(self.labels) or any(x <= 0 for x in p) or abs(sum(p) - 1) > 1e-6):
             raise ValueError(f"label_probabilities must be {len(self.labels)} positive numbers summing to 1")
