@@ -351,6 +351,28 @@ def imported_keys(stamp: Path) -> dict[str, str]:
         return {}
 
 
+_STALE_SNAPSHOT = "does not exist: not found"
+"""What ``ctr images import`` says when a layer's parent snapshot went missing under it."""
+
+
+def _import(ctr: list[str], ref: str) -> str:
+    """``docker save REF | ctr images import -``: what failed ('' when it worked)."""
+    save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    load = subprocess.run(
+        [*ctr, "-n", NAMESPACE, "images", "import", "-"],
+        stdin=save.stdout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert save.stdout is not None
+    save.stdout.close()
+    save_err = save.stderr.read().decode(errors="replace") if save.stderr else ""
+    if save.wait() != 0 or load.returncode != 0:
+        return f"{save_err}{load.stdout}{load.stderr}" or "no output"
+    return ""
+
+
 def ensure(
     ctr: list[str],
     stamp: Path,
@@ -375,21 +397,20 @@ def ensure(
         started = time.monotonic()
         build(image, say)
         say(f"{image.ref}: importing into containerd")
-        save = subprocess.Popen(["docker", "save", image.ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        load = subprocess.run(
-            [*ctr, "-n", NAMESPACE, "images", "import", "-"],
-            stdin=save.stdout,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert save.stdout is not None
-        save.stdout.close()
-        save_err = save.stderr.read().decode(errors="replace") if save.stderr else ""
-        if save.wait() != 0 or load.returncode != 0:
-            raise BackendError(
-                f"importing {image.ref} into containerd failed:\n{save_err}{load.stdout}{load.stderr}"
+        failure = _import(ctr, image.ref)
+        if failure and _STALE_SNAPSHOT in failure:
+            # An import interrupted earlier (a crash, a killed run) leaves layers whose snapshots
+            # containerd's garbage collector removes under the next unpack: drop the image's record and
+            # import it once more, from its layers.
+            say(
+                f"{image.ref}: containerd lost a layer's snapshot ({failure.strip().splitlines()[-1]}); again"
             )
+            subprocess.run(
+                [*ctr, "-n", NAMESPACE, "images", "rm", "--sync", image.cri_ref], capture_output=True, check=False
+            )
+            failure = _import(ctr, image.ref)
+        if failure:
+            raise BackendError(f"importing {image.ref} into containerd failed:\n{failure}")
         done[image.name] = want
         stamp.write_text(json.dumps(done, indent=1, sort_keys=True))
         spent[image.name] = time.monotonic() - started
