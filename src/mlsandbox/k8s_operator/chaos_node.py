@@ -189,18 +189,7 @@ def import_images(cluster: NodeCluster, say: Say = _quiet) -> dict[str, float]:
         started = time.monotonic()
         build(image, say)
         say(f"{image.ref}: importing into containerd")
-        save = subprocess.Popen(["docker", "save", image.ref], stdout=subprocess.PIPE)
-        load = subprocess.run(
-            [*ctr, "-n", node_images.NAMESPACE, "images", "import", "-"],
-            stdin=save.stdout,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert save.stdout is not None
-        save.stdout.close()
-        if save.wait() != 0 or load.returncode != 0:
-            raise BackendError(f"importing {image.ref} into containerd failed:\n{load.stdout}{load.stderr}")
+        node_images.import_image(ctr, image, say)
         done[image.name] = want
         stamp.write_text(json.dumps(done, indent=1, sort_keys=True))
         spent[image.name] = time.monotonic() - started

@@ -373,6 +373,23 @@ def _import(ctr: list[str], ref: str) -> str:
     return ""
 
 
+def import_image(ctr: list[str], image: NodeImage, say: Say = print) -> None:
+    """Import ``image`` from the docker engine into containerd; a BackendError with what ``docker save``
+    and ``ctr`` said when it fails."""
+    failure = _import(ctr, image.ref)
+    if failure and _STALE_SNAPSHOT in failure:
+        # An import interrupted earlier (a crash, a killed run) leaves layers whose snapshots
+        # containerd's garbage collector removes under the next unpack: drop the image's record and
+        # import it once more, from its layers.
+        say(f"{image.ref}: containerd lost a layer's snapshot ({failure.strip().splitlines()[-1]}); again")
+        subprocess.run(
+            [*ctr, "-n", NAMESPACE, "images", "rm", "--sync", image.cri_ref], capture_output=True, check=False
+        )
+        failure = _import(ctr, image.ref)
+    if failure:
+        raise BackendError(f"importing {image.ref} into containerd failed:\n{failure}")
+
+
 def ensure(
     ctr: list[str],
     stamp: Path,
@@ -397,20 +414,7 @@ def ensure(
         started = time.monotonic()
         build(image, say)
         say(f"{image.ref}: importing into containerd")
-        failure = _import(ctr, image.ref)
-        if failure and _STALE_SNAPSHOT in failure:
-            # An import interrupted earlier (a crash, a killed run) leaves layers whose snapshots
-            # containerd's garbage collector removes under the next unpack: drop the image's record and
-            # import it once more, from its layers.
-            say(
-                f"{image.ref}: containerd lost a layer's snapshot ({failure.strip().splitlines()[-1]}); again"
-            )
-            subprocess.run(
-                [*ctr, "-n", NAMESPACE, "images", "rm", "--sync", image.cri_ref], capture_output=True, check=False
-            )
-            failure = _import(ctr, image.ref)
-        if failure:
-            raise BackendError(f"importing {image.ref} into containerd failed:\n{failure}")
+        import_image(ctr, image, say)
         done[image.name] = want
         stamp.write_text(json.dumps(done, indent=1, sort_keys=True))
         spent[image.name] = time.monotonic() - started
