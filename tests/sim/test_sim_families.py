@@ -266,15 +266,20 @@ def test_conflicting_labels_left_in_fail_whatever_else_is_cleaned() -> None:
 
 def _forecast(preparations: list[str], algorithm: str) -> _Actions:
     """Prepares the holiday demand series in the given order, trains, registers (a valid or a wrong fix)."""
-    data, steps = "raw/holiday_demand.csv", []
-    for strategy in preparations:
-        steps.append({"type": "clean_dataset", "dataset": data, "strategy": strategy})
-        data = "clean/holiday_demand-" + "-".join(p.replace("_", "-") for p in preparations[: len(steps)])
-        data += ".parquet"
+
+    def step(strategy: str, first: bool) -> Any:  # each cleaning reads the dataset the last one wrote
+        if first:
+            return {"type": "clean_dataset", "dataset": "raw/holiday_demand.csv", "strategy": strategy}
+        return lambda obs: {
+            "type": "clean_dataset",
+            "dataset": obs["result"]["dataset"],
+            "strategy": strategy,
+        }
+
     return _Actions(
         [
-            *steps,
-            {"type": "train_model", "dataset": data, "algorithm": algorithm},
+            *(step(p, i == 0) for i, p in enumerate(preparations)),
+            lambda obs: {"type": "train_model", "dataset": obs["result"]["dataset"], "algorithm": algorithm},
             *_job_done("job-1"),
             lambda obs: {
                 "type": "register_model",
