@@ -9,7 +9,10 @@ around ``MLSandboxEnv(backend="sim")``) on ``tabular-quality-basic``; every step
   wrapper's slot with the same action (it reads the structured observation the inner env returned).
 
 Each episode resets with a seed never used before in the process, so nothing generated for one episode is
-reused by the next. Figures per mix: env-steps/s (steps over the time spent in ``reset``, ``step`` and
+reused by the next, and no fit store is used (every fit is done on the spot). Beside them, a training
+run's view (``--pool N``): seeds drawn among the N instances of a train split, the fit store in a fresh
+directory, a cold phase (fits done as they come) and a warm one (the instances' fits read from the
+store, as the later epochs of a run, a vector env's other processes and the next run over the split do). Figures per mix: env-steps/s (steps over the time spent in ``reset``, ``step`` and
 ``action_masks``; the policy's own time is left out and reported apart), resets/s, reset p50/p95 with a
 new seed, per action type p50/p95 ms (``train_model`` is the training surrogate's cost). Also the reset
 p50/p95 with a repeated seed, and beside them the old figure, labelled **cached path (repeated actions on
@@ -19,7 +22,7 @@ episode's data, whose data actions hit the results cached by the data's digest.
 The process is pinned to CPU 0 and BLAS/OpenMP/Arrow run single-threaded. The machine is shared: the load
 average is printed and saved with the figures. Prints a table and saves ``.bench/sim.json``.
 Usage: ``python benchmarks/bench_sim.py [--seconds S] [--episodes N] [--mix random rule]
-[--repeat-resets N] [--cached-seconds S]`` (defaults: about one minute).
+[--repeat-resets N] [--cached-seconds S] [--pool N] [--pool-seconds S]`` (defaults: about five minutes).
 """
 
 from __future__ import annotations
@@ -121,13 +124,16 @@ class LastObservation(gym.Wrapper[Any, Any, Any, Any]):
         return obs, reward, terminated, truncated, info
 
 
-def rl_env(sandbox: str) -> tuple[Any, LastObservation]:
+def rl_env(sandbox: str, fit_store: str | None = None) -> tuple[Any, LastObservation]:
     """What :func:`~mlsandbox.env.wrappers.make_rl_env` builds (``wait_seconds`` :data:`WAIT_SECONDS`),
-    with :class:`LastObservation` between the inner env and the wrappers."""
+    with :class:`LastObservation` between the inner env and the wrappers. ``fit_store``: the fit store's
+    directory (None: no store, every fit done in this process)."""
     from mlsandbox.env.gym_env import MLSandboxEnv
     from mlsandbox.env.wrappers import DiscreteActions, FlatObservation
 
-    last = LastObservation(MLSandboxEnv(SCENARIO, backend="sim", sandbox=sandbox))
+    last = LastObservation(
+        MLSandboxEnv(SCENARIO, backend="sim", sandbox=sandbox, backend_config={"fit_store": fit_store})
+    )
     env = DiscreteActions(FlatObservation(last), wait_seconds=WAIT_SECONDS)
     return env, last
 
@@ -194,8 +200,21 @@ def _episode(env: Any, last: LastObservation, mix: Any, *, seed: int) -> None:
             return
 
 
-def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[str, Any]:
-    env, last = rl_env(f"bench-{mix.name}")
+def bench_mix(
+    mix: Any,
+    *,
+    seconds: float,
+    episodes: int,
+    seed0: int,
+    pool: int | None = None,
+    fit_store: str | None = None,
+) -> dict[str, Any]:
+    """``pool``: each episode's seed drawn among ``pool`` seeds from ``seed0`` (a train split of that many
+    instances) instead of a new one; ``fit_store``: the fit store's directory."""
+    from mlsandbox.backends.sim import fitstore
+
+    env, last = rl_env(f"bench-{mix.name}", fit_store)
+    draw = np.random.default_rng(seed0)
     try:
         for w in range(3):  # warm-up: imports and first touches, seeds of their own
             _episode(env, last, mix, seed=10_000_000 + seed0 + w)
@@ -214,7 +233,7 @@ def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[st
         ep = 0
         while ep < episodes and time.perf_counter() - t_start < seconds:
             t0, c0 = time.perf_counter(), time.process_time()
-            env.reset(seed=seed0 + ep)
+            env.reset(seed=seed0 + (ep if pool is None else int(draw.integers(pool))))
             mask = env.action_masks()
             resets.append((time.perf_counter() - t0) * 1000)
             resets_cpu.append((time.process_time() - c0) * 1000)
@@ -266,9 +285,41 @@ def bench_mix(mix: Any, *, seconds: float, episodes: int, seed0: int) -> dict[st
         "target_steps_per_s": TARGET_STEPS_PER_S,
         "target_met": steps / env_s >= TARGET_STEPS_PER_S,
     }
+    store = fitstore.current()
+    if store is not None:
+        out["fit_store"] = {"hits": store.hits, "misses": store.misses, "writes": store.writes}
     if isinstance(mix, RuleMix):
         out["unmapped_actions"] = mix.unmapped
     return out
+
+
+def bench_pool(mix: Any, *, pool: int, seconds: float, seed0: int) -> dict[str, Any]:
+    """A training run's view: episodes drawn from a train split of ``pool`` instances, with the fit store
+    in a fresh directory. ``cold``: the first ``seconds`` (fits done as they come); ``warm``: the next
+    ``seconds`` in a new env of the same process, the instances' fits read from the store (what the later
+    epochs of a training run, the other processes of a vector env and the next run over the split see)."""
+    import tempfile
+
+    from mlsandbox.backends.sim import fitstore, realfit
+
+    with tempfile.TemporaryDirectory(prefix="bench-fit-store-") as store:
+        realfit.clear()
+        fitstore.configure(None)  # a new store object per phase: its counters are the phase's
+        cold = bench_mix(mix, seconds=seconds, episodes=10**9, seed0=seed0, pool=pool, fit_store=store)
+        realfit.clear()  # the warm phase reads the store, not this process's memory of the cold phase
+        fitstore.configure(None)
+        warm = bench_mix(mix, seconds=seconds, episodes=10**9, seed0=seed0 + 1, pool=pool, fit_store=store)
+        from mlsandbox.backends.sim.fitstore import FitStore
+
+        files, size = FitStore(store).size()
+    realfit.clear()
+    return {
+        "pool": pool,
+        "cold": cold,
+        "warm": warm,
+        "store_files": files,
+        "store_mib": round(size / 2**20, 1),
+    }
 
 
 def bench_repeated_reset(n: int) -> dict[str, Any]:
@@ -333,6 +384,18 @@ def main() -> None:
     parser.add_argument(
         "--cached-seconds", type=float, default=5.0, help="time on the cached path (default 5)"
     )
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=16,
+        help="instances of the train-split figure (seeds drawn among them; 0: skip; default 16)",
+    )
+    parser.add_argument(
+        "--pool-seconds",
+        type=float,
+        default=40.0,
+        help="time per phase of the train-split figure (default 40)",
+    )
     args = parser.parse_args()
     single_threaded()
     _check_profile()
@@ -349,6 +412,13 @@ def main() -> None:
         figures["mixes"][name] = bench_mix(
             mixes[name], seconds=args.seconds, episodes=args.episodes, seed0=1_000_000 * (i + 1)
         )
+    if args.pool > 0:
+        figures["train_split"] = {
+            name: bench_pool(
+                mixes[name], pool=args.pool, seconds=args.pool_seconds, seed0=50_000_000 * (i + 1)
+            )
+            for i, name in enumerate(args.mix)
+        }
     if args.repeat_resets > 0:
         figures["repeated_seed"] = bench_repeated_reset(args.repeat_resets)
     if args.cached_seconds > 0:
@@ -426,6 +496,42 @@ def report(figures: dict[str, Any]) -> None:
             ),
         )
     console.print(table)
+    if "train_split" in figures:
+        split = figures["train_split"]
+        first = next(iter(split.values()))
+        t = Table(
+            title=(
+                f"a train split of {first['pool']} instances (seeds drawn among them), the fit store in a fresh "
+                "directory: cold = its first phase, warm = the next (fits read from the store)"
+            )
+        )
+        t.add_column("mix / phase")
+        for col in (
+            "env-steps/s",
+            "reset p50 ms",
+            "step p50 / p95 ms",
+            "train_model p50 / p95 ms",
+            "store hits / misses",
+        ):
+            t.add_column(col, justify="right")
+        for name, v in split.items():
+            for phase in ("cold", "warm"):
+                f = v[phase]
+                train = f["per_action_ms"].get("train_model")
+                fs = f.get("fit_store", {})
+                t.add_row(
+                    f"{name} / {phase}",
+                    f"{f['env_steps_per_s']:,.0f}",
+                    f"{f['reset_ms_new_seed']['p50']:.2f}",
+                    _pair(f["step_ms"]),
+                    _pair(train) if train else "-",
+                    f"{fs.get('hits', 0)} / {fs.get('misses', 0)}",
+                )
+        console.print(t)
+        console.print(
+            f"store after the run: {first['store_files']} fits, {first['store_mib']} MiB (per mix); "
+            "the new-seed figures above use no store"
+        )
     if "repeated_seed" in figures:
         r = figures["repeated_seed"]["reset_ms_same_seed"]
         console.print(

@@ -46,6 +46,31 @@ def default_records() -> Path:
 
 
 def register(app: typer.Typer) -> None:
+    @app.command("fit-store")
+    def fit_store(
+        clear: Annotated[bool, typer.Option("--clear", help="Remove every kept fit.")] = False,
+    ) -> None:
+        """The sim backend's fit store: real fits kept on disk, shared by every process and run (where it
+        is, how many fits, how much room; ``--clear`` empties it)."""
+        from mlsandbox.backends.sim import fitstore
+
+        directory = fitstore.default_directory()
+        if directory is None:
+            console.print(f"the fit store is off (${fitstore.STORE_ENV}=off): fits are kept in memory only")
+            return
+        try:
+            store = fitstore.FitStore(directory)
+        except OSError as e:
+            raise _fail(e) from None
+        if clear:
+            console.print(f"removed {store.clear()} fits from {store.directory}")
+            return
+        files, size = store.size()
+        console.print(
+            f"{store.directory}: {files} fits, {size / 2**20:,.1f} MiB of {store.max_bytes / 2**20:,.0f} MiB "
+            f"(fingerprint {fitstore.fingerprint()}; ${fitstore.STORE_ENV} moves it, off turns it off)"
+        )
+
     @app.command()
     def calibrate(
         records: Annotated[

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from mlsandbox.backends.protocols import AuditLog, BackendConfig, ServiceStatus, Support, Workspaces
 from mlsandbox.backends.protocols.workspaces import RefusedWorkspaces
+from mlsandbox.backends.sim import fitstore
 from mlsandbox.backends.sim.audit import MemoryAuditLog
 from mlsandbox.backends.sim.clock import VirtualClock
 from mlsandbox.backends.sim.config import MemoryConfigStore
@@ -50,6 +51,12 @@ class SimConfig(BackendConfig):
     ``$MLSANDBOX_SIM_AUDIT_DIR``."""
     step_cost_s: float = Field(default=0.0, ge=0.0)
     """Virtual seconds each step of an episode takes besides its operations (an agent's think time)."""
+    fit_store: str | None = Field(default_factory=fitstore.default_directory)
+    """The directory of the machine's fit store (:mod:`mlsandbox.backends.sim.fitstore`): real fits kept
+    on disk, shared by every process and run; None keeps fits in memory only. Default:
+    ``$MLSANDBOX_SIM_FIT_STORE`` (``off`` for none), else ``sim-fits`` under the mlsandbox home."""
+    fit_store_mib: int = Field(default=fitstore.DEFAULT_MAX_MIB, ge=1)
+    """The fit store's bound in MiB (the files read least recently go first)."""
 
 
 class SimRuntime:
@@ -57,6 +64,7 @@ class SimRuntime:
 
     def __init__(self, config: SimConfig) -> None:
         self.settings = config
+        fitstore.configure(config.fit_store, config.fit_store_mib << 20)
         self.world = SimWorld(
             load_calibration(config.calibration),
             seed=config.seed,
@@ -214,6 +222,7 @@ class SimBackend:
 
     def __init__(self, config: SimConfig) -> None:
         self.settings = config
+        fitstore.configure(config.fit_store, config.fit_store_mib << 20)
         self._runtime: SimRuntime | None = None
 
     def __repr__(self) -> str:

@@ -12,9 +12,10 @@ Only what depends on the machine is modelled: durations, CPU-seconds, memory and
 from the calibration (:mod:`mlsandbox.backends.sim.surrogate`), so the virtual clock stays deterministic.
 
 Fits run single-threaded (one core for the simulator, as the benchmarks pin it) and are kept in a
-bounded process-wide cache by (the bytes' digest, target, algorithm, hyperparameters, seed): an episode
-that trains the same thing again, or vector envs that share a seed, pay for the fit once. Cached models
-are shared read-only.
+bounded process-wide cache by (the bytes' digest, target, algorithm, hyperparameters, seed), and on disk
+in the machine's fit store (:mod:`mlsandbox.backends.sim.fitstore`, shared by every process and kept
+between runs): an episode that trains the same thing again, the other processes of a vector env, and the
+next training run over the same instances pay for the fit once. Cached models are shared read-only.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlsandbox.backends.sim import fitstore
 from mlsandbox.workloads import trainer
 
 KEPT = 64
@@ -119,7 +121,12 @@ def _kept(ck: tuple[Any, ...], compute: Callable[[], FitResult]) -> FitResult:
     hit = cached(ck)
     if hit is not None:
         return hit
-    result = compute()
+    store = fitstore.current()
+    result = store.get(ck) if store is not None else None
+    if not isinstance(result, FitResult):
+        result = compute()
+        if store is not None:
+            store.put(ck, result)
     with _LOCK:
         _CACHE[ck] = result
         while len(_CACHE) > KEPT:
