@@ -117,10 +117,17 @@ class SlotContext:
     """Services of the health, restart and service-log slots."""
     has_services: bool = False
     """The episode's backend exposes its services (health, logs, restarts: ``faults.services``)."""
+    dataset_names: tuple[str, ...] | None = None
+    """The episode's datasets in order, read once per state (None: read from ``state`` each time)."""
+    has_credits: bool | None = None
+    """Whether credits are left, read once per state (None: read from ``state`` each time)."""
 
     def dataset(self, i: int) -> str | None:
-        keys = list(self.state.datasets)
+        keys = self.dataset_names if self.dataset_names is not None else tuple(self.state.datasets)
         return keys[i] if i < len(keys) else None
+
+    def credits(self) -> bool:
+        return self.has_credits if self.has_credits is not None else self.state.credits_left > 0
 
     def job_id(self, j: int) -> str:
         return f"job-{j + 1}"
@@ -165,7 +172,7 @@ def _train(ctx: SlotContext, i: int) -> Slot:
     a, m = divmod(rest, len(ctx.machines))
     name, ok = _dataset_slot(ctx, d)
     rec = ctx.state.datasets.get(name)
-    ok = ok and rec is not None and rec.target is not None and ctx.state.credits_left > 0
+    ok = ok and rec is not None and rec.target is not None and ctx.credits()
     position = ALGORITHMS.index(ctx.algorithms[a])
     ok = ok and position < len(ctx.kind_algorithms)
     algorithm = ctx.kind_algorithms[position] if position < len(ctx.kind_algorithms) else ctx.algorithms[a]
@@ -195,12 +202,7 @@ def _register(ctx: SlotContext, j: int) -> Slot:
 
 def _retry(ctx: SlotContext, j: int) -> Slot:
     job = _job(ctx, j)
-    ok = (
-        job is not None
-        and job.state in TERMINAL
-        and job.dataset in ctx.state.datasets
-        and ctx.state.credits_left > 0
-    )
+    ok = job is not None and job.state in TERMINAL and job.dataset in ctx.state.datasets and ctx.credits()
     return {"type": "retry_job", "job_id": ctx.job_id(j)}, ok
 
 
@@ -361,6 +363,8 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             has_services=inner.supports("faults.services"),
             kind_algorithms=kind_algorithms(st),
             kind_preparations=kind_preparations(st),
+            dataset_names=tuple(st.datasets),
+            has_credits=st.credits_left > 0,
         )
         out: list[Slot] = []
         for tpl, i in self._index:

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from mlsandbox.backends.protocols import Tracking
+from mlsandbox.evaluation import holdout_memo
 from mlsandbox.evaluation.reward import Grade
 from mlsandbox.tasks.kind import Metric
 from mlsandbox.tasks.registry import kind_of
@@ -54,7 +55,12 @@ def grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> Gr
     }
     try:
         model = tracking.load_model(state.registry_name(goal.model_name), version)
-        value = kind.score(metric.name, model, holdout, spec)
+        value = holdout_memo.score(
+            model,
+            holdout,
+            (kind.name, metric.name, spec.target),
+            lambda: kind.score(metric.name, model, holdout, spec),
+        )
     except Exception as e:  # a model that cannot score the holdout earns nothing
         log.info("grading failed: %s", e)
         reason = f"model could not score the holdout: {e}"

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from mlsandbox.backends.protocols import Tracking
+from mlsandbox.evaluation import holdout_memo
 from mlsandbox.world.episode import EpisodeState
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,6 @@ def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade
     version = versions[-1]
     holdout = state.ground_truth.holdouts[goal.dataset]
     target = state.scenario.dataset(goal.dataset).target
-    x, y = holdout.drop(columns=[target]), holdout[target].to_numpy()
     try:
         model = tracking.load_model(state.registry_name(goal.model_name), version)
         # Imported after the load (and so when grading: importing this module stays quick): a tracker
@@ -118,8 +118,12 @@ def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade
         # second import of it under way at the same time sees a partially initialised package.
         from sklearn.metrics import roc_auc_score
 
-        proba = np.asarray(model.predict_proba(x))[:, 1]
-        auc = float(roc_auc_score(y, proba))
+        def holdout_auc() -> float:
+            x, y = holdout.drop(columns=[target]), holdout[target].to_numpy()
+            proba = np.asarray(model.predict_proba(x))[:, 1]
+            return float(roc_auc_score(y, proba))
+
+        auc = holdout_memo.score(model, holdout, ("auc", target), holdout_auc)
     except Exception as e:  # a model that cannot score the holdout earns nothing
         log.info("grading failed: %s", e)
         return Grade(goal.model_name, version, None, 0.0, False, f"model could not score the holdout: {e}")

@@ -11,14 +11,18 @@ from mlsandbox.data.formats import Format, to_bytes
 from mlsandbox.tasks.registry import kind_of
 
 _GENERATED: OrderedDict[tuple[str, int], tuple[dict[str, Any], Any, dict[Format, bytes]]] = OrderedDict()
-_GENERATED_KEPT = 8
+_GENERATED_KEPT = 64
+"""Generated datasets kept at most (a training run's split of a few dozen instances stays generated)."""
+_GENERATED_KEPT_BYTES = 512 << 20
+"""...and at most this many bytes of their payloads (image datasets weigh far more than tables)."""
 _GENERATED_LOCK = threading.Lock()
 
 
 def generated_dataset(spec: Any, seed: int) -> tuple[dict[str, Any], Any, dict[Format, bytes]]:
     """A scenario dataset's manifest, hidden holdout and bytes in each of its formats, for ``seed``: a pure
-    function of the spec and the seed (the generator is deterministic), so the last few are kept for the
-    episodes that start from the same ones (repeated episodes of one variant). The manifest and the
+    function of the spec and the seed (the generator is deterministic), so the last ones are kept (bounded in
+    number and bytes) for the episodes that start from the same ones (a training run's split, repeated
+    episodes of one variant). The manifest and the
     holdout are shared by those episodes: read-only."""
     key = (spec.model_dump_json(), seed)
     with _GENERATED_LOCK:
@@ -33,7 +37,11 @@ def generated_dataset(spec: Any, seed: int) -> tuple[dict[str, Any], Any, dict[F
     }
     with _GENERATED_LOCK:
         _GENERATED[key] = (data.manifest, data.holdout, dict(payloads))
-        while len(_GENERATED) > _GENERATED_KEPT:
+        while len(_GENERATED) > 1 and (
+            len(_GENERATED) > _GENERATED_KEPT
+            or sum(len(b) for _, _, kept in _GENERATED.values() for b in kept.values())
+            > _GENERATED_KEPT_BYTES
+        ):
             _GENERATED.popitem(last=False)
     return data.manifest, data.holdout, payloads
 
