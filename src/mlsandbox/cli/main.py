@@ -31,6 +31,7 @@ from mlsandbox.cli.instances import register as register_instance_commands
 from mlsandbox.cli.interfaces import register as register_interface_commands
 from mlsandbox.cli.kube import kube_app
 from mlsandbox.cli.operator import operator_app
+from mlsandbox.cli.training import register as register_training_commands
 from mlsandbox.cli.watch import watch as watch_command
 from mlsandbox.errors import MLSandboxError, NotRunningError
 from mlsandbox.terminal import print_error
@@ -48,6 +49,7 @@ register_fault_commands(app)  # curriculum show, faults catalog
 register_eval_commands(app, scenarios_app)  # bench, replay, scenarios validate / suite
 register_calibration_commands(app)  # calibrate, fidelity
 register_instance_commands(app)  # tasks generate / freeze / show, export harbor
+register_training_commands(app)  # train (MaskablePPO from scratch in sim, evaluated on held-out seeds)
 app.add_typer(kube_app, name="kube")
 app.add_typer(cluster_app, name="cluster")  # mlsandbox cluster up|down|status (make sandbox-up)
 app.add_typer(operator_app, name="operator")

@@ -1,0 +1,342 @@
+"""Train a policy from scratch in ``sim`` and evaluate it: what ``mlsandbox train`` runs.
+
+A policy is sb3-contrib's ``MaskablePPO`` (``"MlpPolicy"``, :data:`~mlsandbox.agents.transfer.PPO_SETTINGS`)
+on the transfer env's wrapper stack (:func:`~mlsandbox.agents.transfer.transfer_env`: masked discrete slots
+around the flat observation, no hidden state in it). It trains on the **sim** backend only, with no
+demonstrations, on the *training instances* of the given families: each episode one of the families at a
+seed among ``instances`` seeds from the family's own (``SuiteEpisodes``). A training run over a fixed set of
+instances pays for each real fit once: fits are kept in the fit store
+(:mod:`mlsandbox.backends.sim.fitstore`) and generated datasets in memory.
+
+Exploration is helped by potential-based shaping (:data:`DEFAULT_SHAPING`, on unless ``shaping=False``, and
+only for a family that declares none of its own): a milestone reached (the data inspected, a cleaned
+dataset, a job that succeeded, a model registered) adds its weight once, and the potential returns to zero
+when the episode ends, so the shaping sums to zero over every finished episode and leaves the best policy
+unchanged. Evaluation never uses shaping: it reports success, and the return of the family's own reward.
+
+:func:`train_policy` saves checkpoints, the final policy, the learning curve (JSON and a PNG: success rate,
+return and episode length against env-steps) under an output directory. :func:`evaluate` plays held-out
+seeds (never among the training instances: ``seed + HELD_OUT_OFFSET + k``) with the trained policy (its
+actions sampled, as it was trained, and greedy), the uniform random policy over valid slots and the rule
+agent, on any backend, with 95 % Wilson intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mlsandbox.agents.transfer import (
+    PPO_SETTINGS,
+    Outcome,
+    model_policy,
+    play,
+    play_agent,
+    random_policy,
+    transfer_env,
+)
+from mlsandbox.scenario import Scenario
+
+if TYPE_CHECKING:  # the rl extra
+    from sb3_contrib import MaskablePPO
+
+DEFAULT_SHAPING: dict[str, float] = {
+    "data_inspected": 0.25,
+    "data_cleaned": 0.5,
+    "job_succeeded": 1.0,
+    "model_registered": 1.0,
+}
+"""Potential-based shaping weights a training run adds to a family that declares none."""
+HELD_OUT_OFFSET = 100_000
+"""Evaluation seeds start this far from a family's seed (training instances use the first ``instances``)."""
+
+
+def with_shaping(scenario: Scenario, shaping: bool = True) -> Scenario:
+    """``scenario`` with :data:`DEFAULT_SHAPING` when ``shaping`` and it declares no shaping of its own."""
+    if not shaping or scenario.reward.shaping:
+        return scenario
+    reward = scenario.reward.model_copy(update={"shaping": dict(DEFAULT_SHAPING)})
+    return scenario.model_copy(update={"reward": reward})
+
+
+@dataclass
+class CurvePoint:
+    """The training episodes that finished in one window of env-steps."""
+
+    steps: int
+    wall_s: float
+    episodes: int
+    success_rate: float
+    mean_return: float
+    """The training return (shaping included)."""
+    mean_length: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    model: MaskablePPO
+    steps: int
+    wall_s: float
+    curve: list[CurvePoint]
+    out: Path
+    families: list[str]
+    instances: int
+    shaping: bool
+    fit_store: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s else float("nan")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "families": self.families,
+            "instances": self.instances,
+            "shaping": self.shaping,
+            "steps": self.steps,
+            "wall_s": round(self.wall_s, 1),
+            "steps_per_s": round(self.steps_per_s, 1),
+            "fit_store": self.fit_store,
+            "curve": [p.as_dict() for p in self.curve],
+        }
+
+
+def train_policy(
+    scenarios: Sequence[Scenario],
+    *,
+    steps: int,
+    out: Path,
+    instances: int = 16,
+    seed: int = 0,
+    shaping: bool = True,
+    window: int = 4096,
+    checkpoint_every: int = 50_000,
+    settings: dict[str, Any] | None = None,
+    on_point: Callable[[CurvePoint], None] | None = None,
+) -> TrainResult:
+    """Train MaskablePPO from scratch in sim on ``instances`` seeds of each scenario (see the module
+    docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``."""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    if instances < 1:
+        raise ValueError(f"instances must be at least 1, got {instances}")
+    if not scenarios:
+        raise ValueError("no scenario to train on")
+    try:
+        import torch
+        from sb3_contrib import MaskablePPO
+        from stable_baselines3.common.callbacks import BaseCallback
+    except ImportError as e:  # pragma: no cover - depends on the installed extras
+        raise ImportError(f"training needs the rl extra (pip install 'mlsandbox[rl]'): {e}") from e
+    from mlsandbox.backends.sim import fitstore
+
+    torch.set_num_threads(1)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "checkpoints").mkdir(exist_ok=True)
+    shaped = [with_shaping(s, shaping) for s in scenarios]
+    env = transfer_env(shaped, backend="sim", sandbox=f"train-{seed}", seeds_per_scenario=instances)
+    curve: list[CurvePoint] = []
+    window_eps: list[tuple[bool, float, int]] = []
+    returns = np.zeros(1)
+    lengths = np.zeros(1, dtype=int)
+    t0 = time.monotonic()
+
+    def close_window(done_steps: int) -> None:
+        if not window_eps:
+            return
+        p = CurvePoint(
+            steps=done_steps,
+            wall_s=round(time.monotonic() - t0, 2),
+            episodes=len(window_eps),
+            success_rate=round(sum(s for s, _, _ in window_eps) / len(window_eps), 4),
+            mean_return=round(float(np.mean([r for _, r, _ in window_eps])), 4),
+            mean_length=round(float(np.mean([n for _, _, n in window_eps])), 2),
+        )
+        window_eps.clear()
+        curve.append(p)
+        if on_point is not None:
+            on_point(p)
+
+    class _Curve(BaseCallback):
+        def _on_step(self) -> bool:
+            rewards = self.locals["rewards"]
+            returns[0] += float(rewards[0])
+            lengths[0] += 1
+            for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
+                if done:
+                    success = bool((info.get("grade") or {}).get("success"))
+                    window_eps.append((success, float(returns[0]), int(lengths[0])))
+                    returns[0], lengths[0] = 0.0, 0
+            if self.num_timesteps % window == 0:
+                close_window(self.num_timesteps)
+            if checkpoint_every and self.num_timesteps % checkpoint_every == 0:
+                self.model.save(out / "checkpoints" / f"step-{self.num_timesteps}.zip")
+            return True
+
+    try:
+        model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
+                            **{**PPO_SETTINGS, **(settings or {})})  # fmt: skip
+        model.learn(total_timesteps=steps, callback=_Curve())
+        close_window(int(model.num_timesteps))
+        wall = time.monotonic() - t0
+    finally:
+        env.close()
+    model.save(out / "policy.zip")
+    store = fitstore.current()
+    result = TrainResult(
+        model=model,
+        steps=int(model.num_timesteps),
+        wall_s=wall,
+        curve=curve,
+        out=out,
+        families=[s.id for s in scenarios],
+        instances=instances,
+        shaping=shaping,
+        fit_store={} if store is None else {"hits": store.hits, "misses": store.misses},
+    )
+    (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
+    plot_curve(
+        curve, out / "curve.png", title=f"MaskablePPO from scratch in sim: {', '.join(result.families)}"
+    )
+    return result
+
+
+def plot_curve(curve: Sequence[CurvePoint], path: Path, *, title: str) -> None:
+    """Success rate, return and episode length of the training episodes against env-steps, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    x = [p.steps for p in curve]
+    for ax, values, label in zip(
+        axes,
+        ([p.success_rate for p in curve], [p.mean_return for p in curve], [p.mean_length for p in curve]),
+        ("success rate (training episodes)", "mean return (shaping included)", "mean episode length"),
+        strict=True,
+    ):
+        ax.plot(x, values, marker=".")
+        ax.set_xlabel("env-steps")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylim(-0.02, 1.02)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def held_out(scenarios: Sequence[Scenario], episodes: int) -> list[Scenario]:
+    """``episodes`` held-out instances per scenario: its own, at seeds never used in training."""
+    return [
+        s.model_copy(update={"seed": int(s.seed) + HELD_OUT_OFFSET + k})
+        for s in scenarios
+        for k in range(episodes)
+    ]
+
+
+def sampled_policy(model: MaskablePPO) -> Callable[[np.ndarray, np.ndarray], int]:
+    """A trained model's action drawn from its distribution over the valid slots."""
+    return lambda obs, mask: int(model.predict(obs, action_masks=mask, deterministic=False)[0])
+
+
+@dataclass
+class Evaluation:
+    backend: str
+    outcomes: dict[str, list[Outcome]]
+    """Policy or agent name -> one outcome per held-out episode."""
+
+    def table(self) -> list[dict[str, Any]]:
+        from mlsandbox.evaluation.stats import wilson
+
+        rows = []
+        for name, res in self.outcomes.items():
+            k = sum(o.success for o in res)
+            ci = wilson(k, len(res))
+            rows.append(
+                {
+                    "policy": name,
+                    "backend": self.backend,
+                    "episodes": len(res),
+                    "successes": k,
+                    "success_rate": round(k / len(res), 4) if res else float("nan"),
+                    "ci95": [round(ci.low, 4), round(ci.high, 4)],
+                    "mean_return": round(float(np.mean([o.total_reward for o in res])), 4) if res else None,
+                }
+            )
+        return rows
+
+
+def evaluate(
+    model: MaskablePPO,
+    scenarios: Sequence[Scenario],
+    *,
+    episodes: int,
+    backend: str = "sim",
+    baselines: bool = True,
+    greedy: bool = True,
+    seed: int = 0,
+    on_episode: Callable[[Outcome], None] | None = None,
+    **env_kwargs: Any,
+) -> Evaluation:
+    """The trained policy (and, with ``baselines``, the random policy and the rule agent) on ``episodes``
+    held-out seeds of each scenario, on ``backend``, without shaping.
+
+    ``ppo`` is the policy as it was trained: each action drawn from its distribution over the valid slots
+    (torch seeded with ``seed``). ``ppo-greedy`` (with ``greedy``) takes the most likely slot instead; early in
+    training that can be a slot that changes nothing (``wait``) chosen again at every step, since the
+    probability spread over several equally good slots can each be below it."""
+    import torch
+
+    from mlsandbox.agents import make_agent
+    from mlsandbox.env.gym_env import MLSandboxEnv
+
+    tests = held_out(scenarios, episodes)
+    env = transfer_env(tests, backend=backend, **env_kwargs)
+    outcomes: dict[str, list[Outcome]] = {}
+    try:
+        torch.manual_seed(seed)  # the sampled policy's draws
+        outcomes["ppo"] = play(env, sampled_policy(model), tests, name="ppo", on_episode=on_episode)
+        if greedy:
+            outcomes["ppo-greedy"] = play(
+                env, model_policy(model), tests, name="ppo-greedy", on_episode=on_episode
+            )
+        if baselines:
+            outcomes["random"] = play(env, random_policy(0), tests, name="random", on_episode=on_episode)
+            # the rule agent writes its own actions: the plain env, on the sandbox the first one runs on
+            plain_kwargs = {**env_kwargs, "start_sandbox": False} if backend != "sim" else env_kwargs
+            plain = MLSandboxEnv(tests[0], backend=backend, **plain_kwargs)
+            try:
+                outcomes["rule"] = play_agent(
+                    plain, lambda s: make_agent("rule", seed=s), tests, name="rule", on_episode=on_episode
+                )
+            finally:
+                plain.close()
+    finally:
+        env.close()
+    return Evaluation(backend=backend, outcomes=outcomes)
+
+
+__all__ = [
+    "DEFAULT_SHAPING",
+    "HELD_OUT_OFFSET",
+    "CurvePoint",
+    "Evaluation",
+    "TrainResult",
+    "evaluate",
+    "held_out",
+    "plot_curve",
+    "sampled_policy",
+    "train_policy",
+    "with_shaping",
+]
