@@ -75,3 +75,18 @@ def test_the_command_refuses_an_unknown_family(tmp_path: Path) -> None:
     assert res.exit_code == 1
     assert "unknown scenario 'no-such-family'" in res.output
     assert not any(tmp_path.iterdir())
+
+
+def test_a_policy_over_several_kinds_reads_the_kind() -> None:
+    binary, forecast = load_builtin("tabular-quality-basic"), load_builtin("forecast-web-visits-basic")
+    assert not training.several_kinds([binary, load_builtin("churn-clean-small")])
+    assert training.several_kinds([binary, forecast])
+    from mlsandbox.agents.transfer import transfer_env
+
+    one = transfer_env([binary], sandbox="kinds-1")
+    both = transfer_env([binary, forecast], sandbox="kinds-2", kind_features=True)
+    try:
+        assert both.observation_space.shape[0] > one.observation_space.shape[0]
+    finally:
+        one.close()
+        both.close()

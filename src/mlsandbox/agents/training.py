@@ -57,6 +57,14 @@ HELD_OUT_OFFSET = 100_000
 """Evaluation seeds start this far from a family's seed (training instances use the first ``instances``)."""
 
 
+def several_kinds(scenarios: Sequence[Scenario]) -> bool:
+    """Whether the scenarios span more than one kind of work: a policy over them then reads the episode's
+    kind in its observation (``kind_features``)."""
+    from mlsandbox.tasks.registry import kind_of
+
+    return len({kind_of(s.dataset(s.goal.dataset)).name for s in scenarios}) > 1
+
+
 def with_shaping(scenario: Scenario, shaping: bool = True) -> Scenario:
     """``scenario`` with :data:`DEFAULT_SHAPING` when ``shaping`` and it declares no shaping of its own."""
     if not shaping or scenario.reward.shaping:
@@ -143,7 +151,13 @@ def train_policy(
     out.mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(exist_ok=True)
     shaped = [with_shaping(s, shaping) for s in scenarios]
-    env = transfer_env(shaped, backend="sim", sandbox=f"train-{seed}", seeds_per_scenario=instances)
+    env = transfer_env(
+        shaped,
+        backend="sim",
+        sandbox=f"train-{seed}",
+        seeds_per_scenario=instances,
+        kind_features=several_kinds(scenarios),
+    )
     curve: list[CurvePoint] = []
     window_eps: list[tuple[bool, float, int]] = []
     returns = np.zeros(1)
@@ -302,7 +316,7 @@ def evaluate(
     from mlsandbox.env.gym_env import MLSandboxEnv
 
     tests = held_out(scenarios, episodes)
-    env = transfer_env(tests, backend=backend, **env_kwargs)
+    env = transfer_env(tests, backend=backend, kind_features=several_kinds(scenarios), **env_kwargs)
     outcomes: dict[str, list[Outcome]] = {}
     try:
         torch.manual_seed(seed)  # the sampled policy's draws
@@ -337,6 +351,7 @@ __all__ = [
     "held_out",
     "plot_curve",
     "sampled_policy",
+    "several_kinds",
     "train_policy",
     "with_shaping",
 ]

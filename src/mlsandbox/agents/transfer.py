@@ -91,17 +91,21 @@ def transfer_env(
     *,
     backend: str = "sim",
     seeds_per_scenario: int = 1,
+    kind_features: bool = False,
     **env_kwargs: Any,
 ) -> DiscreteActions:
     """The wrapper stack of :data:`SETUP` on ``backend``, each reset a scenario of ``scenarios`` (see
     :class:`~mlsandbox.env.wrappers.SuiteEpisodes`); ``env_kwargs`` go to
-    :class:`~mlsandbox.env.gym_env.MLSandboxEnv` (``sandbox``, ``start_sandbox``, ``backend_config``)."""
+    :class:`~mlsandbox.env.gym_env.MLSandboxEnv` (``sandbox``, ``start_sandbox``, ``backend_config``);
+    ``kind_features``: the episode's kind of work in the observation (a policy over several kinds)."""
     inner = SuiteEpisodes(
         MLSandboxEnv(scenarios[0], backend=backend, **env_kwargs),
         scenarios,
         seeds_per_scenario=seeds_per_scenario,
     )
-    flat = FlatObservation(inner, max_datasets=SETUP["max_datasets"], max_jobs=SETUP["max_jobs"])
+    flat = FlatObservation(
+        inner, max_datasets=SETUP["max_datasets"], max_jobs=SETUP["max_jobs"], kind_features=kind_features
+    )
     return DiscreteActions(flat, **SETUP)
 
 
