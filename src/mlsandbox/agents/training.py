@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +99,6 @@ class TrainResult:
     families: list[str]
     instances: int
     shaping: bool
-    fit_store: dict[str, int] = field(default_factory=dict)
 
     @property
     def steps_per_s(self) -> float:
@@ -113,7 +112,6 @@ class TrainResult:
             "steps": self.steps,
             "wall_s": round(self.wall_s, 1),
             "steps_per_s": round(self.steps_per_s, 1),
-            "fit_store": self.fit_store,
             "curve": [p.as_dict() for p in self.curve],
         }
 
@@ -145,8 +143,6 @@ def train_policy(
         from stable_baselines3.common.callbacks import BaseCallback
     except ImportError as e:  # pragma: no cover - depends on the installed extras
         raise ImportError(f"training needs the rl extra (pip install 'mlsandbox[rl]'): {e}") from e
-    from mlsandbox.backends.sim import fitstore
-
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(exist_ok=True)
@@ -205,7 +201,6 @@ def train_policy(
     finally:
         env.close()
     model.save(out / "policy.zip")
-    store = fitstore.current()
     result = TrainResult(
         model=model,
         steps=int(model.num_timesteps),
@@ -215,7 +210,6 @@ def train_policy(
         families=[s.id for s in scenarios],
         instances=instances,
         shaping=shaping,
-        fit_store={} if store is None else {"hits": store.hits, "misses": store.misses},
     )
     (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
     plot_curve(

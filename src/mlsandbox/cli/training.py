@@ -101,9 +101,13 @@ def register(app: typer.Typer) -> None:
                 )  # fmt: skip
             except ImportError as e:
                 raise _fail(e) from None
+        from mlsandbox.backends.sim import fitstore
+
+        store = fitstore.current()
+        kept = "off" if store is None else f"{store.hits:,} fits read, {store.misses:,} done"
         console.print(
             f"trained {result.steps:,} env-steps in {result.wall_s:,.0f} s ({result.steps_per_s:,.0f} env-steps/s, "
-            f"PPO updates included); fit store {result.fit_store}; saved {directory / 'policy.zip'}, "
+            f"PPO updates included); fit store: {kept}; saved {directory / 'policy.zip'}, "
             f"{directory / 'curve.png'}"
         )
         rows: list[dict[str, Any]] = []
