@@ -11,11 +11,11 @@ import yaml
 from typer.testing import CliRunner
 
 from mlsandbox.cli.main import app
-from mlsandbox.instances.gates import difficulty
-from mlsandbox.instances.generate import Gates, generate
-from mlsandbox.instances.models import AgentRun, Instance
+from mlsandbox.instances.gates import difficulty, margin
+from mlsandbox.instances.generate import Gates, candidates, generate
+from mlsandbox.instances.models import AgentRun, Instance, materialize
 from mlsandbox.instances.space_check import check_space
-from mlsandbox.scenario import load_builtin, parse_scenario
+from mlsandbox.scenario import catalog_ids, load_builtin, parse_scenario
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,27 @@ def test_difficulty_estimate() -> None:
     assert difficulty(run(True, 0.2), run(True, None)).estimate == 0.0
     assert difficulty(run(True, 0.0), run(False, None)).estimate == 1.0
     assert difficulty(run(True, 0.05), run(True, None)).estimate == 0.25
+
+
+def test_margin_of_a_metric_goal_is_relative_to_the_bar_in_the_metrics_direction() -> None:
+    forecast = load_builtin("forecast-web-visits-basic")  # MASE: lower is better
+    assert margin(forecast, {"metric": "mase", "holdout_metric": 0.9, "bar": 1.0}) == pytest.approx(0.1)
+    assert margin(forecast, {"metric": "mase", "holdout_metric": 1.2, "bar": 1.0}) == pytest.approx(-0.2)
+    text = load_builtin("text-support-ticket-routing")  # macro-F1: higher is better
+    assert margin(text, {"metric": "macro_f1", "holdout_metric": 0.88, "bar": 0.8}) == pytest.approx(0.1)
+    assert margin(text, {"metric": "macro_f1", "holdout_metric": None, "bar": 0.8}) is None
+    churn = load_builtin("churn-clean-small")
+    assert margin(churn, {"holdout_auc": 0.83}) == pytest.approx(0.83 - churn.goal.min_auc)
+
+
+def test_every_family_declares_a_space_whose_instances_keep_the_family_kind() -> None:
+    for fid in catalog_ids():
+        fam = load_builtin(fid)
+        assert fam.space is not None, f"{fid} declares no space"
+        assert "seed" in fam.space.parameters, fid
+        sc = materialize(fam, next(candidates(fam, seed=1)))
+        assert sc.space is None
+        assert type(sc.dataset(sc.goal.dataset)) is type(fam.dataset(fam.goal.dataset)), fid
 
 
 def test_scenarios_validate_reports_the_failing_instances(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from mlsandbox.instances.models import (
     scenario_hash,
 )
 from mlsandbox.scenario import Scenario
+from mlsandbox.tasks.registry import kind_of
 
 MARGIN_SCALE = 0.10
 """A reference margin of this much or more counts as easy (difficulty contribution 0)."""
@@ -32,14 +33,28 @@ def sim_env(name: str) -> MLSandboxEnv:
 
 
 def margin(scenario: Scenario, grade: dict[str, Any] | None) -> float | None:
-    """How far past the goal's threshold a graded outcome is (None when the goal has no such number)."""
+    """How far past the goal's bar a graded outcome is (None when the goal has no such number): the
+    holdout AUC minus ``min_auc`` for an AUC goal; for a goal on another metric (``holdout_metric``
+    against its ``bar``), the distance past the bar in the metric's direction, relative to the bar
+    (0.1: ten per cent better than asked)."""
     if not grade:
         return None
     threshold = getattr(scenario.goal, "min_auc", None)
     auc = grade.get("holdout_auc")
     if isinstance(threshold, int | float) and isinstance(auc, int | float):
         return round(float(auc) - float(threshold), 6)
-    return None
+    value, bar, name = grade.get("holdout_metric"), grade.get("bar"), grade.get("metric")
+    if not (
+        isinstance(value, int | float) and isinstance(bar, int | float) and bar and isinstance(name, str)
+    ):
+        return None
+    spec = scenario.dataset(scenario.goal.dataset)
+    past = (
+        float(value) - float(bar)
+        if kind_of(spec).metric(name).direction == "max"
+        else float(bar) - float(value)
+    )
+    return round(past / abs(float(bar)), 6)
 
 
 def _run(env: MLSandboxEnv, scenario: Scenario, agent: str, label: str) -> AgentRun:
