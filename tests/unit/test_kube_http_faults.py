@@ -191,3 +191,14 @@ def test_the_episodes_feature_service_is_an_http_target_until_the_episode_closes
     assert episode.http_fault_active()
     episode.close()
     assert http_target("feature-service", "ep-1") is None and listener.closed
+
+
+def test_a_closed_control_listener_opens_no_new_port_forward() -> None:
+    from mlsandbox.backends.kube.control_listener import ControlListener
+
+    listener = ControlListener(object(), "sbx", lambda: None, 8082, "the feature service")
+    listener.close()
+    with pytest.raises(ControlUnreachable, match="closed"):
+        listener.request("GET", "/fault")
+    assert listener._forward is None
+    PodFaultHook(listener).clear()  # no error

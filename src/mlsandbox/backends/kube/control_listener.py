@@ -50,6 +50,7 @@ class ControlListener:
         self._lock = threading.Lock()
         self._forward: PortForwarder | None = None
         self._http: httpx.Client | None = None
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"ControlListener({self.what}, port {self.port})"
@@ -59,6 +60,8 @@ class ControlListener:
     ) -> httpx.Response:
         """The listener's answer (status < 300); :class:`ControlUnreachable` otherwise."""
         with self._lock:
+            if self._closed:
+                raise ControlUnreachable(f"{self.what}'s control listener: closed with its episode")
             if self._forward is None:
                 self._forward = PortForwarder(self.api_client, self.namespace, self.find_pod, self.port)
             if self._http is None:
@@ -76,7 +79,9 @@ class ControlListener:
         return resp
 
     def close(self) -> None:
+        """Stop the port-forward (idempotent); later requests are :class:`ControlUnreachable`."""
         with self._lock:
+            self._closed = True
             forward, self._forward = self._forward, None
             client, self._http = self._http, None
         if forward is not None:
