@@ -202,3 +202,16 @@ def test_a_closed_control_listener_opens_no_new_port_forward() -> None:
         listener.request("GET", "/fault")
     assert listener._forward is None
     PodFaultHook(listener).clear()  # no error
+
+
+def test_the_control_listener_goes_to_a_running_pod_ready_or_not() -> None:
+    from mlsandbox.backends.kube.control_listener import running_pod
+
+    def pod(name: str, phase: str, deleting: bool = False, ready: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, **({"deletionTimestamp": "now"} if deleting else {})}
+        conditions = [{"type": "Ready", "status": str(ready)}]
+        return {"metadata": meta, "status": {"phase": phase, "conditions": conditions}}
+
+    assert running_pod([]) is None
+    assert running_pod([pod("new", "Pending"), pod("old", "Running", deleting=True)]) is None
+    assert running_pod([pod("old", "Running", deleting=True), pod("sick", "Running")]) == "sick"

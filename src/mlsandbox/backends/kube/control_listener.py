@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import httpx
@@ -29,6 +29,18 @@ import httpx
 from mlsandbox.backends.protocols.faults import HttpFault
 
 from .portforward import PortForwarder
+
+
+def running_pod(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The name of the first running pod of ``pods`` that is not being deleted, ready or not (a fault
+    makes a service's pod unready: its control listener must still be reachable to clear it)."""
+    for pod in pods:
+        if (
+            not pod["metadata"].get("deletionTimestamp")
+            and (pod.get("status") or {}).get("phase") == "Running"
+        ):
+            return str(pod["metadata"]["name"])
+    return None
 
 
 class ControlUnreachable(Exception):
@@ -167,5 +179,6 @@ __all__ = [
     "http_target",
     "http_targets",
     "register_http_target",
+    "running_pod",
     "unregister_http_target",
 ]

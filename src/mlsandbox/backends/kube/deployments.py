@@ -58,6 +58,7 @@ from .control_listener import (
     ControlUnreachable,
     PodFaultHook,
     register_http_target,
+    running_pod,
     unregister_http_target,
 )
 from .secret import S3Secret
@@ -426,13 +427,7 @@ class KubeEpisodeServing:
 
     def _running_feature_pod(self) -> str | None:
         """A running pod of the feature service, ready or not (a fault makes it unready)."""
-        for p in self._feature_pods():
-            if (
-                not p["metadata"].get("deletionTimestamp")
-                and (p.get("status") or {}).get("phase") == "Running"
-            ):
-                return str(p["metadata"]["name"])
-        return None
+        return running_pod(self._feature_pods())
 
     def feature_service_logs(self, tail: int = 50) -> str:
         self._started_feature_service()

@@ -59,6 +59,7 @@ from .control_listener import (
     PodFaultHook,
     http_target,
     register_http_target,
+    running_pod,
     unregister_http_target,
 )
 from .portforward import PortForwarder
@@ -472,15 +473,8 @@ class KubeEpisodeSources:
         return None
 
     def _running_pod(self, service: str) -> str | None:
-        """A running pod of the server, ready or not (an HTTP fault makes the API source's pod unready:
-        its control listener must still be reachable to clear it)."""
-        for pod in self.cluster.list("v1", "Pod", self.hosting.namespace, self._selector(service)):
-            if (
-                not pod["metadata"].get("deletionTimestamp")
-                and (pod.get("status") or {}).get("phase") == "Running"
-            ):
-                return str(pod["metadata"]["name"])
-        return None
+        """A running pod of the server, ready or not (:func:`.control_listener.running_pod`)."""
+        return running_pod(self.cluster.list("v1", "Pod", self.hosting.namespace, self._selector(service)))
 
     def _pod_problem(self, server: _Server) -> str:
         for pod in self.cluster.list("v1", "Pod", self.hosting.namespace, self._selector(server.service)):
