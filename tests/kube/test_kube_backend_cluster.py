@@ -391,7 +391,7 @@ def test_service_and_network_faults_create_chaos_mesh_objects_with_the_right_sel
     rt.cluster.create(_deployment(ctl, "minio", replicas=1))
     faults = rt.faults
     assert faults.chaos_mesh(), "the control plane serves the Chaos Mesh CRDs"
-    assert set(faults.unavailable()) == {"reset_peer", "http_errors"}
+    assert set(faults.unavailable()) == {"reset_peer"}
     assert backend.support().reason("fault:latency") is None  # asked of the cluster, without a sandbox
 
     faults.services.freeze("minio")

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from mlsandbox.backends.kube.faults import chaos_mesh as C
 from mlsandbox.backends.kube.faults import control as K
-from mlsandbox.backends.protocols import HttpFault, JobStatus
+from mlsandbox.backends.protocols import JobStatus
 from mlsandbox.cli.main import app
 from mlsandbox.errors import Unsupported
 from mlsandbox.scenario.perturbations import FAULT_TYPES
@@ -45,8 +45,14 @@ def test_catalog_of_kube_without_a_cluster_marks_what_needs_chaos_mesh(no_cluste
         assert rows[kind]["available"] == "no", kind
         assert rows[kind]["reasons"] == [K.UNKNOWN_CHAOS_MESH]
     assert rows["reset_peer"]["reasons"] == [K.NO_RESET_PEER]
-    assert rows["http_errors"]["available"] == "no" and "HTTPChaos" in rows["http_errors"]["reasons"][0]
-    for kind in ("kill_service", "restart_service", "disk_full", "memory_limit", "pool_shrink"):
+    for kind in (
+        "kill_service",
+        "http_errors",
+        "restart_service",
+        "disk_full",
+        "memory_limit",
+        "pool_shrink",
+    ):
         assert rows[kind]["available"] == "yes", rows[kind]
 
     table = _catalog("--backend", "kube", env=no_cluster)
@@ -96,6 +102,9 @@ class FakeCluster:
         meta = manifest["metadata"]
         self.objects[(manifest["kind"], meta["name"], meta.get("namespace"))] = manifest
 
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
+        return self.objects.get((kind, name, namespace))
+
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, **kw: Any) -> bool:
         return self.objects.pop((kind, name, namespace), None) is not None
 
@@ -141,16 +150,13 @@ def _refused(fn: Any, capability: str) -> Unsupported:
 
 def test_kube_without_chaos_mesh_refuses_what_needs_it_with_a_typed_error() -> None:
     control, cluster = _control(chaos_mesh=False)
-    assert set(control.unavailable()) == {*K.NEEDS_CHAOS_MESH, "reset_peer", "http_errors"}
+    assert set(control.unavailable()) == {*K.NEEDS_CHAOS_MESH, "reset_peer"}
     assert control.unavailable()["latency"] == K.NO_CHAOS_MESH
     assert "Chaos Mesh CRDs" in _refused(lambda: control.network, "faults.network").reason
     _refused(lambda: control.services.freeze("minio"), "fault:freeze_service")
     _refused(lambda: control.start_contention("k", "service:mlflow", 2), "fault:cpu_contention")
-    _refused(
-        lambda: control.set_http_fault("api", HttpFault(error_rate=1, status=503), episode_id="e"),
-        "fault:http_errors",
-    )
     control.clear_http_fault("api", episode_id="e")  # nothing was set: nothing to clear, no error
+    assert not control.http_fault_active("api", episode_id="e")
     assert cluster.objects == {} and control.refresh_contention("k", ["job-1"]) == []
     assert K.unavailable_on(cluster)["cpu_contention"] == K.NO_CHAOS_MESH  # type: ignore[arg-type]
     assert K.unavailable_on(None)["cpu_contention"] == K.UNKNOWN_CHAOS_MESH
@@ -158,7 +164,7 @@ def test_kube_without_chaos_mesh_refuses_what_needs_it_with_a_typed_error() -> N
 
 def test_kube_with_chaos_mesh_refuses_reset_peer_and_makes_contention_stress_chaos() -> None:
     control, cluster = _control(chaos_mesh=True)
-    assert control.unavailable() == {"reset_peer": K.NO_RESET_PEER, "http_errors": K.NO_HTTP_FAULT}
+    assert control.unavailable() == {"reset_peer": K.NO_RESET_PEER}
     _refused(lambda: control.network.add_toxic("minio", "rst", "reset_peer", {}), "fault:reset_peer")
 
     control.start_contention("svc", "service:mlflow", 3)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mlsandbox.faultkinds.base import FaultKind, FaultParams, Mechanism, Refused
+from mlsandbox.faultkinds.base import FaultKind, FaultParams, Mechanism
 
 
 class KillServiceFault(FaultParams):
@@ -112,9 +112,11 @@ HTTP_ERRORS = FaultKind(
     behaviour="HttpErrors",
     backends={
         "local": Mechanism("fault-hook", "the service's fault hook (a control file)"),
-        "kube": Refused(
-            "the HTTP services' fault hooks are inside their pods, and Chaos Mesh's HTTPChaos cannot fail a "
-            "share of the requests with a status"
+        "kube": Mechanism(
+            "fault-hook",
+            "the service's fault hook, written through a control listener on its pod's loopback address "
+            "over a port-forward (the episode's API sources and feature service; model deployments are "
+            "refused: their replicas have none)",
         ),
         "sim": Mechanism("simulated", "a seeded share of the requests answered with the status, delayed"),
     },

@@ -201,19 +201,15 @@ def main(argv: list[str] | None = None) -> None:
     import asyncio
 
     from mlsandbox.workloads.api_source_admin import create_admin_app
+    from mlsandbox.workloads.fault_control import serve_beside
 
     if fault_file is None:
         parser.error("--admin-port needs --fault-file (the file its PUT /fault writes)")
     admin = create_admin_app(args.root, args.fault_file)
-    servers = [
-        uvicorn.Server(uvicorn.Config(a, host=h, port=p, log_level="warning", access_log=False))
-        for a, h, p in ((app, args.host, args.port), (admin, "127.0.0.1", args.admin_port))
-    ]
-
-    async def serve() -> None:
-        await asyncio.gather(*(server.serve() for server in servers))
-
-    asyncio.run(serve())
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    )
+    asyncio.run(serve_beside(server, admin, args.admin_port))
 
 
 if __name__ == "__main__":

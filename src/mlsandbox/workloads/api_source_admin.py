@@ -8,8 +8,8 @@ through the source's Service. It writes the same files the local backend writes:
 
 - ``PUT /datasets/{id}/data.parquet`` and ``PUT /datasets/{id}/meta.json`` (the body is the file),
   ``DELETE /datasets/{id}``: the published datasets under ``ROOT/datasets/``;
-- ``PUT /fault`` (``{"error_rate", "status", "delay_ms", "seed"}``) and ``DELETE /fault``: the fault
-  hook's control file (:mod:`mlsandbox.workloads.fault_hook`);
+- ``PUT``, ``DELETE`` and ``GET /fault``: the fault hook's control file
+  (:mod:`mlsandbox.workloads.fault_control`, the routes every service with a control listener has);
 - ``GET /health``.
 
 Writes are atomic (a temporary file renamed), so the public listener never reads half a file.
@@ -27,7 +27,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from mlsandbox.workloads.fault_hook import clear_fault, write_fault
+from mlsandbox.workloads.fault_control import add_fault_routes
 
 DATASET_FILES = ("data.parquet", "meta.json")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -71,26 +71,7 @@ def create_admin_app(root: Path, fault_file: Path) -> Any:
         shutil.rmtree(root / "datasets" / dataset_id, ignore_errors=True)
         return Response(status_code=204)
 
-    @app.put("/fault")
-    async def put_fault(request: Request) -> Response:
-        try:
-            fault = json.loads(await request.body())
-            write_fault(
-                fault_file,
-                error_rate=float(fault.get("error_rate", 0.0)),
-                status=int(fault.get("status", 503)),
-                delay_ms=int(fault.get("delay_ms", 0)),
-                seed=int(fault.get("seed", 0)),
-            )
-        except (ValueError, TypeError, AttributeError) as e:
-            return _error(400, f"invalid fault: {e}")
-        return Response(status_code=204)
-
-    @app.delete("/fault")
-    def delete_fault() -> Response:
-        clear_fault(fault_file)
-        return Response(status_code=204)
-
+    add_fault_routes(app, fault_file)
     return app
 
 

@@ -9,7 +9,8 @@ the table is loaded. A missing object or id column ends the process with exit st
 "missing": [...]}`` (rows in the order of the ids found; ids are compared as strings). ``GET /health``,
 ``GET /metrics`` (the HTTP metrics of :mod:`mlsandbox.workloads.http_metrics`). The fault hook
 (:mod:`mlsandbox.workloads.fault_hook`) makes it slow or failing on demand, which the model servers that
-call it feel as their own latency and errors.
+call it feel as their own latency and errors. ``--admin-port N --fault-file FILE`` (in a pod of the kube
+backend) also serves the hook's control routes on ``127.0.0.1:N`` (:mod:`mlsandbox.workloads.fault_control`).
 """
 
 from __future__ import annotations
@@ -147,7 +148,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file")
+    p.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="also serve the fault hook's control routes (mlsandbox.workloads.fault_control) on 127.0.0.1:PORT",
+    )
+    p.add_argument(
+        "--fault-file",
+        default=None,
+        help="the fault hook's control file (default: $MLSANDBOX_FAULT_HOOK_FILE)",
+    )
     args = p.parse_args(argv)
+    if args.admin_port is not None and args.fault_file is None:
+        p.error("--admin-port needs --fault-file (the file its PUT /fault writes)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import prometheus_client
     import uvicorn
@@ -171,12 +185,23 @@ def main(argv: list[str] | None = None) -> int:
             frame = read_table(args.bucket, args.key)
         return FeatureStore(frame, args.id_column)
 
-    app = create_app(load, port_file=args.port_file, port=port)
+    app = create_app(load, port_file=args.port_file, port=port, fault_file=args.fault_file)
     config = uvicorn.Config(
         app, loop="uvloop", http="httptools", lifespan="on", access_log=False, log_level="info"
     )
     server = uvicorn.Server(config)
-    server.run(sockets=[sock])
+    if args.admin_port is None:
+        server.run(sockets=[sock])
+    else:
+        import asyncio
+
+        import uvloop
+
+        from mlsandbox.workloads.fault_control import create_fault_control_app, serve_beside
+
+        control = create_fault_control_app(Path(args.fault_file))
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        asyncio.run(serve_beside(server, control, args.admin_port, sockets=[sock]))
     return 0 if server.started else LOAD_FAILED_EXIT
 
 

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from mlsandbox.backends.protocols import Endpoints, ServiceHealth
+from mlsandbox.backends.protocols import Endpoints, HttpFault, ServiceHealth
 from mlsandbox.backends.protocols.serving import (
     FEATURE_SERVICE,
     DeploymentSpec,
@@ -53,10 +53,19 @@ from mlsandbox.errors import Unsupported
 
 from . import manifests as M
 from .cluster import ApiRefused, Cluster
+from .control_listener import (
+    ControlListener,
+    ControlUnreachable,
+    PodFaultHook,
+    register_http_target,
+    running_pod,
+    unregister_http_target,
+)
 from .secret import S3Secret
 from .serving import (
     COMPONENT,
     DEPLOYMENT_LABEL,
+    FEATURE_ADMIN_PORT,
     FEATURE_COMPONENT,
     FEATURE_PORT,
     FEATURE_SERVICE_NAME,
@@ -180,6 +189,7 @@ class KubeEpisodeServing:
         self.episode_id = episode_id
         self.labels = labels
         self._feature_url: str | None = None
+        self._feature_hook: PodFaultHook | None = None
         self._lock = threading.RLock()
         self._client: httpx.Client | None = None
         self._base = ""
@@ -350,6 +360,7 @@ class KubeEpisodeServing:
             time.sleep(0.25)
         self._feature_url = serving.feature_url
         self._read_at = -1.0e9
+        register_http_target(self.episode_id, FEATURE_SERVICE, self)
 
     def _started_feature_service(self) -> None:
         if self._feature_url is None:
@@ -379,6 +390,45 @@ class KubeEpisodeServing:
         self._read_at = -1.0e9
         return self.feature_service_health()
 
+    # ------------------------------------------------------------------- the feature service's fault
+
+    def set_http_fault(self, fault: HttpFault) -> None:
+        """The feature service answers as ``fault`` says: its fault hook, written through its pod's control
+        listener (:mod:`.control_listener`); a restart (a new pod) clears it."""
+        self._started_feature_service()
+        try:
+            self._feature_fault_hook().set(fault)
+        except ControlUnreachable as e:
+            raise ServingError("unavailable", str(e)) from None
+
+    def clear_http_fault(self) -> None:
+        with self._lock:
+            hook = self._feature_hook
+        if hook is not None:
+            hook.clear()
+
+    def http_fault_active(self) -> bool:
+        with self._lock:
+            hook = self._feature_hook
+        return hook is not None and hook.active()
+
+    def _feature_fault_hook(self) -> PodFaultHook:
+        with self._lock:
+            if self._feature_hook is None:
+                listener = ControlListener(
+                    self.cluster.api_client,
+                    self.namespace,
+                    self._running_feature_pod,
+                    FEATURE_ADMIN_PORT,
+                    "the feature service",
+                )
+                self._feature_hook = PodFaultHook(listener)
+            return self._feature_hook
+
+    def _running_feature_pod(self) -> str | None:
+        """A running pod of the feature service, ready or not (a fault makes it unready)."""
+        return running_pod(self._feature_pods())
+
     def feature_service_logs(self, tail: int = 50) -> str:
         self._started_feature_service()
         for p in self._feature_pods():
@@ -402,10 +452,14 @@ class KubeEpisodeServing:
         if self._closed:
             return
         self._closed = True
+        unregister_http_target(self.episode_id, FEATURE_SERVICE, self)
         with self._lock:
             client, self._client = self._client, None
+            hook, self._feature_hook = self._feature_hook, None
         if client is not None:
             client.close()
+        if hook is not None:
+            hook.listener.close()
         self.serving.cleanup(self.labels)
 
     # ------------------------------------------------------------------------- requests and scrapes

@@ -43,6 +43,11 @@ SERVER_PORT = 8080
 FEATURE_COMPONENT = "feature-service"
 FEATURE_SERVICE_NAME = "feature-service"
 FEATURE_PORT = 8081
+FEATURE_ADMIN_PORT = 8082
+"""The feature service's control listener, on its pod's loopback address only
+(:mod:`mlsandbox.backends.kube.control_listener`)."""
+FEATURE_FAULT_FILE = "/tmp/mlsandbox-fault/feature-service.json"
+"""Its fault hook's control file, in the pod's /tmp emptyDir: a new pod starts without the fault."""
 FEATURE_MODULE = "mlsandbox.workloads.feature_service"
 FEATURE_CPUS = 0.5
 FEATURE_MEMORY_MB = 512
@@ -291,7 +296,8 @@ def feature_service_manifests(
     cpu_request: float = 1.0,
 ) -> tuple[M.Manifest, M.Manifest]:
     """The episode's online feature service: a one-replica Deployment (the model-server image running
-    the feature service over ``s3://bucket/key``) and its ClusterIP Service :data:`FEATURE_SERVICE_NAME`."""
+    the feature service over ``s3://bucket/key``, its fault hook's control listener on the pod's loopback
+    port :data:`FEATURE_ADMIN_PORT`) and its ClusterIP Service :data:`FEATURE_SERVICE_NAME`."""
     meta_labels = {
         **M.check_labels(dict(labels)),
         "app.kubernetes.io/part-of": "mlsandbox",
@@ -310,6 +316,10 @@ def feature_service_manifests(
         "0.0.0.0",
         "--port",
         str(port),
+        "--admin-port",
+        str(FEATURE_ADMIN_PORT),
+        "--fault-file",
+        FEATURE_FAULT_FILE,
     ]
     container = _server_container(
         FEATURE_COMPONENT,
@@ -490,6 +500,7 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 __all__ = [
+    "FEATURE_ADMIN_PORT",
     "ModelServerSpec",
     "describe",
     "feature_service_manifests",

@@ -10,8 +10,8 @@ source checks. The episode's jobs and the agent's code reach the servers at thei
 is what :meth:`KubeEpisodeSources.address` says.
 
 - API datasets and the API source's HTTP fault are written through its control listener (on the pod's
-  loopback address: reachable over a port-forward only, which the agent's role cannot open); the
-  server re-reads them at the next request, as on ``local``.
+  loopback address: reachable over a port-forward only, which the agent's role cannot open;
+  :mod:`.control_listener`); the server re-reads them at the next request, as on ``local``.
 - PostgreSQL: the admin password is the episode's (a Secret of the namespace); databases, login roles
   and tables are made over the forwarded port with psycopg, as on ``local``.
 - Stopping a server scales its Deployment to zero (connections are refused until it starts); restarting
@@ -53,6 +53,15 @@ from mlsandbox.errors import NotRunningError, ServiceStartError
 
 from . import source_manifests as SM
 from .cluster import ApiRefused, Cluster
+from .control_listener import (
+    ControlListener,
+    ControlUnreachable,
+    PodFaultHook,
+    http_target,
+    register_http_target,
+    running_pod,
+    unregister_http_target,
+)
 from .portforward import PortForwarder
 
 log = logging.getLogger(__name__)
@@ -69,15 +78,6 @@ UNSUPPORTED: dict[str, str] = {}
 
 _PG_TYPES = {"i": "bigint", "f": "double precision", "b": "boolean", "M": "timestamp"}
 """pandas dtype kind -> the column type of a source table (anything else: text), as on ``local``."""
-
-_HTTP_TARGETS: dict[tuple[str, str], KubeEpisodeSources] = {}
-_HTTP_TARGETS_LOCK = threading.Lock()
-
-
-def http_target(name: str, episode_id: str) -> KubeEpisodeSources | None:
-    """The episode's sources serving the API source ``name`` (an ``http:NAME`` fault target), if any."""
-    with _HTTP_TARGETS_LOCK:
-        return _HTTP_TARGETS.get((episode_id, name))
 
 
 @dataclass
@@ -161,6 +161,8 @@ class KubeEpisodeSources:
         self._databases: dict[str, _Database] = {}
         self._admin_password = secrets.token_urlsafe(18)
         self._http: httpx.Client | None = None
+        self._control: ControlListener | None = None
+        self._hook: PodFaultHook | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -179,8 +181,7 @@ class KubeEpisodeSources:
             self._datasets[dataset.dataset_id] = (dataset, parquet)
             self._ensure(API_SOURCE)
             self._write_dataset(dataset, parquet)
-        with _HTTP_TARGETS_LOCK:
-            _HTTP_TARGETS[(self.episode_id, dataset.name)] = self
+        register_http_target(self.episode_id, dataset.name, self)
 
     def update_access(self, dataset: ApiDataset) -> None:
         with self._lock:
@@ -213,19 +214,20 @@ class KubeEpisodeSources:
 
     def set_http_fault(self, fault: HttpFault) -> None:
         """Make the API source answer as ``fault`` says (its fault hook, through the control listener)."""
-        body = json.dumps(
-            {
-                "error_rate": fault.error_rate,
-                "status": fault.status,
-                "delay_ms": fault.delay_ms,
-                "seed": fault.seed,
-            }
-        ).encode()
-        self._admin("PUT", "/fault", body)
+        try:
+            self._fault_hook().set(fault)
+        except ControlUnreachable as e:
+            raise SourceError("unavailable", str(e)) from None
 
     def clear_http_fault(self) -> None:
-        with contextlib.suppress(SourceError, NotRunningError):
-            self._admin("DELETE", "/fault", b"")
+        with contextlib.suppress(NotRunningError):
+            self._fault_hook().clear()
+
+    def http_fault_active(self) -> bool:
+        """Whether the fault set here is still in the API source's pod (a new pod starts without it)."""
+        with self._lock:
+            hook = self._hook
+        return hook is not None and hook.active()
 
     # ------------------------------------------------------------------------------------ postgres
 
@@ -359,10 +361,11 @@ class KubeEpisodeSources:
             names = [ds.name for ds, _ in self._datasets.values()]
             self._datasets.clear()
             self._databases.clear()
-        with _HTTP_TARGETS_LOCK:
-            for name in names:
-                if _HTTP_TARGETS.get((self.episode_id, name)) is self:
-                    del _HTTP_TARGETS[(self.episode_id, name)]
+            control, self._control, self._hook = self._control, None, None
+        for name in names:
+            unregister_http_target(self.episode_id, name, self)
+        if control is not None:
+            control.close()
         for server in servers.values():
             for forward in server.forwards.values():
                 forward.close()
@@ -469,6 +472,10 @@ class KubeEpisodeSources:
                 return dict(pod)
         return None
 
+    def _running_pod(self, service: str) -> str | None:
+        """A running pod of the server, ready or not (:func:`.control_listener.running_pod`)."""
+        return running_pod(self.cluster.list("v1", "Pod", self.hosting.namespace, self._selector(service)))
+
     def _pod_problem(self, server: _Server) -> str:
         for pod in self.cluster.list("v1", "Pod", self.hosting.namespace, self._selector(server.service)):
             for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -522,23 +529,32 @@ class KubeEpisodeSources:
                 self._http = httpx.Client(timeout=10.0, trust_env=False)
             return self._http
 
+    def _listener(self) -> ControlListener:
+        """The API source's control listener (:mod:`.control_listener`)."""
+        with self._lock:
+            if self._server(API_SOURCE) is None:
+                raise NotRunningError("the API source has not been started in this episode")
+            if self._control is None:
+                self._control = ControlListener(
+                    self.cluster.api_client,
+                    self.hosting.namespace,
+                    lambda: self._running_pod(API_SOURCE),
+                    SM.API_ADMIN_PORT,
+                    "the API source",
+                )
+            return self._control
+
+    def _fault_hook(self) -> PodFaultHook:
+        with self._lock:
+            if self._hook is None:
+                self._hook = PodFaultHook(self._listener())
+            return self._hook
+
     def _admin(self, method: str, path: str, body: bytes, *, timeout_s: float = 30.0) -> None:
-        server = self._server(API_SOURCE)
-        if server is None:
-            raise NotRunningError("the API source has not been started in this episode")
-        host, port = self._forward(server, SM.API_ADMIN_PORT).address
         try:
-            resp = self._client().request(
-                method, f"http://{host}:{port}{path}", content=body, timeout=timeout_s
-            )
-        except httpx.HTTPError as e:
-            raise SourceError(
-                "unavailable", f"the API source's control listener: {type(e).__name__}: {e}"
-            ) from None
-        if resp.status_code >= 300:
-            raise SourceError(
-                "error", f"the API source's control listener answered {resp.status_code}: {resp.text[:200]}"
-            )
+            self._listener().request(method, path, body, timeout_s=timeout_s)
+        except ControlUnreachable as e:
+            raise SourceError("unavailable", str(e)) from None
 
     def _write_dataset(self, dataset: ApiDataset, parquet: bytes) -> None:
         self._admin("PUT", f"/datasets/{dataset.dataset_id}/data.parquet", parquet)

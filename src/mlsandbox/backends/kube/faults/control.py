@@ -20,9 +20,10 @@ reset_peer            unsupported (Chaos Mesh has no TCP reset action)
 bucket quota          MinIO's admin API on the S3 endpoint (as on ``local``)
 job limits            in-place pod resize (``KubeJobs.set_resources``), originals in an annotation
 cpu contention        StressChaos ``cpu`` stressors on the service's pods, or on each job's pods
-http faults           the HTTP API source's fault hook, through its pod's control listener; refused
-                      for model servers (their fault hooks are inside their pods, and HTTPChaos
-                      cannot fail a share of the requests with a status)
+http faults           the fault hook of the episode's HTTP API sources and of its feature service,
+                      written through the pod's loopback control listener over a port-forward
+                      (:mod:`..control_listener`); refused for model deployments (their replicas
+                      have no control listener)
 ====================  ==========================================================================
 
 Without the Chaos Mesh CRDs in the cluster, what needs them raises
@@ -52,7 +53,7 @@ from mlsandbox.backends.kube.faults.native import (
 )
 from mlsandbox.backends.kube.faults.native import recover_all as recover_all_native
 from mlsandbox.backends.kube.jobs import JOB_API, KubeJobs
-from mlsandbox.backends.protocols import Endpoints, HttpFault, ServiceHealth
+from mlsandbox.backends.protocols import Endpoints, HttpFault, NoSuchTarget, ServiceHealth
 from mlsandbox.errors import Unsupported
 from mlsandbox.faultkinds import made_by, refused_on
 
@@ -66,7 +67,10 @@ PROXIED = ("minio", "mlflow")
 UNAVAILABLE: dict[str, str] = refused_on(BACKEND)
 """Fault types the kube backend refuses whatever its cluster has (as their declarations say)."""
 NO_RESET_PEER = UNAVAILABLE["reset_peer"]
-NO_HTTP_FAULT = UNAVAILABLE["http_errors"]
+NO_MODEL_SERVER_HTTP_FAULT = (
+    "a model deployment's replicas have no fault-hook control listener on kube (the episode's HTTP API "
+    "sources and its feature service have one); HTTPChaos cannot fail a share of the requests with a status"
+)
 NEEDS_CHAOS_MESH: tuple[str, ...] = made_by(BACKEND, "chaos-mesh")
 """Fault types made real by Chaos Mesh objects (as their declarations say)."""
 NO_CHAOS_MESH = (
@@ -349,25 +353,46 @@ class KubeFaultControl:
         )
 
     def set_http_fault(self, target: str, fault: HttpFault, *, episode_id: str) -> None:
-        """The episode's HTTP API source ``target`` answers as ``fault`` says (its fault hook, written
-        through the source pod's control listener); any other HTTP service is refused."""
-        from mlsandbox.backends.kube.sources import http_target
+        """The episode's HTTP service ``target`` (an API source, the feature service) answers as ``fault``
+        says: its fault hook, written through its pod's control listener. A model deployment is refused
+        (:class:`Unsupported`); a name the episode has no service of is :class:`NoSuchTarget`."""
+        from mlsandbox.backends.kube.control_listener import http_target, http_targets
 
-        sources = http_target(target, episode_id)
-        if sources is None:
-            raise Unsupported("fault:http_errors", BACKEND, NO_HTTP_FAULT)
-        sources.set_http_fault(fault)
+        found = http_target(target, episode_id)
+        if found is None:
+            if self._is_model_deployment(target):
+                raise Unsupported("fault:http_errors", BACKEND, NO_MODEL_SERVER_HTTP_FAULT)
+            known = ", ".join(http_targets(episode_id)) or "none"
+            raise NoSuchTarget(
+                f"episode {episode_id} runs no HTTP service {target!r} with a fault hook (running: {known})"
+            )
+        found.set_http_fault(fault)
 
     def clear_http_fault(self, target: str, *, episode_id: str) -> None:
-        from mlsandbox.backends.kube.sources import http_target
+        from mlsandbox.backends.kube.control_listener import http_target
 
-        sources = http_target(target, episode_id)
-        if sources is not None:
-            sources.clear_http_fault()
+        found = http_target(target, episode_id)
+        if found is not None:
+            found.clear_http_fault()
 
     def http_fault_active(self, target: str, *, episode_id: str) -> bool:
-        """Never: no HTTP fault is ever set here."""
-        return False
+        """Whether the fault set on ``target`` is still in its pod (asked of its control listener): False
+        once cleared, and once the pod that held it was replaced (a restart clears it)."""
+        from mlsandbox.backends.kube.control_listener import http_target
+
+        found = http_target(target, episode_id)
+        return found is not None and found.http_fault_active()
+
+    def _is_model_deployment(self, target: str) -> bool:
+        """Whether ``target`` names a model deployment of this sandbox (a Deployment of the model server)."""
+        from mlsandbox.backends.kube.serving import COMPONENT, server_name
+
+        try:
+            dep = self.cluster.get("apps/v1", "Deployment", server_name(target), self.namespace)
+        except (ApiRefused, TransientApiError):
+            return False
+        labels = ((dep or {}).get("metadata") or {}).get("labels") or {}
+        return labels.get(C.COMPONENT_LABEL) == COMPONENT
 
     def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
         """StressChaos ``cpu`` stressors (``workers`` of them, full load) in the pods of a service
