@@ -6,10 +6,11 @@
   the agent restarts it (a new pod starts without the fault), and ``http_fault_active`` says so.
 - ``orders-api-brownout``: the episode's API source pod answers 503 for the plan's first steps, then
   recovers when the plan clears the fault; the agent retries until it answers.
-- ``serving-alert-traffic-surge``: the other cause of the same alerts (no HTTP fault is injected); the
-  agent must not restart the feature service.
 
-Each must succeed and leave none of its objects behind in the sandbox's namespace.
+Each must succeed and leave none of its objects behind in the sandbox's namespace. The other cause of
+the same alerts, ``serving-alert-traffic-surge`` (no HTTP fault; the agent scales out), also plays on
+kube (docs/kubernetes.md has its figures); it is left out here, because its five minutes of production
+traffic test the serving path the node tier's serving families already cover, not an HTTP fault.
 """
 
 from __future__ import annotations
@@ -109,23 +110,5 @@ def test_orders_api_brownout_on_real_pods(node_sandbox: NodeSandbox) -> None:
     assert active[-1] is False, "the plan's end cleared the fault"
     failed = [ok for kind, _, ok in seen["actions"] if kind == "ingest_source"]
     assert False in failed and True in failed, seen["actions"]
-    assert res.success, res.grade
-    assert not seen["left"], f"the episode left {seen['left']}"
-
-
-def test_traffic_surge_on_real_pods(node_sandbox: NodeSandbox) -> None:
-    seen = _play(
-        node_sandbox,
-        "serving-alert-traffic-surge",
-        "mlsandbox.agents.families_reference:AlertTriageReferenceAgent",
-        "feature-service",
-        f"{COMPONENT_LABEL}={FEATURE_COMPONENT}",
-    )
-    res = seen["result"]
-    print(
-        f"serving-alert-traffic-surge on real pods: {res.wall_s:.1f} s, {len(res.steps)} steps, grade {res.grade}"
-    )
-    assert True not in seen["active"]
-    assert not any(k == "restart_service" and s == "feature-service" for k, s, _ in seen["actions"])
     assert res.success, res.grade
     assert not seen["left"], f"the episode left {seen['left']}"
