@@ -21,9 +21,10 @@ declared fields (the same parameter paths a family's ``space:`` draws, written w
 (``Loosening()``, which changes nothing). :class:`Curriculum` advances from one stage to the next when
 the success rate over the last ``window`` training episodes finished in the stage reaches ``threshold``,
 or when the stage has used ``max_share`` of the training's env-steps (so the declared family always gets
-the rest). Success in a stage is graded by the stage's own goal; the observation never says which stage
-an episode belongs to, and evaluation always plays the declared family (see
-:func:`~mlsandbox.agents.training.evaluate`).
+the rest). An episode under way at a change finishes in the stage it began in (and counts in the next
+stage's window). The reward, its potential-based shaping included, is the same in every stage. Success in
+a stage is graded by the stage's own goal; the observation never says which stage an episode belongs to,
+and evaluation always plays the declared family (see :func:`~mlsandbox.agents.training.evaluate`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ dataset, a job that succeeded, a model registered) adds its weight once, and the
 when the episode ends, so the shaping sums to zero over every finished episode and leaves the best policy
 unchanged. Evaluation never uses shaping: it reports success, and the return of the family's own reward.
 
+With a :class:`~mlsandbox.agents.curriculum.Curriculum` (``mlsandbox train``'s default), training episodes
+start on easier variants of each family and end on the family as declared (see
+:mod:`mlsandbox.agents.curriculum`); the reward and its shaping are the same in every stage.
+
 :func:`train_policy` saves checkpoints, the final policy, the learning curve (JSON and a PNG: success rate,
 return and episode length against env-steps) under an output directory. :func:`evaluate` plays held-out
 seeds (never among the training instances: ``seed + HELD_OUT_OFFSET + k``) with the trained policy (its
