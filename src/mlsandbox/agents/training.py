@@ -14,6 +14,10 @@ dataset, a job that succeeded, a model registered) adds its weight once, and the
 when the episode ends, so the shaping sums to zero over every finished episode and leaves the best policy
 unchanged. Evaluation never uses shaping: it reports success, and the return of the family's own reward.
 
+With a :class:`~mlsandbox.agents.curriculum.Curriculum` (``mlsandbox train``'s default), training episodes
+start on easier variants of each family and end on the family as declared (see
+:mod:`mlsandbox.agents.curriculum`); the reward and its shaping are the same in every stage.
+
 :func:`train_policy` saves checkpoints, the final policy, the learning curve (JSON and a PNG: success rate,
 return and episode length against env-steps) under an output directory. :func:`evaluate` plays held-out
 seeds (never among the training instances: ``seed + HELD_OUT_OFFSET + k``) with the trained policy (its
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlsandbox.agents.curriculum import Curriculum, stage_scenarios
 from mlsandbox.agents.transfer import (
     PPO_SETTINGS,
     Outcome,
@@ -84,6 +89,8 @@ class CurvePoint:
     mean_return: float
     """The training return (shaping included)."""
     mean_length: float
+    stage: int = 0
+    """The curriculum stage at the end of the window (0 without a curriculum)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +106,8 @@ class TrainResult:
     families: list[str]
     instances: int
     shaping: bool
+    curriculum: Curriculum | None = None
+    settings: dict[str, Any] | None = None
 
     @property
     def steps_per_s(self) -> float:
@@ -109,6 +118,8 @@ class TrainResult:
             "families": self.families,
             "instances": self.instances,
             "shaping": self.shaping,
+            "ppo_settings": {**PPO_SETTINGS, **(self.settings or {})},
+            "curriculum": self.curriculum.summary() if self.curriculum is not None else None,
             "steps": self.steps,
             "wall_s": round(self.wall_s, 1),
             "steps_per_s": round(self.steps_per_s, 1),
@@ -128,9 +139,15 @@ def train_policy(
     checkpoint_every: int = 50_000,
     settings: dict[str, Any] | None = None,
     on_point: Callable[[CurvePoint], None] | None = None,
+    curriculum: Curriculum | None = None,
 ) -> TrainResult:
     """Train MaskablePPO from scratch in sim on ``instances`` seeds of each scenario (see the module
-    docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``."""
+    docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``.
+
+    With ``curriculum`` the training episodes go through its stages (see
+    :mod:`mlsandbox.agents.curriculum`): each stage's scenarios are the given ones loosened, the last
+    stage the scenarios as given; the stage changes in every env of the vector env at once
+    (``env_method("set_stage", k)``), and ``training.json`` records the step each stage began at."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     if instances < 1:
@@ -147,12 +164,15 @@ def train_policy(
     out.mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(exist_ok=True)
     shaped = [with_shaping(s, shaping) for s in scenarios]
+    if curriculum is not None:
+        curriculum.total_steps = curriculum.total_steps or steps
     env = transfer_env(
         shaped,
         backend="sim",
         sandbox=f"train-{seed}",
         seeds_per_scenario=instances,
         kind_features=several_kinds(scenarios),
+        stages=stage_scenarios(shaped, curriculum.stages) if curriculum is not None else None,
     )
     curve: list[CurvePoint] = []
     window_eps: list[tuple[bool, float, int]] = []
@@ -170,6 +190,7 @@ def train_policy(
             success_rate=round(sum(s for s, _, _ in window_eps) / len(window_eps), 4),
             mean_return=round(float(np.mean([r for _, r, _ in window_eps])), 4),
             mean_length=round(float(np.mean([n for _, _, n in window_eps])), 2),
+            stage=curriculum.stage if curriculum is not None else 0,
         )
         window_eps.clear()
         curve.append(p)
@@ -186,6 +207,8 @@ def train_policy(
                     success = bool((info.get("grade") or {}).get("success"))
                     window_eps.append((success, float(returns[0]), int(lengths[0])))
                     returns[0], lengths[0] = 0.0, 0
+                    if curriculum is not None and curriculum.record(success, self.num_timesteps):
+                        self.training_env.env_method("set_stage", curriculum.stage)
             if self.num_timesteps % window == 0:
                 close_window(self.num_timesteps)
             if checkpoint_every and self.num_timesteps % checkpoint_every == 0:
@@ -210,16 +233,24 @@ def train_policy(
         families=[s.id for s in scenarios],
         instances=instances,
         shaping=shaping,
+        curriculum=curriculum,
+        settings=settings,
     )
     (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
     plot_curve(
-        curve, out / "curve.png", title=f"MaskablePPO from scratch in sim: {', '.join(result.families)}"
+        curve,
+        out / "curve.png",
+        title=f"MaskablePPO from scratch in sim: {', '.join(result.families)}",
+        stage_starts=curriculum.started[1:] if curriculum is not None else (),
     )
     return result
 
 
-def plot_curve(curve: Sequence[CurvePoint], path: Path, *, title: str) -> None:
-    """Success rate, return and episode length of the training episodes against env-steps, as a PNG."""
+def plot_curve(
+    curve: Sequence[CurvePoint], path: Path, *, title: str, stage_starts: Sequence[int] = ()
+) -> None:
+    """Success rate, return and episode length of the training episodes against env-steps, as a PNG (a
+    dashed line where each curriculum stage after the first began)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -234,6 +265,10 @@ def plot_curve(curve: Sequence[CurvePoint], path: Path, *, title: str) -> None:
         strict=True,
     ):
         ax.plot(x, values, marker=".")
+        for k, at in enumerate(stage_starts, start=1):
+            ax.axvline(at, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(f"stage {k}", (at, 1), xycoords=("data", "axes fraction"), fontsize=7,
+                        rotation=90, va="top", ha="right", color="grey")  # fmt: skip
         ax.set_xlabel("env-steps")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)

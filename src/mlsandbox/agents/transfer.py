@@ -33,7 +33,13 @@ import numpy as np
 from mlsandbox.agents.base import Agent
 from mlsandbox.agents.runner import run_episode
 from mlsandbox.env.gym_env import MLSandboxEnv
-from mlsandbox.env.wrappers import DiscreteActions, FlatObservation, SuiteEpisodes, in_process_env
+from mlsandbox.env.wrappers import (
+    DiscreteActions,
+    FlatObservation,
+    StagedEpisodes,
+    SuiteEpisodes,
+    in_process_env,
+)
 from mlsandbox.scenario import Scenario
 from mlsandbox.scenario.suites import suite
 
@@ -92,16 +98,20 @@ def transfer_env(
     backend: str = "sim",
     seeds_per_scenario: int = 1,
     kind_features: bool = False,
+    stages: Sequence[Sequence[Scenario]] | None = None,
     **env_kwargs: Any,
 ) -> DiscreteActions:
     """The wrapper stack of :data:`SETUP` on ``backend``, each reset a scenario of ``scenarios`` (see
     :class:`~mlsandbox.env.wrappers.SuiteEpisodes`); ``env_kwargs`` go to
     :class:`~mlsandbox.env.gym_env.MLSandboxEnv` (``sandbox``, ``start_sandbox``, ``backend_config``);
-    ``kind_features``: the episode's kind of work in the observation (a policy over several kinds)."""
-    inner = SuiteEpisodes(
-        MLSandboxEnv(scenarios[0], backend=backend, **env_kwargs),
-        scenarios,
-        seeds_per_scenario=seeds_per_scenario,
+    ``kind_features``: the episode's kind of work in the observation (a policy over several kinds);
+    ``stages``: a curriculum's scenarios per stage, easiest first (a
+    :class:`~mlsandbox.env.wrappers.StagedEpisodes` starting at the first; ``scenarios`` is then unused)."""
+    base = MLSandboxEnv(scenarios[0], backend=backend, **env_kwargs)
+    inner: SuiteEpisodes = (
+        StagedEpisodes(base, stages, seeds_per_scenario=seeds_per_scenario)
+        if stages
+        else SuiteEpisodes(base, scenarios, seeds_per_scenario=seeds_per_scenario)
     )
     flat = FlatObservation(
         inner, max_datasets=SETUP["max_datasets"], max_jobs=SETUP["max_jobs"], kind_features=kind_features

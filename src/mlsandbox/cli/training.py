@@ -46,6 +46,30 @@ def register(app: typer.Typer) -> None:
                 help="Potential-based shaping for families that declare none (it sums to zero per episode).",
             ),
         ] = True,
+        curriculum: Annotated[
+            bool,
+            typer.Option(
+                "--curriculum/--no-curriculum",
+                help="Easier variants of each family first (looser bar, larger budget, fewer defects), "
+                "the family as declared last; evaluation always plays the family as declared.",
+            ),
+        ] = True,
+        stage_window: Annotated[
+            int, typer.Option("--stage-window", min=1, help="Curriculum: episodes in the success window.")
+        ] = 50,
+        stage_threshold: Annotated[
+            float,
+            typer.Option(
+                "--stage-threshold",
+                min=0.01,
+                max=1.0,
+                help="Curriculum: the window's success rate to advance.",
+            ),
+        ] = 0.6,
+        ent_coef: Annotated[
+            float | None,
+            typer.Option("--ent-coef", min=0.0, help="PPO's entropy bonus (default: PPO_SETTINGS, 0.01)."),
+        ] = None,
         eval_episodes: Annotated[
             int, typer.Option("--eval-episodes", min=0, help="Held-out sim episodes per family.")
         ] = 20,
@@ -64,6 +88,7 @@ def register(app: typer.Typer) -> None:
         curve (PNG and JSON), then evaluate on held-out seeds with random and rule beside it."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from mlsandbox.agents.curriculum import Curriculum
         from mlsandbox.errors import MLSandboxError
         from mlsandbox.scenario import load_scenario
 
@@ -91,13 +116,16 @@ def register(app: typer.Typer) -> None:
                 progress.update(
                     task,
                     completed=min(p.steps, steps),
-                    status=f"success {p.success_rate:.0%}  return {p.mean_return:+.2f}  length {p.mean_length:.1f}",
+                    status=f"stage {p.stage}  success {p.success_rate:.0%}  return {p.mean_return:+.2f}  "
+                    f"length {p.mean_length:.1f}",
                 )
 
             try:
                 result = training.train_policy(
                     scenarios, steps=steps, out=directory, instances=instances, seed=seed, shaping=shaping,
                     on_point=point,
+                    curriculum=Curriculum(window=stage_window, threshold=stage_threshold) if curriculum else None,
+                    settings={"ent_coef": ent_coef} if ent_coef is not None else None,
                 )  # fmt: skip
             except ImportError as e:
                 raise _fail(e) from None

@@ -658,6 +658,30 @@ class SuiteEpisodes(gym.Wrapper[Any, Any, Any, Any]):
         return self.env.reset(seed=episode_seed, options={**(options or {}), "scenario": scenario})
 
 
+class StagedEpisodes(SuiteEpisodes):
+    """:class:`SuiteEpisodes` over one of several lists of scenarios (a curriculum's stages, easiest first):
+    each ``reset`` draws from ``stages[stage]``. :meth:`set_stage` switches the list for the episodes that
+    start from then on (a vector env calls it in each of its envs: ``env_method("set_stage", k)``); the
+    observation does not say which stage is played."""
+
+    def __init__(
+        self, env: gym.Env[Any, Any], stages: Sequence[Sequence[Any]], *, seeds_per_scenario: int = 1
+    ) -> None:
+        if not stages or any(not s for s in stages):
+            raise ValueError("stages is empty or has an empty stage")
+        super().__init__(env, stages[0], seeds_per_scenario=seeds_per_scenario)
+        self.stages = [list(s) for s in stages]
+        self.stage = 0
+
+    def set_stage(self, stage: int) -> int:
+        """Play ``stages[stage]`` from the next reset on; returns the stage."""
+        if not 0 <= stage < len(self.stages):
+            raise ValueError(f"stage {stage} is not one of the {len(self.stages)} stages")
+        self.stage = stage
+        self.scenarios = self.stages[stage]
+        return stage
+
+
 def make_rl_env(
     scenario: Any = "tabular-quality-basic",
     *,
@@ -698,6 +722,7 @@ __all__ = [
     "FlatObservation",
     "Memory",
     "SlotContext",
+    "StagedEpisodes",
     "SuiteEpisodes",
     "Template",
     "in_process_env",

@@ -1,0 +1,221 @@
+"""An automatic curriculum over a family: easier variants of the declared scenario first, the family itself last.
+
+A stage is the declared scenario after a :class:`Loosening`, a typed transformation of three of its
+declared fields (the same parameter paths a family's ``space:`` draws, written with
+:func:`~mlsandbox.scenario.space.apply_parameters`; nothing else of the scenario changes):
+
+- ``bar`` (a factor, at least 1): the goal's bar moved toward easy. A ``registered_model_metric`` goal's
+  ``threshold`` or ``baseline_ratio`` is multiplied by the factor when its metric is one to minimise
+  (MASE, RMSE: a higher bar is looser) and divided by it when the metric is one to maximise; a
+  ``registered_model_auc`` goal's ``min_auc`` keeps ``1/bar`` of its margin over chance (0.5). Other goal
+  types keep their bar.
+- ``budget`` (a factor, at least 1): ``max_steps`` and ``budget.credits`` multiplied (steps rounded up,
+  at most 10,000).
+- ``defects`` (a share from 0 to 1): the share of each dataset's declared defects kept: a tabular
+  dataset's ``defects`` rates (``missing_rate``, ``outlier_rate``, each injection's ``rate``) multiplied
+  (the injections dropped at 0),
+  a time series' ``gaps.count`` rounded down (no gaps at 0). A dataset that declares no defects is
+  unchanged.
+
+:data:`DEFAULT_STAGES` go from ``Loosening(bar=1.5, budget=2, defects=0)`` to the declared family
+(``Loosening()``, which changes nothing). :class:`Curriculum` advances from one stage to the next when
+the success rate over the last ``window`` training episodes finished in the stage reaches ``threshold``,
+or when the stage has used ``max_share`` of the training's env-steps (so the declared family always gets
+the rest). An episode under way at a change finishes in the stage it began in (and counts in the next
+stage's window). The reward, its potential-based shaping included, is the same in every stage. Success in
+a stage is graded by the stage's own goal; the observation never says which stage an episode belongs to,
+and evaluation always plays the declared family (see :func:`~mlsandbox.agents.training.evaluate`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mlsandbox.scenario import Scenario
+from mlsandbox.scenario.space import apply_parameters
+
+MAX_STEPS_LIMIT = 10_000
+"""A scenario's ``max_steps`` may not exceed this (its model's bound)."""
+
+
+@dataclass(frozen=True)
+class Loosening:
+    """How much easier than the declared scenario a stage is (``Loosening()`` is the scenario itself)."""
+
+    bar: float = 1.0
+    """Factor (at least 1) moving the goal's bar toward easy."""
+    budget: float = 1.0
+    """Factor (at least 1) on ``max_steps`` and ``budget.credits``."""
+    defects: float = 1.0
+    """Share (0 to 1) of the declared defects kept."""
+
+    def __post_init__(self) -> None:
+        if self.bar < 1 or self.budget < 1:
+            raise ValueError(f"bar and budget are factors of at least 1, got {self.bar} and {self.budget}")
+        if not 0 <= self.defects <= 1:
+            raise ValueError(f"defects is a share from 0 to 1, got {self.defects}")
+
+    @property
+    def declared(self) -> bool:
+        return self.bar == 1 and self.budget == 1 and self.defects == 1
+
+    def at_least_as_easy_as(self, other: Loosening) -> bool:
+        return self.bar >= other.bar and self.budget >= other.budget and self.defects <= other.defects
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+DEFAULT_STAGES: tuple[Loosening, ...] = (
+    Loosening(bar=1.5, budget=2.0, defects=0.0),
+    Loosening(bar=1.25, budget=1.5, defects=0.5),
+    Loosening(),
+)
+"""The stages ``mlsandbox train --curriculum`` goes through, easiest first; the last is the family."""
+
+
+def _metric_direction(scenario: Scenario) -> str:
+    from mlsandbox.tasks.registry import kind_of
+
+    goal = scenario.goal
+    return str(kind_of(scenario.dataset(goal.dataset)).metric(getattr(goal, "metric", None)).direction)
+
+
+def _goal_params(scenario: Scenario, bar: float) -> dict[str, Any]:
+    goal = scenario.goal
+    if bar == 1:
+        return {}
+    if goal.type == "registered_model_auc":
+        min_auc = float(goal.min_auc)
+        return {"goal.min_auc": round(0.5 + (min_auc - 0.5) / bar, 6)}
+    if goal.type != "registered_model_metric":
+        return {}
+    looser = (lambda v: v * bar) if _metric_direction(scenario) == "min" else (lambda v: v / bar)
+    name = "threshold" if getattr(goal, "threshold", None) is not None else "baseline_ratio"
+    value = getattr(goal, name)
+    if name == "threshold" and value < 0:  # a negative bar to maximise (an R^2) moves down, not toward 0
+        looser = (lambda v: v * bar) if _metric_direction(scenario) == "max" else (lambda v: v / bar)
+    return {f"goal.{name}": round(looser(value), 6)}
+
+
+def _defect_params(data: dict[str, Any], keep: float) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if keep == 1:
+        return params
+    for i, ds in enumerate(data.get("datasets") or []):
+        defects = ds.get("defects")
+        if isinstance(defects, dict):
+            for key in ("missing_rate", "outlier_rate"):
+                if defects.get(key):
+                    params[f"datasets.{i}.defects.{key}"] = round(defects[key] * keep, 6)
+            injections = defects.get("injections") or []
+            if injections and keep == 0:
+                params[f"datasets.{i}.defects.injections"] = []
+            for j, inj in enumerate(injections if keep else []):
+                if isinstance(inj, dict) and isinstance(inj.get("rate"), int | float) and inj["rate"]:
+                    params[f"datasets.{i}.defects.injections.{j}.rate"] = round(inj["rate"] * keep, 6)
+        gaps = ds.get("gaps")
+        if isinstance(gaps, dict) and gaps.get("count"):
+            count = math.floor(gaps["count"] * keep)
+            params[f"datasets.{i}.gaps"] = {**gaps, "count": count} if count else None
+    return params
+
+
+def loosen(scenario: Scenario, loosening: Loosening) -> Scenario:
+    """``scenario`` made easier by ``loosening`` (the scenario itself, unchanged, for ``Loosening()``)."""
+    if loosening.declared:
+        return scenario
+    data = scenario.model_dump(mode="json", exclude_none=False)
+    params = {**_goal_params(scenario, loosening.bar), **_defect_params(data, loosening.defects)}
+    if loosening.budget != 1:
+        params["max_steps"] = min(MAX_STEPS_LIMIT, math.ceil(scenario.max_steps * loosening.budget))
+        params["budget.credits"] = round(scenario.budget.credits * loosening.budget, 6)
+    return Scenario.model_validate(apply_parameters(data, params))
+
+
+def stage_scenarios(
+    scenarios: Sequence[Scenario], stages: Sequence[Loosening] = DEFAULT_STAGES
+) -> list[list[Scenario]]:
+    """The scenarios of each stage, easiest first; the last stage must be (and is) the declared ones."""
+    if not stages or not stages[-1].declared:
+        raise ValueError("a curriculum's last stage is the family as declared: Loosening()")
+    for easier, harder in itertools.pairwise(stages):
+        if not easier.at_least_as_easy_as(harder) or easier == harder:
+            raise ValueError(f"stages must get strictly harder: {easier} then {harder}")
+    return [[loosen(s, stage) for s in scenarios] for stage in stages]
+
+
+@dataclass
+class Curriculum:
+    """When to move to the next stage: the success rate over the last ``window`` episodes finished in the
+    current stage reaches ``threshold``, or the stage has used ``max_share`` of ``total_steps``."""
+
+    stages: Sequence[Loosening] = DEFAULT_STAGES
+    window: int = 50
+    threshold: float = 0.6
+    max_share: float = 0.25
+    total_steps: int = 0
+    stage: int = 0
+    started: list[int] = field(default_factory=lambda: [0])
+    """The env-step at which each stage reached so far began."""
+    _recent: deque[bool] = field(default_factory=deque, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1, got {self.window}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if not 0 < self.max_share <= 1:
+            raise ValueError(f"max_share must be in (0, 1], got {self.max_share}")
+        self._recent = deque(maxlen=self.window)
+
+    @property
+    def last(self) -> bool:
+        return self.stage == len(self.stages) - 1
+
+    @property
+    def success_rate(self) -> float | None:
+        """The success rate over the window (None until the window is full)."""
+        if len(self._recent) < self.window:
+            return None
+        return sum(self._recent) / len(self._recent)
+
+    def record(self, success: bool, step: int) -> bool:
+        """An episode finished in the current stage at env-step ``step``; True when the stage advances."""
+        if self.last:
+            return False
+        self._recent.append(bool(success))
+        rate = self.success_rate
+        over_budget = bool(self.total_steps) and step - self.started[-1] >= self.max_share * self.total_steps
+        if (rate is not None and rate >= self.threshold) or over_budget:
+            self.stage += 1
+            self.started.append(step)
+            self._recent.clear()
+            return True
+        return False
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "threshold": self.threshold,
+            "max_share": self.max_share,
+            "stages": [
+                {**stage.as_dict(), "started_at_step": self.started[i] if i < len(self.started) else None}
+                for i, stage in enumerate(self.stages)
+            ],
+        }
+
+
+__all__ = [
+    "DEFAULT_STAGES",
+    "MAX_STEPS_LIMIT",
+    "Curriculum",
+    "Loosening",
+    "loosen",
+    "stage_scenarios",
+]

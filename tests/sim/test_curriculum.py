@@ -1,0 +1,197 @@
+"""The automatic curriculum of ``mlsandbox train``: stages derived from the declared family, easiest first
+and the family itself last; advancing on a window of successes; every env of a vector env on the same
+stage; evaluation on the declared family only."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlsandbox.agents import training
+from mlsandbox.agents.curriculum import DEFAULT_STAGES, Curriculum, Loosening, loosen, stage_scenarios
+from mlsandbox.agents.transfer import transfer_env
+from mlsandbox.scenario import Scenario, load_builtin
+from mlsandbox.tasks.registry import kind_of
+
+FAMILIES = [
+    "forecast-web-visits-basic",
+    "churn-clean-small",
+    "churn-imbalanced-missing",
+    "tabular-quality-basic",
+    "multiclass-ticket-priority",
+    "regression-delivery-times",
+    "text-support-ticket-routing",
+]
+
+
+def _bar(s: Scenario) -> tuple[float, str]:
+    """The goal's bar and the direction in which it is harder ("max": higher is harder)."""
+    goal: Any = s.goal
+    if goal.type == "registered_model_auc":
+        return goal.min_auc, "max"
+    direction = str(kind_of(s.dataset(goal.dataset)).metric(goal.metric).direction)
+    return (goal.threshold if goal.threshold is not None else goal.baseline_ratio), direction
+
+
+def _defects(s: Scenario) -> float:
+    total = 0.0
+    for d in s.datasets:
+        defects = getattr(d, "defects", None)
+        if defects is not None:
+            total += defects.missing_rate + defects.outlier_rate + sum(i.rate for i in defects.injections)
+        gaps = getattr(d, "gaps", None)
+        total += gaps.count if gaps is not None else 0
+    return total
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_stage_is_valid_and_easier_than_the_next_and_the_last_is_the_family(family: str) -> None:
+    declared = load_builtin(family)
+    stages = [s for [s] in stage_scenarios([declared])]
+    assert len(stages) == len(DEFAULT_STAGES) >= 2
+    assert stages[-1] == declared
+    for easier, harder in itertools.pairwise(stages):
+        Scenario.model_validate(easier.model_dump(mode="json"))  # a valid scenario of its own
+        assert easier.id == declared.id and easier.seed == declared.seed
+        (bar_e, direction), (bar_h, _) = _bar(easier), _bar(harder)
+        assert (bar_e < bar_h) if direction == "max" else (bar_e > bar_h), (bar_e, bar_h)
+        assert easier.max_steps > harder.max_steps
+        assert easier.budget.credits > harder.budget.credits
+        assert _defects(easier) <= _defects(harder)
+        # nothing but the bar, the budget and the defects changes
+        keep = {"goal", "max_steps", "budget", "datasets"}
+        assert easier.model_dump(exclude=keep) == harder.model_dump(exclude=keep)
+
+
+def test_fewer_defects_where_the_dataset_declares_them() -> None:
+    forecast = load_builtin("forecast-web-visits-basic")
+    assert forecast.datasets[0].gaps is not None
+    assert loosen(forecast, Loosening(defects=0.0)).datasets[0].gaps is None
+    half = loosen(forecast, Loosening(defects=0.5)).datasets[0].gaps
+    assert half is not None and half.count == forecast.datasets[0].gaps.count // 2
+    tabular = load_builtin("tabular-quality-basic")
+    rate = tabular.datasets[0].defects.missing_rate
+    assert rate > 0
+    assert loosen(tabular, Loosening(defects=0.5)).datasets[0].defects.missing_rate == pytest.approx(rate / 2)
+    assert loosen(tabular, Loosening()) is tabular
+
+
+def test_a_curriculum_must_end_with_the_family_and_get_harder() -> None:
+    s = load_builtin("churn-clean-small")
+    with pytest.raises(ValueError, match="last stage"):
+        stage_scenarios([s], [Loosening(bar=1.5)])
+    with pytest.raises(ValueError, match="strictly harder"):
+        stage_scenarios([s], [Loosening(bar=1.2), Loosening(bar=1.5), Loosening()])
+    with pytest.raises(ValueError, match="strictly harder"):
+        stage_scenarios([s], [Loosening(), Loosening()])
+    with pytest.raises(ValueError):
+        Loosening(bar=0.5)
+    with pytest.raises(ValueError):
+        Loosening(defects=1.5)
+
+
+def test_the_stage_advances_when_the_window_success_rate_reaches_the_threshold() -> None:
+    c = Curriculum(window=4, threshold=0.75, max_share=1.0, total_steps=1_000)
+    assert [c.record(True, step) for step in (10, 20, 30)] == [False, False, False]  # window not full
+    assert c.success_rate is None and c.stage == 0
+    assert c.record(False, 40) is True  # the window is full: 3 of 4 reach the threshold
+    assert c.stage == 1 and c.started == [0, 40]
+
+
+def test_advancing_needs_a_full_window_at_the_threshold() -> None:
+    c = Curriculum(window=4, threshold=0.75, max_share=1.0, total_steps=1_000)
+    for step, ok in enumerate([True, False, True, False, True], start=1):
+        assert c.record(ok, step) is False  # the last 4 episodes: 2 successes
+    assert c.stage == 0 and c.success_rate == 0.5
+    assert c.record(True, 6) is True  # the last 4: T, F, T, T
+    assert c.stage == 1 and c.started == [0, 6]
+    assert c.success_rate is None  # the window starts again in the new stage
+    for step in range(7, 11):
+        c.record(True, step)
+    assert c.stage == 2 and c.last and c.started == [0, 6, 10]
+    assert c.record(True, 11) is False and c.stage == 2  # the last stage stays
+    summary = c.summary()
+    assert [st["started_at_step"] for st in summary["stages"]] == [0, 6, 10]
+    assert summary["window"] == 4 and summary["threshold"] == 0.75
+
+
+def test_a_stage_that_used_its_share_of_the_steps_ends() -> None:
+    c = Curriculum(window=50, threshold=0.9, max_share=0.25, total_steps=1_000)
+    assert c.record(False, 249) is False
+    assert c.record(False, 250) is True and c.stage == 1 and c.started == [0, 250]
+    assert c.record(False, 499) is False and c.record(False, 500) is True and c.last
+
+
+def _stage_envs(vec_cls: Any) -> Any:
+    declared = load_builtin("forecast-web-visits-basic")
+    stages = stage_scenarios([declared])
+
+    def make() -> Any:
+        return transfer_env([declared], sandbox="curriculum-vec", seeds_per_scenario=4, stages=stages)
+
+    return vec_cls([make, make]), stages
+
+
+@pytest.mark.parametrize("vec", ["dummy", "subproc"])
+def test_every_env_of_a_vector_env_plays_the_stage(vec: str) -> None:
+    pytest.importorskip("stable_baselines3", reason="the rl extra is part of the test environment")
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    envs, stages = _stage_envs(DummyVecEnv if vec == "dummy" else SubprocVecEnv)
+    try:
+        assert envs.get_attr("stage") == [0, 0]
+        envs.reset()
+        assert [s.max_steps for s in envs.get_attr("scenario")] == [stages[0][0].max_steps] * 2
+        assert envs.env_method("set_stage", 2) == [2, 2]
+        assert envs.get_attr("stage") == [2, 2]
+        envs.reset()
+        played = envs.get_attr("scenario")
+        assert all(s.max_steps == stages[2][0].max_steps and s.goal == stages[2][0].goal for s in played)
+        if vec == "dummy":  # a subprocess worker does not survive an exception (SB3 passes none back)
+            with pytest.raises(ValueError, match="stage 3"):
+                envs.env_method("set_stage", 3, indices=[0])
+    finally:
+        envs.close()
+
+
+def test_training_plays_the_stage_and_evaluation_only_the_declared_family(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    from mlsandbox.env.gym_env import MLSandboxEnv
+
+    declared = load_builtin("churn-clean-small")
+    played: list[Scenario] = []
+    reset = MLSandboxEnv.reset
+
+    def spy(self: MLSandboxEnv, **kwargs: Any) -> Any:
+        out = reset(self, **kwargs)
+        played.append(self.scenario)
+        return out
+
+    monkeypatch.setattr(MLSandboxEnv, "reset", spy)
+    # a curriculum that never leaves its easiest stage in this run
+    curriculum = Curriculum(window=1_000, threshold=1.0, max_share=1.0)
+    result = training.train_policy(
+        [declared], steps=256, out=tmp_path, instances=4, seed=0, curriculum=curriculum,
+        settings={"n_steps": 128, "batch_size": 64, "n_epochs": 1},
+    )  # fmt: skip
+    loosened = loosen(training.with_shaping(declared), DEFAULT_STAGES[0])
+    assert played and all(s.max_steps == loosened.max_steps and s.goal == loosened.goal for s in played)
+    assert curriculum.stage == 0
+    summary = json.loads((tmp_path / "training.json").read_text())
+    assert summary["curriculum"]["stages"][0]["started_at_step"] == 0
+    assert summary["curriculum"]["stages"][1]["started_at_step"] is None
+
+    played.clear()
+    evaluation = training.evaluate(result.model, [declared], episodes=2, sandbox="curriculum-eval")
+    assert set(evaluation.outcomes) == {"ppo", "ppo-greedy", "random", "rule"}
+    assert played
+    for s in played:
+        assert s.goal == declared.goal and s.max_steps == declared.max_steps
+        assert s.budget == declared.budget and s.datasets == declared.datasets
+        assert s.seed >= declared.seed + training.HELD_OUT_OFFSET
