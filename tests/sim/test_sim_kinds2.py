@@ -39,3 +39,30 @@ def test_reference_succeeds_and_random_and_do_nothing_fail(scenario: str) -> Non
     for agent in ("random", "do-nothing"):
         grade = _grade(scenario, agent)
         assert not grade["success"], (agent, grade)
+
+
+def test_a_preparation_that_does_not_apply_is_the_agents_error_and_writes_nothing() -> None:
+    """``drop_unsettled`` on a table whose ingestion column an earlier step removed (``fill_gaps`` writes
+    only dates and values) is an ``invalid_parameters`` error that names the column; no dataset appears."""
+    env = MLSandboxEnv("forecast-web-visits-basic", backend="sim", sandbox="sim-kinds2-prep")
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step(
+            {"type": "clean_dataset", "dataset": "raw/visits.csv", "strategy": "fill_gaps"}
+        )
+        assert info["error"] is None, info
+        assert env.gateway is not None
+        before = set(env.gateway.episode.state.datasets)
+        _, _, _, _, info = env.step(
+            {
+                "type": "clean_dataset",
+                "dataset": "clean/visits-fill-gaps.parquet",
+                "strategy": "drop_unsettled",
+            }
+        )
+        assert info["error"] == "invalid_parameters", info
+        error = (env.last_observation or {})["error"]
+        assert error["code"] == "invalid_parameters" and "ingested_at" in error["message"], error
+        assert set(env.gateway.episode.state.datasets) == before
+    finally:
+        env.close()

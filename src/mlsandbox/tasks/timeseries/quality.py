@@ -142,8 +142,9 @@ def prepare(
         return out.reset_index(drop=True), {"rows_removed": len(frame) - len(out)}
     if step == "drop_unsettled":
         if ingested_column not in frame.columns:
+            wanted = repr(ingested_column) if ingested_column else "of ingestion times ('ingested_at')"
             raise KeyError(
-                f"drop_unsettled needs the column {ingested_column!r} (columns: {list(frame.columns)})"
+                f"drop_unsettled needs the column {wanted}, which this table lacks (columns: {list(frame.columns)})"
             )
         delay = _delay_days(frame, time_column, ingested_column)
         threshold = float(np.floor(delay.median())) if settle_days is None else float(settle_days)

@@ -147,7 +147,13 @@ def handle_clean_dataset(ctx: EpisodeContext, a: C.CleanDataset) -> dict[str, An
 
     def clean() -> tuple[bytes, dict[str, Any]]:
         df = rec.frame(data)
-        cleaned, summary = kind.prepare(df, a.strategy, rec.target if rec.target in df.columns else None)
+        try:
+            cleaned, summary = kind.prepare(df, a.strategy, rec.target if rec.target in df.columns else None)
+        except (KeyError, ValueError) as e:  # the strategy does not apply to this table: the agent's error
+            why = e.args[0] if isinstance(e, KeyError) and e.args else e
+            raise ActionError(
+                "invalid_parameters", f"strategy {a.strategy!r} cannot clean dataset {rec.key!r}: {why}"
+            ) from None
         return to_bytes(cleaned, out_fmt), {"rows": len(cleaned), "summary": summary}
 
     payload, facts = _memo(("clean", kind.name, digest, rec.fmt, rec.target, a.strategy, out_fmt), clean)
