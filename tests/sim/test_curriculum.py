@@ -62,8 +62,10 @@ def test_each_stage_is_valid_and_easier_than_the_next_and_the_last_is_the_family
         assert easier.max_steps > harder.max_steps
         assert easier.budget.credits > harder.budget.credits
         assert _defects(easier) <= _defects(harder)
-        # nothing but the bar, the budget and the defects changes
-        keep = {"goal", "max_steps", "budget", "datasets"}
+        # nothing but the bar, the budget and the defects changes; a stage is one variant, not a family
+        # to draw instances from, so it has no parameter space
+        assert easier.space is None
+        keep = {"goal", "max_steps", "budget", "datasets", "space"}
         assert easier.model_dump(exclude=keep) == harder.model_dump(exclude=keep)
 
 

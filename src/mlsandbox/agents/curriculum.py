@@ -2,7 +2,8 @@
 
 A stage is the declared scenario after a :class:`Loosening`, a typed transformation of three of its
 declared fields (the same parameter paths a family's ``space:`` draws, written with
-:func:`~mlsandbox.scenario.space.apply_parameters`; nothing else of the scenario changes):
+:func:`~mlsandbox.scenario.space.apply_parameters`; nothing else of the scenario changes, but for the
+family's parameter space, which a stage drops: it is one variant, not a family to draw from):
 
 - ``bar`` (a factor, at least 1): the goal's bar moved toward easy. A ``registered_model_metric`` goal's
   ``threshold`` or ``baseline_ratio`` is multiplied by the factor when its metric is one to minimise
@@ -131,6 +132,9 @@ def loosen(scenario: Scenario, loosening: Loosening) -> Scenario:
     if loosening.declared:
         return scenario
     data = scenario.model_dump(mode="json", exclude_none=False)
+    # A stage is one training variant, not a family to draw instances from: its loosened fields (a series
+    # with no gaps left, say) need not keep the paths the family's parameter space draws.
+    data["space"] = None
     params = {**_goal_params(scenario, loosening.bar), **_defect_params(data, loosening.defects)}
     if loosening.budget != 1:
         params["max_steps"] = min(MAX_STEPS_LIMIT, math.ceil(scenario.max_steps * loosening.budget))
