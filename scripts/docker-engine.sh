@@ -29,8 +29,8 @@ is_root_with_apt() { [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>
 
 apt_install() {
   # Offline first (the package lists may be fresh enough), then with an update.
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null; } \
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@" >/dev/null 2>&1 \
+    || { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@" >/dev/null; } \
     || die "apt-get install $* failed (see above)"
 }
 

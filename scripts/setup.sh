@@ -145,8 +145,8 @@ if command -v bwrap >/dev/null 2>&1; then
   say "bubblewrap present ($(bwrap --version))"
 elif [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
   step "installing Debian's bubblewrap (apt-get)"
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap >/dev/null \
-    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap >/dev/null; }; } \
+  { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends bubblewrap >/dev/null \
+    || { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends bubblewrap >/dev/null; }; } \
     || die "apt-get install bubblewrap failed (see above)"
   took
 else
@@ -159,8 +159,8 @@ if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && getent passwd postgr
 elif [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
   step "installing Debian's postgresql server (apt-get)"
   # Only the server binaries are used: each sandbox runs initdb in a directory of its own.
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null \
-    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }; } \
+  { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends postgresql >/dev/null \
+    || { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends postgresql >/dev/null; }; } \
     || die "apt-get install postgresql failed (see above)"
   took
 else
