@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, SupportsFloat, get_args
@@ -89,6 +90,8 @@ MASKED_ACTION = {"type": "masked_action"}
 """What the gateway receives when a masked slot is chosen (an unknown action: penalty, no change)."""
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+SLOT_LISTS_KEPT = 512
+"""Slot lists a :class:`DiscreteActions` remembers by content (see :meth:`DiscreteActions.slots`)."""
 SERVICES: tuple[str, ...] = get_args(ServiceName)
 STRATEGIES: tuple[str, ...] = tuple(TaskKind.preparations)
 """The table kinds' cleaning strategies: the ``clean_dataset`` slots' positions (another kind's slots map
@@ -336,6 +339,10 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         self.action_space = spaces.Discrete(len(self._index))
         self._slots_cache: tuple[tuple[Any, ...], list[Slot]] | None = None
         self._valid_cache: dict[tuple[int, Any], bool] = {}
+        self._by_content = not templates
+        """Only the curated templates and the masked fallbacks build slots, so what they read is known."""
+        self._built: OrderedDict[tuple[Any, ...], tuple[Any, list[Slot]]] = OrderedDict()
+        """Slot lists by what the curated templates read (kept across steps and episodes; see ``slots``)."""
 
     # ----------------------------------------------------------------------------------------- slots
 
@@ -344,7 +351,11 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
 
         Computed once per state: the list is kept until the episode's step, datasets, jobs or credits
         change (the mask is asked for several times between two steps), and an action's validation
-        against the action models and the scenario's hard constraints is remembered by its content."""
+        against the action models and the scenario's hard constraints is remembered by its content.
+        When no template was given (the curated ones and the always-masked fallbacks build every slot), the
+        list is also remembered by everything those templates read (the scenario, the dataset and job slots' contents, whether credits are left, whether the
+        episode is over): a state that recurs, later in the episode or in a later episode of the same
+        scenario, gets its list back without building it (up to :data:`SLOT_LISTS_KEPT` lists)."""
         inner = in_process_env(self.env)
         st = inner.episode
         key = (
@@ -357,6 +368,13 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         )
         if self._slots_cache is not None and self._slots_cache[0] == key:
             return list(self._slots_cache[1])
+        content = self._content_of(inner, st) if self._by_content else None
+        if content is not None:
+            kept = self._built.get(content)
+            if kept is not None and kept[0] is st.scenario:  # the scenario itself, not a reused id
+                self._built.move_to_end(content)
+                self._slots_cache = (key, kept[1])
+                return list(kept[1])
         ctx = dataclasses.replace(
             self._probe,
             state=st,
@@ -375,7 +393,28 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
                 ok = self._acceptable(action, ctx.state.scenario)
             out.append((action, ok))
         self._slots_cache = (key, out)
+        if content is not None:
+            self._built[content] = (st.scenario, out)
+            if len(self._built) > SLOT_LISTS_KEPT:
+                self._built.popitem(last=False)
         return list(out)
+
+    def _content_of(self, inner: MLSandboxEnv, st: EpisodeState) -> tuple[Any, ...]:
+        """Everything the curated templates read from the episode (see :meth:`slots`)."""
+        names = tuple(st.datasets)[: self._probe.max_datasets]
+        datasets = tuple((n, st.datasets[n].target is not None) for n in names)
+        jobs = []
+        for j in range(self._probe.max_jobs):
+            job = st.jobs.get(self._probe.job_id(j))
+            jobs.append(None if job is None else (job.state, job.run_id, job.dataset in st.datasets))
+        return (
+            id(st.scenario),
+            inner.supports("faults.services"),
+            st.done,
+            st.credits_left > 0,
+            datasets,
+            tuple(jobs),
+        )
 
     def _acceptable(self, action: dict[str, Any], scenario: Any) -> bool:
         """Whether the action validates and no hard constraint of the scenario forbids it."""

@@ -100,6 +100,8 @@ class Pool:
     notes: dict[str, str] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _polled: dict[str, JobStatus] = field(default_factory=dict)
+    """The running jobs' statuses the last :meth:`pump` read (``get`` hands its job's on)."""
 
     # ------------------------------------------------------------------------------------ capacity
 
@@ -217,11 +219,15 @@ class Pool:
         with self.lock:
             now = self.clock.time()
             self._accrue(now)
+            self._polled = {}
             for job_id in list(self.running):
                 try:
-                    state = self.inner.get(job_id).state
+                    status = self.inner.get(job_id)
                 except KeyError:
                     state = "cancelled"
+                else:
+                    self._polled[job_id] = status
+                    state = status.state
                 if state in _TERMINAL:
                     self._forget_running(job_id)
             reason = self.blocked()
@@ -295,7 +301,9 @@ class Pool:
                 return self.finished[job_id]
             if any(q.spec.job_id == job_id for q in self.queue):
                 return JobStatus(job_id=job_id, state="queued")
-        return self.inner.get(job_id)
+            polled = self._polled.pop(job_id, None)
+        # the status the pump just read (one poll of the job, not two); else the job's own
+        return polled if polled is not None else self.inner.get(job_id)
 
     def logs(self, job_id: str, tail: int = 50) -> str:
         with self.lock:

@@ -35,12 +35,16 @@ class CoreState:
     """Each job's ``train_model`` request (``retry_job`` submits it again, with changes)."""
 
 
-RESULTS_KEPT = 64
+RESULTS_KEPT = 4096
+RESULTS_MAX_BYTES = 256 * 2**20
 _RESULTS: OrderedDict[tuple[Any, ...], tuple[bytes | None, bytes]] = OrderedDict()
 """Results of the data actions by the content of what they read (a digest of the object's bytes) and
 their parameters: profiling or cleaning the same bytes again gives the same answer (they are pure
 functions of the bytes), so it is not computed again, in this episode or another of this process
-(:data:`RESULTS_KEPT` at most, least recently used out first). Kept as bytes: each use gets a fresh copy."""
+(:data:`RESULTS_KEPT` results and :data:`RESULTS_MAX_BYTES` of them at most, least recently used out
+first: a training run over a split of instances keeps meeting the same tables). Kept as bytes: each use
+gets a fresh copy."""
+_RESULTS_BYTES = [0]
 _RESULTS_LOCK = threading.Lock()
 
 
@@ -53,11 +57,20 @@ def _memo(key: tuple[Any, ...], compute: Callable[[], tuple[bytes | None, _T]]) 
     if hit is not None:
         return hit[0], cast(_T, orjson.loads(hit[1]))
     payload, result = compute()
+    entry = (payload, orjson.dumps(result))
     with _RESULTS_LOCK:
-        _RESULTS[key] = (payload, orjson.dumps(result))
-        while len(_RESULTS) > RESULTS_KEPT:
-            _RESULTS.popitem(last=False)
+        old = _RESULTS.pop(key, None)
+        if old is not None:
+            _RESULTS_BYTES[0] -= _size(old)
+        _RESULTS[key] = entry
+        _RESULTS_BYTES[0] += _size(entry)
+        while len(_RESULTS) > RESULTS_KEPT or (_RESULTS_BYTES[0] > RESULTS_MAX_BYTES and len(_RESULTS) > 1):
+            _RESULTS_BYTES[0] -= _size(_RESULTS.popitem(last=False)[1])
     return payload, result
+
+
+def _size(entry: tuple[bytes | None, bytes]) -> int:
+    return len(entry[0] or b"") + len(entry[1])
 
 
 def _read_bytes(ctx: EpisodeContext, rec: DatasetRecord) -> tuple[bytes, str]:
