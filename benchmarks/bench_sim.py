@@ -38,6 +38,7 @@ except (AttributeError, OSError):
     PINNED = None
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -322,6 +323,91 @@ def bench_pool(mix: Any, *, pool: int, seconds: float, seed0: int) -> dict[str, 
     }
 
 
+class RuleDriven(gym.Wrapper[Any, Any, Any, Any]):
+    """The rule mix inside the env, for a vector env whose worker processes cannot share the bench's
+    policy: ``step`` ignores the action it is given and plays the rule agent's slot; ``reset`` draws the
+    episode's seed among ``pool`` seeds from ``seed0`` (what a vector env's autoreset gives no seed for)."""
+
+    def __init__(self, fit_store: str, pool: int, seed0: int, worker: int) -> None:
+        env, self.last = rl_env(f"bench-vec-{worker}", fit_store)
+        super().__init__(env)
+        self.mix = RuleMix(0)
+        self.pool, self.seed0 = pool, seed0
+        self.draw = np.random.default_rng(seed0 + 7919 * worker)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        kwargs["seed"] = self.seed0 + int(self.draw.integers(self.pool))
+        obs, info = self.env.reset(**kwargs)
+        self.mix.reset(self.env, self.last)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        mask = self.env.action_masks()  # type: ignore[attr-defined]
+        return self.env.step(self.mix.act(self.env, self.last, mask))
+
+
+def _rule_driven(fit_store: str, pool: int, seed0: int, worker: int) -> Any:
+    single_threaded()
+    return RuleDriven(fit_store, pool, seed0, worker)
+
+
+def bench_vector(num_envs: list[int], *, pool: int, seconds: float, seed0: int) -> dict[str, Any]:
+    """The rule mix on a train split of ``pool`` instances in ``gymnasium``'s ``AsyncVectorEnv`` (one
+    worker process per env, the layout ``mlsandbox train --n-envs`` uses), the fit store filled first by
+    one episode per instance: env-steps/s over all envs for each N (after ``seconds / 4`` of warm-up in
+    which each worker meets the instances)."""
+    import functools
+    import tempfile
+
+    from gymnasium.vector import AsyncVectorEnv
+
+    from mlsandbox.backends.sim import fitstore, realfit
+
+    out: dict[str, Any] = {"pool": pool, "cpus": os.cpu_count(), "by_envs": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-fit-store-") as store:
+        realfit.clear()
+        fitstore.configure(None)
+        env, last = rl_env("bench-vec-fill", store)
+        try:
+            for i in range(pool):
+                _episode(env, last, RuleMix(0), seed=seed0 + i)
+        finally:
+            env.close()
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))  # the workers may use every core
+        for n in num_envs:
+            fns = [functools.partial(_rule_driven, store, pool, seed0, w) for w in range(n)]
+            envs = AsyncVectorEnv(fns, shared_memory=False)
+            try:
+                envs.reset(seed=seed0)
+                actions = np.zeros(n, dtype=np.int64)
+                t_end = time.perf_counter() + seconds / 4
+                while time.perf_counter() < t_end:
+                    envs.step(actions)
+                load_before = load()
+                calls = 0
+                t0 = time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    envs.step(actions)
+                    calls += 1
+                wall = time.perf_counter() - t0
+            finally:
+                envs.close()
+            out["by_envs"][str(n)] = {
+                "env_steps": calls * n,
+                "env_steps_per_s": round(calls * n / wall, 1),
+                "wall_s": round(wall, 2),
+                "load_average_1m": [load_before, load()],
+            }
+        if PINNED is not None:
+            os.sched_setaffinity(0, {PINNED})
+    realfit.clear()
+    base = out["by_envs"].get("1", {}).get("env_steps_per_s")
+    for v in out["by_envs"].values():
+        v["speedup_vs_1"] = round(v["env_steps_per_s"] / base, 2) if base else None
+    return out
+
+
 def bench_repeated_reset(n: int) -> dict[str, Any]:
     env, _ = rl_env("bench-reset")
     try:
@@ -396,6 +482,16 @@ def main() -> None:
         default=40.0,
         help="time per phase of the train-split figure (default 40)",
     )
+    parser.add_argument(
+        "--vec",
+        type=int,
+        nargs="*",
+        default=[1, 2, 4, 8],
+        help="vector env sizes of the rule mix on the train split (none: skip; default 1 2 4 8)",
+    )
+    parser.add_argument(
+        "--vec-seconds", type=float, default=20.0, help="time per vector env size (default 20)"
+    )
     args = parser.parse_args()
     single_threaded()
     _check_profile()
@@ -419,6 +515,10 @@ def main() -> None:
             )
             for i, name in enumerate(args.mix)
         }
+    if args.vec:
+        figures["vector"] = bench_vector(
+            args.vec, pool=max(1, args.pool or 16), seconds=args.vec_seconds, seed0=90_000_000
+        )
     if args.repeat_resets > 0:
         figures["repeated_seed"] = bench_repeated_reset(args.repeat_resets)
     if args.cached_seconds > 0:
@@ -532,6 +632,24 @@ def report(figures: dict[str, Any]) -> None:
             f"store after the run: {first['store_files']} fits, {first['store_mib']} MiB (per mix); "
             "the new-seed figures above use no store"
         )
+    if "vector" in figures:
+        vec = figures["vector"]
+        t = Table(
+            title=(
+                f"the rule mix in gymnasium's AsyncVectorEnv (one worker process per env), a train split of "
+                f"{vec['pool']} instances, the fit store filled first; {vec['cpus']} CPUs, not pinned"
+            )
+        )
+        for col in ("envs", "env-steps/s", "x one env", "load average during"):
+            t.add_column(col, justify="right")
+        for n, v in vec["by_envs"].items():
+            t.add_row(
+                n,
+                f"{v['env_steps_per_s']:,.0f}",
+                f"{v['speedup_vs_1']:.2f}" if v["speedup_vs_1"] else "-",
+                " -> ".join(str(x) for x in v["load_average_1m"]),
+            )
+        console.print(t)
     if "repeated_seed" in figures:
         r = figures["repeated_seed"]["reset_ms_same_seed"]
         console.print(

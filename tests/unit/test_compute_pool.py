@@ -161,3 +161,23 @@ def test_unlimited_pool_never_queues() -> None:
 def test_pool_config_rejects_machines_larger_than_the_pool() -> None:
     with pytest.raises(ValueError, match="larger than the pool"):
         ComputePool(machines=[LARGE], capacity_cpus=1)
+
+
+def test_get_polls_a_running_job_once_and_answers_what_the_backend_does() -> None:
+    pool, inner, _ = _pool()
+    polls: list[str] = []
+    real_get = inner.get
+
+    def counted(job_id: str) -> JobStatus:
+        polls.append(job_id)
+        return real_get(job_id)
+
+    inner.get = counted  # type: ignore[method-assign]
+    pool.submit(_spec(1))
+    polls.clear()
+    assert pool.get("j1").state == "running"
+    assert polls == ["j1"]  # the pump's poll is the answer: not a second one
+    inner.states["j1"] = "succeeded"
+    assert pool.get("j1").state == "succeeded"
+    assert pool.get("j1").state == "succeeded"  # no longer running: asked of the backend itself
+    assert polls == ["j1", "j1", "j1"]
