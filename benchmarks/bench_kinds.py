@@ -4,7 +4,8 @@
 kind (the first built-in scenario of the kind without production traffic, lowest difficulty first) through
 :func:`~mlsandbox.env.wrappers.make_rl_env`'s wrappers, with the random and rule mixes of
 :mod:`bench_sim`, a new seed each episode: env-steps/s (steps over the time in ``reset``, ``step`` and
-``action_masks``), the episode length, ``train_model``'s p50 ms.
+``action_masks``), the episode length, ``train_model``'s p50 ms. With ``--pool N``, also the figures of a
+train split of N instances with the fit store warm (a cold phase first, as ``bench_sim --pool``).
 
 ``local`` (the acceptance check of the families of every kind but tabular binary): the family's reference
 agent on real services (an ephemeral local sandbox unless ``--sandbox`` names a running one) on each seed:
@@ -14,7 +15,7 @@ the runtime measured). Several seeds per family give the success rate.
 Both save into ``.bench/kinds.json`` (each run replaces its own section; ``local`` rows are written after
 every episode, so a long run interrupted keeps what it measured). Usage:
 
-    python benchmarks/bench_kinds.py sim [--seconds 20] [--kinds K ...]
+    python benchmarks/bench_kinds.py sim [--seconds 20] [--kinds K ...] [--pool N]
     python benchmarks/bench_kinds.py local [--seeds 5] [--families F ...] [--sandbox NAME] [--section S]
 """
 
@@ -60,16 +61,31 @@ def families_by_kind() -> dict[str, list[str]]:
 # ------------------------------------------------------------------------------------------------ sim
 
 
-def _rl_env(scenario: str, sandbox: str) -> tuple[Any, LastObservation]:
+def _rl_env(scenario: str, sandbox: str, fit_store: str | None = None) -> tuple[Any, LastObservation]:
     from mlsandbox.env.gym_env import MLSandboxEnv
     from mlsandbox.env.wrappers import DiscreteActions, FlatObservation
 
-    last = LastObservation(MLSandboxEnv(scenario, backend="sim", sandbox=sandbox))
+    last = LastObservation(
+        MLSandboxEnv(scenario, backend="sim", sandbox=sandbox, backend_config={"fit_store": fit_store})
+    )
     return DiscreteActions(FlatObservation(last), wait_seconds=bench_sim.WAIT_SECONDS), last
 
 
-def bench_sim_kind(scenario: str, mix: Any, *, seconds: float, seed0: int) -> dict[str, Any]:
-    env, last = _rl_env(scenario, f"bench-kinds-{mix.name}")
+def bench_sim_kind(
+    scenario: str,
+    mix: Any,
+    *,
+    seconds: float,
+    seed0: int,
+    pool: int | None = None,
+    fit_store: str | None = None,
+) -> dict[str, Any]:
+    """``pool``: each episode's seed drawn among ``pool`` seeds from ``seed0`` (a train split) instead of a
+    new one; ``fit_store``: the fit store's directory (None: no store)."""
+    import numpy as np
+
+    env, last = _rl_env(scenario, f"bench-kinds-{mix.name}", fit_store)
+    draw = np.random.default_rng(seed0)
     steps, lengths, env_ms, train_ms = 0, [], [], []
     try:
         for w in range(2):  # warm-up: imports and first touches, seeds of their own
@@ -78,7 +94,8 @@ def bench_sim_kind(scenario: str, mix: Any, *, seconds: float, seed0: int) -> di
         t0 = time.perf_counter()
         ep = 0
         while time.perf_counter() - t0 < seconds:
-            n = _episode(env, last, mix, seed=seed0 + ep, env_ms=env_ms, train_ms=train_ms)
+            seed = seed0 + (ep if pool is None else int(draw.integers(pool)))
+            n = _episode(env, last, mix, seed=seed, env_ms=env_ms, train_ms=train_ms)
             steps += n
             lengths.append(n)
             ep += 1
@@ -142,8 +159,35 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
             for mix in (RandomMix(seed0), RuleMix(seed0))
         }
         print(f"{kind:22} {_sim_line(out[kind])}", flush=True)
+        if args.pool:
+            out[kind]["train_split"] = {
+                mix.name: _split(scenarios[0], mix, pool=args.pool, seconds=args.seconds, seed0=seed0)
+                for mix in (RandomMix(seed0), RuleMix(seed0))
+            }
+            print(
+                f"{'':22} train split of {args.pool}, warm: {_sim_line(out[kind]['train_split'])}", flush=True
+            )
     _save("sim", out)
     return out
+
+
+def _split(scenario: str, mix: Any, *, pool: int, seconds: float, seed0: int) -> dict[str, Any]:
+    """The mix on a train split of ``pool`` instances with the fit store in a fresh directory: a cold phase
+    (fits done as they come), then the figures of a warm one (fits read from the store), as
+    :func:`bench_sim.bench_pool`."""
+    import tempfile
+
+    from mlsandbox.backends.sim import fitstore, realfit
+
+    with tempfile.TemporaryDirectory(prefix="bench-kinds-store-") as store:
+        realfit.clear()
+        fitstore.configure(None)
+        cold = bench_sim_kind(scenario, mix, seconds=seconds, seed0=seed0, pool=pool, fit_store=store)
+        realfit.clear()
+        fitstore.configure(None)
+        warm = bench_sim_kind(scenario, mix, seconds=seconds, seed0=seed0 + 1, pool=pool, fit_store=store)
+    realfit.clear()
+    return {**warm, "pool": pool, "cold_env_steps_per_s": cold["env_steps_per_s"]}
 
 
 def _serving(scenario: str) -> bool:
@@ -283,6 +327,12 @@ def main() -> None:
     sim = sub.add_parser("sim")
     sim.add_argument("--seconds", type=float, default=20.0, help="per kind and mix")
     sim.add_argument("--kinds", nargs="*")
+    sim.add_argument(
+        "--pool",
+        type=int,
+        default=0,
+        help="also a train split of this many instances, the fit store warm (each kind's train_split)",
+    )
     local = sub.add_parser("local")
     local.add_argument("--seeds", type=int, default=5)
     local.add_argument("--seed0", type=int, default=101)

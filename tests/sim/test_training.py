@@ -70,6 +70,26 @@ def test_the_command_writes_the_policy_the_curve_and_the_evaluation(tmp_path: Pa
     assert "held-out seeds" in res.output
 
 
+def test_several_envs_in_worker_processes_train_with_the_same_rollout_size(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    out = tmp_path / "vec"
+    res = CliRunner().invoke(
+        app,
+        ["train", str(RL_FAST), "--steps", "2048", "--n-envs", "2", "--eval-episodes", "1", "--no-baselines",
+         "--out", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "training.json").read_text())
+    assert summary["n_envs"] == 2
+    assert summary["ppo_settings"]["n_steps"] * 2 == training.PPO_SETTINGS["n_steps"]
+    assert summary["steps"] >= 2048
+    # every env's finished episodes reach the curve: their steps add up to all but the unfinished ones
+    recorded = sum(p["episodes"] * p["mean_length"] for p in summary["curve"])
+    assert recorded >= summary["steps"] - 2 * load_scenario(RL_FAST).max_steps, (recorded, summary["steps"])
+    with pytest.raises(ValueError, match="n_envs must be at least 1"):
+        training.train_policy([load_scenario(RL_FAST)], steps=10, out=tmp_path / "x", n_envs=0)
+
+
 def test_the_command_refuses_an_unknown_family(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["train", "no-such-family", "--steps", "10", "--out", str(tmp_path)])
     assert res.exit_code == 1

@@ -163,8 +163,8 @@ def test_pool_config_rejects_machines_larger_than_the_pool() -> None:
         ComputePool(machines=[LARGE], capacity_cpus=1)
 
 
-def test_get_polls_a_running_job_once_and_answers_what_the_backend_does() -> None:
-    pool, inner, _ = _pool()
+def _count_polls(inner: FakeJobs) -> list[str]:
+    """The job ids the backend is asked about, in order (``inner.get`` counted from now on)."""
     polls: list[str] = []
     real_get = inner.get
 
@@ -173,6 +173,12 @@ def test_get_polls_a_running_job_once_and_answers_what_the_backend_does() -> Non
         return real_get(job_id)
 
     inner.get = counted  # type: ignore[method-assign]
+    return polls
+
+
+def test_get_polls_a_running_job_once_and_answers_what_the_backend_does() -> None:
+    pool, inner, _ = _pool()
+    polls = _count_polls(inner)
     pool.submit(_spec(1))
     polls.clear()
     assert pool.get("j1").state == "running"
@@ -181,3 +187,27 @@ def test_get_polls_a_running_job_once_and_answers_what_the_backend_does() -> Non
     assert pool.get("j1").state == "succeeded"
     assert pool.get("j1").state == "succeeded"  # no longer running: asked of the backend itself
     assert polls == ["j1", "j1", "j1"]
+
+
+def test_get_many_pumps_once_and_polls_each_running_job_once() -> None:
+    pool, inner, _ = _pool()
+    polls = _count_polls(inner)
+    pool.submit(_spec(1))
+    pool.submit(_spec(2))
+    assert pool.submit(_spec(3, cpus=2)).state == "queued"
+    polls.clear()
+    got = pool.get_many(["j1", "j2", "j3", "nope"])
+    assert sorted(polls) == [
+        "j1",
+        "j2",
+        "nope",
+    ]  # each running job once; the unknown one asked of the backend
+    assert {k: v.state for k, v in got.items() if isinstance(v, JobStatus)} == {
+        "j1": "running",
+        "j2": "running",
+        "j3": "queued",
+    }
+    assert isinstance(got["nope"], KeyError)
+    inner.states["j1"] = inner.states["j2"] = "succeeded"
+    got = pool.get_many(["j1", "j2", "j3"])
+    assert got["j1"].state == "succeeded" and got["j3"].state == "running"  # type: ignore[union-attr]

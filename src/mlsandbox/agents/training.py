@@ -27,6 +27,7 @@ agent, on any backend, with 95 % Wilson intervals.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -108,6 +109,8 @@ class TrainResult:
     shaping: bool
     curriculum: Curriculum | None = None
     settings: dict[str, Any] | None = None
+    n_envs: int = 1
+    """Envs stepped at once (worker processes when above 1)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -118,7 +121,8 @@ class TrainResult:
             "families": self.families,
             "instances": self.instances,
             "shaping": self.shaping,
-            "ppo_settings": {**PPO_SETTINGS, **(self.settings or {})},
+            "ppo_settings": ppo_settings(self.settings, self.n_envs),
+            "n_envs": self.n_envs,
             "curriculum": self.curriculum.summary() if self.curriculum is not None else None,
             "steps": self.steps,
             "wall_s": round(self.wall_s, 1),
@@ -140,9 +144,15 @@ def train_policy(
     settings: dict[str, Any] | None = None,
     on_point: Callable[[CurvePoint], None] | None = None,
     curriculum: Curriculum | None = None,
+    n_envs: int = 1,
 ) -> TrainResult:
     """Train MaskablePPO from scratch in sim on ``instances`` seeds of each scenario (see the module
     docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``.
+
+    ``n_envs`` above 1 steps that many envs in worker processes (Stable-Baselines3's ``SubprocVecEnv``,
+    each env its own sim sandbox and seed draws, the fit store shared on disk) and batches the policy's
+    forward passes over them; each env's rollout is ``n_steps / n_envs`` long, so a PPO update sees as many
+    env-steps as with one env.
 
     With ``curriculum`` the training episodes go through its stages (see
     :mod:`mlsandbox.agents.curriculum`): each stage's scenarios are the given ones loosened, the last
@@ -154,6 +164,8 @@ def train_policy(
         raise ValueError(f"instances must be at least 1, got {instances}")
     if not scenarios:
         raise ValueError("no scenario to train on")
+    if n_envs < 1:
+        raise ValueError(f"n_envs must be at least 1, got {n_envs}")
     try:
         import torch
         from sb3_contrib import MaskablePPO
@@ -166,18 +178,24 @@ def train_policy(
     shaped = [with_shaping(s, shaping) for s in scenarios]
     if curriculum is not None:
         curriculum.total_steps = curriculum.total_steps or steps
-    env = transfer_env(
+    make = functools.partial(
+        _training_env,
         shaped,
-        backend="sim",
-        sandbox=f"train-{seed}",
-        seeds_per_scenario=instances,
+        instances=instances,
         kind_features=several_kinds(scenarios),
         stages=stage_scenarios(shaped, curriculum.stages) if curriculum is not None else None,
     )
+    ppo = ppo_settings(settings, n_envs)
+    if n_envs == 1:
+        env: Any = make(f"train-{seed}")
+    else:
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        env = SubprocVecEnv([functools.partial(make, f"train-{seed}-{i}") for i in range(n_envs)])
     curve: list[CurvePoint] = []
     window_eps: list[tuple[bool, float, int]] = []
-    returns = np.zeros(1)
-    lengths = np.zeros(1, dtype=int)
+    returns = np.zeros(n_envs)
+    lengths = np.zeros(n_envs, dtype=int)
     t0 = time.monotonic()
 
     def close_window(done_steps: int) -> None:
@@ -199,25 +217,25 @@ def train_policy(
 
     class _Curve(BaseCallback):
         def _on_step(self) -> bool:
-            rewards = self.locals["rewards"]
-            returns[0] += float(rewards[0])
-            lengths[0] += 1
-            for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
+            returns[:] += np.asarray(self.locals["rewards"], dtype=float)
+            lengths[:] += 1
+            for i, (info, done) in enumerate(zip(self.locals["infos"], self.locals["dones"], strict=True)):
                 if done:
                     success = bool((info.get("grade") or {}).get("success"))
-                    window_eps.append((success, float(returns[0]), int(lengths[0])))
-                    returns[0], lengths[0] = 0.0, 0
+                    window_eps.append((success, float(returns[i]), int(lengths[i])))
+                    returns[i], lengths[i] = 0.0, 0
                     if curriculum is not None and curriculum.record(success, self.num_timesteps):
                         self.training_env.env_method("set_stage", curriculum.stage)
-            if self.num_timesteps % window == 0:
+            # with several envs the step count moves by n_envs: a boundary is crossed, not always hit
+            before = self.num_timesteps - n_envs
+            if self.num_timesteps // window > before // window:
                 close_window(self.num_timesteps)
-            if checkpoint_every and self.num_timesteps % checkpoint_every == 0:
+            if checkpoint_every and self.num_timesteps // checkpoint_every > before // checkpoint_every:
                 self.model.save(out / "checkpoints" / f"step-{self.num_timesteps}.zip")
             return True
 
     try:
-        model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
-                            **{**PPO_SETTINGS, **(settings or {})})  # fmt: skip
+        model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **ppo)
         model.learn(total_timesteps=steps, callback=_Curve())
         close_window(int(model.num_timesteps))
         wall = time.monotonic() - t0
@@ -235,6 +253,7 @@ def train_policy(
         shaping=shaping,
         curriculum=curriculum,
         settings=settings,
+        n_envs=n_envs,
     )
     (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
     plot_curve(
@@ -244,6 +263,37 @@ def train_policy(
         stage_starts=curriculum.started[1:] if curriculum is not None else (),
     )
     return result
+
+
+def ppo_settings(settings: dict[str, Any] | None, n_envs: int = 1) -> dict[str, Any]:
+    """:data:`PPO_SETTINGS` with ``settings`` over them; with several envs each env's ``n_steps`` is its
+    share of the rollout (an update sees as many env-steps as with one env)."""
+    out = {**PPO_SETTINGS, **(settings or {})}
+    if n_envs > 1:
+        out["n_steps"] = max(1, int(out["n_steps"]) // n_envs)
+    return out
+
+
+def _training_env(
+    scenarios: Sequence[Scenario],
+    sandbox: str,
+    *,
+    instances: int,
+    kind_features: bool,
+    stages: Sequence[Sequence[Scenario]] | None,
+) -> Any:
+    """One training env (in this process, or in a worker process of a vector env: BLAS single-threaded)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    return transfer_env(
+        scenarios,
+        backend="sim",
+        sandbox=sandbox,
+        seeds_per_scenario=instances,
+        kind_features=kind_features,
+        stages=stages,
+    )
 
 
 def plot_curve(

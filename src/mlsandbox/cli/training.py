@@ -70,6 +70,14 @@ def register(app: typer.Typer) -> None:
             float | None,
             typer.Option("--ent-coef", min=0.0, help="PPO's entropy bonus (default: PPO_SETTINGS, 0.01)."),
         ] = None,
+        n_envs: Annotated[
+            int,
+            typer.Option(
+                "--n-envs",
+                min=1,
+                help="Envs stepped at once, each in a worker process (the rollout length is split among them).",
+            ),
+        ] = 1,
         eval_episodes: Annotated[
             int, typer.Option("--eval-episodes", min=0, help="Held-out sim episodes per family.")
         ] = 20,
@@ -126,6 +134,7 @@ def register(app: typer.Typer) -> None:
                     on_point=point,
                     curriculum=Curriculum(window=stage_window, threshold=stage_threshold) if curriculum else None,
                     settings={"ent_coef": ent_coef} if ent_coef is not None else None,
+                    n_envs=n_envs,
                 )  # fmt: skip
             except ImportError as e:
                 raise _fail(e) from None

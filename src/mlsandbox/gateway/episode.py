@@ -106,11 +106,20 @@ class Episode:
             job.run_id = status.result.get("run_id")
 
     def refresh_jobs(self) -> None:
-        for job in self.state.jobs.values():
-            if job.state in TERMINAL_JOB_STATES:
-                continue
+        pending = [job for job in self.state.jobs.values() if job.state not in TERMINAL_JOB_STATES]
+        if not pending:
+            return
+        try:  # one pump of the pool for all of them
+            statuses = self.pool.get_many([job.backend_id for job in pending])
+        except Exception as e:  # the next refresh tries again
+            log.debug("refresh of the episode's jobs failed: %s", e)
+            return
+        for job in pending:
+            status = statuses[job.backend_id]
             try:
-                self.update_job(job, self.pool.get(job.backend_id))
+                if isinstance(status, Exception):
+                    raise status
+                self.update_job(job, status)
             except Exception as e:  # the next refresh tries again
                 log.debug("refresh of %s failed: %s", job.job_id, e)
 

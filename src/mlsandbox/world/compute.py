@@ -24,7 +24,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,6 +304,29 @@ class Pool:
             polled = self._polled.pop(job_id, None)
         # the status the pump just read (one poll of the job, not two); else the job's own
         return polled if polled is not None else self.inner.get(job_id)
+
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobStatus | Exception]:
+        """The statuses of several jobs after one :meth:`pump` (each running job polled once, not once
+        per job asked about); a job whose status cannot be read maps to the exception it raised."""
+        out: dict[str, JobStatus | Exception] = {}
+        with self.lock:
+            self.pump()
+            polled, self._polled = self._polled, {}
+            queued = {q.spec.job_id for q in self.queue}
+            for job_id in job_ids:
+                if job_id in self.finished:
+                    out[job_id] = self.finished[job_id]
+                elif job_id in queued:
+                    out[job_id] = JobStatus(job_id=job_id, state="queued")
+                elif job_id in polled:
+                    out[job_id] = polled[job_id]
+        for job_id in job_ids:
+            if job_id not in out:
+                try:
+                    out[job_id] = self.inner.get(job_id)
+                except Exception as e:  # the caller decides (a refresh tries again later)
+                    out[job_id] = e
+        return out
 
     def logs(self, job_id: str, tail: int = 50) -> str:
         with self.lock:
