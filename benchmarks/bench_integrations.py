@@ -9,15 +9,17 @@ sandbox; on sim each env and each server session has an in-process sandbox of it
 action and the overhead over in-process (p50 difference, median over actions).
 
 **RLlib.** PPO (``mlsandbox.integrations.rllib.ppo_config``) on a local Ray cluster with N = 1 and 2
-EnvRunner actors (``rl-fast``, 12 env steps per runner per iteration): on local every env runs on the same
-sandbox, on sim each env is an in-process sandbox in its EnvRunner. After a warm-up iteration, env steps
+EnvRunner actors (``rl-fast``): on local every env runs on the same sandbox (12 env steps per runner per
+iteration), on sim each env is an in-process sandbox in its EnvRunner (``--sim-fragment`` steps per runner
+per iteration, default 256), with a new seed each episode and on a train split of ``--sim-instances``
+seeds (whose fits the fit store serves again). After a warm-up iteration, env steps
 sampled per second of wall time over the measured iterations (the learner's update is part of each
 iteration, as in training), and the share of an iteration spent sampling.
 
 Saves ``.bench/integrations.json`` and the figure ``.bench/integrations.png``.
 
 Usage: ``python benchmarks/bench_integrations.py [--sandbox NAME] [--steps N] [--iterations N] [--only
-openenv rllib] [--backends local sim]`` (an ephemeral local sandbox is started when none is named).
+openenv rllib] [--backends local sim] [--sim-fragment N] [--sim-instances N ...]`` (an ephemeral local sandbox is started when none is named).
 """
 
 from __future__ import annotations
@@ -122,14 +124,30 @@ def bench_openenv(url: str, n: int) -> tuple[dict[str, list[float]], dict[str, l
     return ws, mcp
 
 
-def rllib_throughput(backend: str, sandbox: str, runners: int, iterations: int) -> dict[str, Any]:
+def rllib_throughput(
+    backend: str,
+    sandbox: str,
+    runners: int,
+    iterations: int,
+    *,
+    fragment: int = 12,
+    instances: int | None = None,
+    warmup: int = 1,
+) -> dict[str, Any]:
     from mlsandbox.integrations.rllib import ppo_config
 
     algo = ppo_config(
-        backend=backend, sandbox=sandbox, num_env_runners=runners, rollout_fragment_length=12, seed=1
+        env_config={"instances": instances},
+        backend=backend,
+        sandbox=sandbox,
+        num_env_runners=runners,
+        rollout_fragment_length=fragment,
+        minibatch_size=min(128, fragment),
+        seed=1,
     ).build_algo()
     try:
-        warm = algo.train()  # warm-up: first episodes, first jobs, lazy imports in the runners
+        for _ in range(warmup):  # warm-up: first episodes, first jobs, lazy imports in the runners
+            warm = algo.train()
         before = warm["env_runners"]["num_env_steps_sampled_lifetime"]
         t0 = time.perf_counter()
         for _ in range(iterations):
@@ -141,6 +159,8 @@ def rllib_throughput(backend: str, sandbox: str, runners: int, iterations: int) 
     return {
         "backend": backend,
         "env_runners": runners,
+        "rollout_fragment_length": fragment,
+        "instances": instances,
         "iterations": iterations,
         "env_steps": int(steps),
         "wall_s": round(wall, 2),
@@ -231,6 +251,19 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3, help="measured RLlib iterations per N")
     parser.add_argument("--only", nargs="*", default=["openenv", "rllib"], choices=["openenv", "rllib"])
     parser.add_argument("--backends", nargs="*", default=["local", "sim"], choices=["local", "sim"])
+    parser.add_argument(
+        "--sim-fragment",
+        type=int,
+        default=256,
+        help="sim rows: env steps per runner per iteration (default 256; local rows: 12)",
+    )
+    parser.add_argument(
+        "--sim-instances",
+        type=int,
+        nargs="*",
+        default=[0, 16],
+        help="sim rows: seeds of a train split (0: a new seed each episode; default 0 16)",
+    )
     args = parser.parse_args()
 
     backend = LocalBackend(args.sandbox or f"bench-int-{os.getpid()}")
@@ -253,11 +286,25 @@ def main() -> None:
             try:
                 figures["rllib"] = []
                 for kind in args.backends:
-                    for runners in (1, 2):
-                        console.print(f"measuring RLlib with {runners} EnvRunner(s) on {kind} ...")
-                        row = rllib_throughput(kind, sandboxes[kind], runners, args.iterations)
-                        row["load_average_1m"] = round(os.getloadavg()[0], 2)
-                        figures["rllib"].append(row)
+                    splits = [n or None for n in args.sim_instances] if kind == "sim" else [None]
+                    for instances in splits:
+                        for runners in (1, 2):
+                            console.print(
+                                f"measuring RLlib with {runners} EnvRunner(s) on {kind}"
+                                + (f", a train split of {instances}" if instances else "")
+                                + " ..."
+                            )
+                            row = rllib_throughput(
+                                kind,
+                                sandboxes[kind],
+                                runners,
+                                args.iterations,
+                                fragment=args.sim_fragment if kind == "sim" else 12,
+                                instances=instances,
+                                warmup=2 if kind == "sim" else 1,
+                            )
+                            row["load_average_1m"] = round(os.getloadavg()[0], 2)
+                            figures["rllib"].append(row)
             finally:
                 ray.shutdown()
     finally:
@@ -283,6 +330,8 @@ def main() -> None:
         for col in (
             "backend",
             "EnvRunners",
+            "steps / runner / iteration",
+            "train split",
             "env steps",
             "wall s",
             "steps/s",
@@ -291,7 +340,8 @@ def main() -> None:
         ):
             table.add_column(col, justify="right")
         for r in figures["rllib"]:
-            table.add_row(r["backend"], str(r["env_runners"]), str(r["env_steps"]), f"{r['wall_s']:.1f}",
+            table.add_row(r["backend"], str(r["env_runners"]), str(r.get("rollout_fragment_length", 12)),
+                          str(r.get("instances") or "new seeds"), str(r["env_steps"]), f"{r['wall_s']:.1f}",
                           f"{r['env_steps_per_s']:.2f}", f"{r['sampling_share']:.0%}",
                           f"{r['episode_return_mean']:+.3f}")  # fmt: skip
         console.print(table)

@@ -93,3 +93,27 @@ def test_data_action_results_are_bounded_by_bytes(monkeypatch) -> None:
     )
     payload, result = core_handlers._memo(("k", 9), lambda: (b"", {"i": -1}))
     assert payload == b"x" * 3_000 and result == {"i": 9}
+
+
+def test_a_train_split_of_instances_draws_every_episode_among_its_seeds() -> None:
+    from mlsandbox.integrations.rllib import env_creator
+    from mlsandbox.scenario import load_builtin
+
+    base = load_builtin("tabular-quality-basic").seed
+    env = make_rl_env("tabular-quality-basic", backend="sim", sandbox="test-split", instances=3)
+    try:
+        seeds = set()
+        for k in range(12):
+            _, info = env.reset(seed=100 if k == 0 else None)
+            seeds.add(info["seed"])
+        assert seeds <= {base, base + 1, base + 2} and len(seeds) >= 2
+    finally:
+        env.close()
+    rl = env_creator({"backend": "sim", "sandbox": "test-split-rllib", "instances": 2})
+    try:
+        seeds = {rl.reset(seed=5 if k == 0 else None)[1]["seed"] for k in range(8)}
+        fast = rl.unwrapped.scenario.seed
+        assert seeds <= {fast, fast + 1}
+        assert set(rl.observation_space.spaces) == {"action_mask", "observations"}
+    finally:
+        rl.close()

@@ -734,11 +734,17 @@ def make_rl_env(
     machines: Sequence[str | None] | None = None,
     services: Sequence[str] | None = None,
     kind_features: bool = False,
+    instances: int | None = None,
     **env_kwargs: Any,
 ) -> gym.Env[np.ndarray, np.int64]:
     """``MLSandboxEnv`` with :class:`FlatObservation` and :class:`DiscreteActions` (masks via ``action_masks``;
-    ``kind_features``: the episode's kind in the observation)."""
-    env: gym.Env[Any, Any] = MLSandboxEnv(scenario, **env_kwargs)
+    ``kind_features``: the episode's kind in the observation; ``instances``: each episode at one of this many
+    seeds from the scenario's own, a train split whose fits the fit store serves again (a
+    :class:`SuiteEpisodes` under the RL wrappers; None: the env's own seed draws, new data every episode)."""
+    base = MLSandboxEnv(scenario, **env_kwargs)
+    env: gym.Env[Any, Any] = base
+    if instances is not None:
+        env = SuiteEpisodes(base, [base.scenario], seeds_per_scenario=instances)
     env = FlatObservation(env, max_datasets=max_datasets, max_jobs=max_jobs, kind_features=kind_features)
     return DiscreteActions(
         env,

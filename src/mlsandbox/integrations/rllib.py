@@ -101,6 +101,12 @@ class RLlibEnvConfig(BaseModel):
     max_datasets: int = Field(default=4, ge=1)
     max_jobs: int = Field(default=3, ge=1)
     action_mask: bool = Field(default=True, description="Observations as {action_mask, observations}.")
+    instances: int | None = Field(
+        default=None,
+        ge=1,
+        description="Each episode at one of this many seeds from the scenario's own (a train split, whose "
+        "fits the sim fit store serves again); None: a new seed each episode.",
+    )
 
 
 class ActionMaskObservation(gym.ObservationWrapper[dict[str, np.ndarray], np.int64, np.ndarray]):
@@ -198,6 +204,7 @@ def env_creator(env_config: Any) -> gym.Env[Any, Any]:
         wait_seconds=cfg.wait_seconds,
         max_datasets=cfg.max_datasets,
         max_jobs=cfg.max_jobs,
+        instances=cfg.instances,
     )
     if cfg.action_mask:
         env = ActionMaskObservation(env)
