@@ -142,6 +142,8 @@ def register(app: typer.Typer) -> None:
 
         store = fitstore.current()
         kept = "off" if store is None else f"{store.hits:,} fits read, {store.misses:,} done"
+        if n_envs > 1:  # the envs, and their fits, are in the worker processes
+            kept = f"shared on disk by the {n_envs} worker processes"
         console.print(
             f"trained {result.steps:,} env-steps in {result.wall_s:,.0f} s ({result.steps_per_s:,.0f} env-steps/s, "
             f"PPO updates included); fit store: {kept}; saved {directory / 'policy.zip'}, "
