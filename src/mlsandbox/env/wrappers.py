@@ -353,9 +353,10 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         change (the mask is asked for several times between two steps), and an action's validation
         against the action models and the scenario's hard constraints is remembered by its content.
         When no template was given (the curated ones and the always-masked fallbacks build every slot), the
-        list is also remembered by everything those templates read (the scenario, the dataset and job slots' contents, whether credits are left, whether the
-        episode is over): a state that recurs, later in the episode or in a later episode of the same
-        scenario, gets its list back without building it (up to :data:`SLOT_LISTS_KEPT` lists)."""
+        list is also remembered by everything those templates read (the scenario, the dataset and job
+        slots' contents, whether credits are left, whether the episode is over): a state that recurs, later
+        in the episode or in a later episode of the same scenario, gets its list back without building it
+        (up to :data:`SLOT_LISTS_KEPT` lists)."""
         inner = in_process_env(self.env)
         st = inner.episode
         key = (
