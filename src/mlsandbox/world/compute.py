@@ -295,15 +295,10 @@ class Pool:
             return JobStatus(job_id=spec.job_id, state="queued")
 
     def get(self, job_id: str) -> JobStatus:
-        with self.lock:
-            self.pump()
-            if job_id in self.finished:
-                return self.finished[job_id]
-            if any(q.spec.job_id == job_id for q in self.queue):
-                return JobStatus(job_id=job_id, state="queued")
-            polled = self._polled.pop(job_id, None)
-        # the status the pump just read (one poll of the job, not two); else the job's own
-        return polled if polled is not None else self.inner.get(job_id)
+        status = self.get_many([job_id])[job_id]
+        if isinstance(status, Exception):
+            raise status
+        return status
 
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobStatus | Exception]:
         """The statuses of several jobs after one :meth:`pump` (each running job polled once, not once
