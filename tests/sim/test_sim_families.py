@@ -11,9 +11,11 @@ import pytest
 from mlsandbox.agents import make_agent
 from mlsandbox.agents.families_reference import AlertTriageReferenceAgent
 from mlsandbox.agents.runner import EpisodeResult, run_episode
-from mlsandbox.agents.scripted import ScriptedAgent
+from mlsandbox.agents.scripted import ReferenceAgent, ScriptedAgent
 from mlsandbox.env import MLSandboxEnv
+from mlsandbox.errors import ScenarioError
 from mlsandbox.scenario import load_builtin
+from mlsandbox.scenario.loader import parse_scenario
 
 FAMILIES = (
     "churn-diverging-mlp",
@@ -24,6 +26,7 @@ FAMILIES = (
     "retail-holiday-peak-demand",
     "credit-risk-applications-drift",
     "credit-risk-serving-drift",
+    "churn-lake-bandwidth-deadline",
 )
 
 
@@ -335,3 +338,50 @@ def test_a_credit_model_left_serving_drifted_applicants_fails() -> None:
     res = _run("credit-risk-serving-drift", stale)
     assert stale.seen[2]["result"]["state"] == "succeeded" and stale.seen[4]["ok"], stale.seen[4]
     assert res.grade is not None and not res.success and res.grade["holdout_auc"] < 0.7, res.grade
+
+
+# ------------------------------------------------------------------------- the lake collapses, a deadline runs
+
+DEADLINE_FAMILY = "churn-lake-bandwidth-deadline"
+
+
+class _CsvFirstReference(ReferenceAgent):
+    """The reference checklist on the CSV copy: the same rows, three times the bytes through the lake."""
+
+    def choose_dataset(self, names: list[str]) -> Any:
+        return sorted(names, key=lambda n: not n.endswith(".csv"))[0]
+        yield {}
+
+
+def test_a_deadline_counts_down_in_the_budget_and_the_deliverable_names_it() -> None:
+    res = _run(DEADLINE_FAMILY, "reference")
+    assert res.success, res.grade
+    first = res.first_observation
+    assert first["result"]["deliverable"]["deadline_s"] == 100
+    assert first["budget"]["seconds_left"] == 100
+    left = [s.previous["budget"]["seconds_left"] for s in res.steps]
+    assert left == sorted(left, reverse=True) and left[-1] < left[0]
+
+
+def test_the_csv_copy_through_the_collapsed_lake_misses_the_deadline() -> None:
+    res = _run(DEADLINE_FAMILY, _CsvFirstReference())
+    assert not res.success
+    assert "after the deadline" in res.grade["reason"], res.grade
+
+
+def test_without_the_collapse_the_csv_copy_is_on_time() -> None:
+    sc = load_builtin(DEADLINE_FAMILY)
+    calm = sc.model_copy(update={"perturbations": []})
+    env = MLSandboxEnv(DEADLINE_FAMILY, backend="sim", sandbox="sim-families")
+    try:
+        res = run_episode(env, _CsvFirstReference(), seed=sc.seed, scenario=calm)
+    finally:
+        env.close()
+    assert res.success, res.grade
+
+
+def test_a_deadline_on_a_goal_that_grades_no_registered_model_is_refused() -> None:
+    data = load_builtin("serving-deploy-slo").model_dump(mode="json")
+    data["budget"]["deadline_s"] = 60
+    with pytest.raises(ScenarioError, match=r"budget\.deadline_s: a deadline applies"):
+        parse_scenario(data)

@@ -40,9 +40,14 @@ def grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> Gr
     goal = state.scenario.goal
     spec = state.scenario.dataset(goal.dataset)
     kind = kind_of(spec)
-    versions = [v for (n, v) in state.registered if n == goal.model_name]
+    versions, late = state.graded_versions(goal.model_name)
     if not versions:
-        return Grade(goal.model_name, None, None, 0.0, False, f"no model registered as {goal.model_name!r}")
+        reason = (
+            state.late_reason(goal.model_name, late)
+            if late
+            else f"no model registered as {goal.model_name!r}"
+        )
+        return Grade(goal.model_name, None, None, 0.0, False, reason)
     version = versions[-1]
     holdout = state.ground_truth.holdouts[goal.dataset]
     metric, baseline, bar = metric_bar(goal, spec, holdout)

@@ -105,9 +105,14 @@ Grader = Callable[[EpisodeState, Tracking], Grade]
 def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade:
     """Grade the latest registered version of the goal's model on the hidden holdout."""
     goal = state.scenario.goal
-    versions = [v for (n, v) in state.registered if n == goal.model_name]
+    versions, late = state.graded_versions(goal.model_name)
     if not versions:
-        return Grade(goal.model_name, None, None, 0.0, False, f"no model registered as {goal.model_name!r}")
+        reason = (
+            state.late_reason(goal.model_name, late)
+            if late
+            else f"no model registered as {goal.model_name!r}"
+        )
+        return Grade(goal.model_name, None, None, 0.0, False, reason)
     version = versions[-1]
     holdout = state.ground_truth.holdouts[goal.dataset]
     target = state.scenario.dataset(goal.dataset).target

@@ -146,6 +146,8 @@ class Gateway:
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(ctx)
+        if self.scenario.budget.deadline_s is not None:
+            st.deadline_at = rt.clock.time() + self.scenario.budget.deadline_s
         self._audit(
             {"event": "start", "scenario": self.scenario.id, "seed": self.seed, **self.telemetry.start(self)}
         )
@@ -175,6 +177,8 @@ class Gateway:
         goal = self.scenario.goal
         kind = kind_of(self.scenario.dataset(goal.dataset))
         out: dict[str, Any] = {"register_model_as": goal.model_name, "kind": kind.name}
+        if self.scenario.budget.deadline_s is not None:
+            out["deadline_s"] = self.scenario.budget.deadline_s
         if goal.type in ("registered_model_metric", "predictions_file"):
             out["metric"] = kind.metric(getattr(goal, "metric", None)).name
         if isinstance(goal, PredictionsFileGoal):

@@ -197,11 +197,14 @@ class Episode:
     def budget(self) -> dict[str, Any]:
         """What every observation says of the episode's budget."""
         st = self.state
-        return {
+        out: dict[str, Any] = {
             "credits": st.scenario.budget.credits,
             "credits_used": round(st.credits_used, 4),
             "steps_left": max(0, st.scenario.max_steps - st.step),
         }
+        if st.deadline_at is not None:
+            out["seconds_left"] = round(max(0.0, st.deadline_at - self.runtime.clock.time()), 1)
+        return out
 
     def _charge_idle(self, credits: float) -> None:
         """What idle reserved machines cost (the pool's charge)."""

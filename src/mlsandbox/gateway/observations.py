@@ -36,13 +36,18 @@ class ObservationError(BaseModel):
 
 
 class Budget(BaseModel):
-    """What is left of the episode: compute credits and steps."""
+    """What is left of the episode: compute credits, steps and, when the task has a deadline, seconds."""
 
     model_config = ConfigDict(extra="forbid")
 
     credits: float = Field(description="The episode's compute credits.")
     credits_used: float = Field(description="Credits used so far (jobs' CPU-seconds, reservations, ...).")
     steps_left: int = Field(description="Steps left before the episode truncates.")
+    seconds_left: float | None = Field(
+        default=None,
+        description="Seconds left before the deadline by which the model must be registered (only when "
+        "the task has one).",
+    )
 
 
 class Observation(BaseModel):

@@ -106,6 +106,7 @@ def _observation_lines(obs: dict[str, Any], max_rows: int) -> list[str]:
         lines.append(
             f"budget: credits used {_num(budget.get('credits_used', 0))} of {_num(budget.get('credits', 0))}"
             f" | steps left {budget.get('steps_left')}"
+            + (f" | seconds left {_num(budget['seconds_left'])}" if "seconds_left" in budget else "")
         )
     result = obs.get("result")
     if isinstance(result, dict) and result:

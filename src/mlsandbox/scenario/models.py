@@ -67,12 +67,20 @@ scenario.metric_goal; ``predictions_file``: see scenario.predictions_goal; ``dep
 scenario.serving."""
 
 
+DEADLINE_GOALS: tuple[str, ...] = ("registered_model_auc", "registered_model_metric")
+"""Goal types a ``budget.deadline_s`` applies to (their grade reads the registration's time)."""
+
+
 class Budget(_Model):
     credits: float = Field(default=100.0, gt=0)
     """Compute credits for the episode (jobs consume them by CPU-seconds)."""
     credits_per_cpu_second: float = Field(default=1.0, ge=0)
     max_job_seconds: float = Field(default=300.0, gt=0)
     """A training job running longer than this is stopped."""
+    deadline_s: float | None = Field(default=None, gt=0)
+    """Seconds of the episode's clock (virtual on sim), from the first observation, by which the goal's
+    model must be registered: a version registered later is not graded. Observations show
+    ``seconds_left``. Only for goals that grade a registered model."""
 
 
 class RewardWeights(_Model):
@@ -188,6 +196,11 @@ class Scenario(_Model):
         if self.goal.dataset not in names:
             raise ValueError(f"goal.dataset {self.goal.dataset!r} is not one of the datasets {names}")
         check_metric_goal(self.goal, {d.name: d for d in self.datasets})
+        if self.budget.deadline_s is not None and self.goal.type not in DEADLINE_GOALS:
+            raise ValueError(
+                f"budget.deadline_s: a deadline applies to a goal that grades a registered model "
+                f"({', '.join(DEADLINE_GOALS)}), not to goal type {self.goal.type!r}"
+            )
         check_plan(
             self.perturbations,
             max_steps=self.max_steps,

@@ -131,6 +131,11 @@ class EpisodeState:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     registered: list[tuple[str, str]] = field(default_factory=list)
     """(agent-visible name, version) in registration order."""
+    registered_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    """When each of them was registered (the runtime clock's time: virtual on sim)."""
+    deadline_at: float | None = None
+    """The clock's time by which the goal's model must be registered (``budget.deadline_s`` after the
+    first observation; None without a deadline)."""
     experiment_id: str = ""
     ground_truth: GroundTruth = field(default_factory=GroundTruth)
     serving: ServingRecord = field(default_factory=ServingRecord)
@@ -144,6 +149,31 @@ class EpisodeState:
     environments: dict[str, EnvironmentInfo] = field(default_factory=dict)
     """The episode's named Python environments (the agent's name -> the runtime's environment); jobs,
     flow runs and deployments name one (``default``, the sandbox's own, is not in here)."""
+
+    def note_registered(self, name: str, version: str, at: float) -> None:
+        """A model version the agent registered (through an action, a flow or its own script) at ``at``."""
+        self.registered.append((name, version))
+        self.registered_at[(name, version)] = at
+
+    def graded_versions(self, name: str) -> tuple[list[str], list[str]]:
+        """The versions of ``name`` the grader may score (registered by the deadline, when there is one),
+        and those registered after it, each in registration order."""
+        versions = [v for (n, v) in self.registered if n == name]
+        if self.deadline_at is None:
+            return versions, []
+        deadline = self.deadline_at
+        on_time = [v for v in versions if self.registered_at.get((name, v), deadline) <= deadline]
+        return on_time, [v for v in versions if v not in on_time]
+
+    def late_reason(self, name: str, late: list[str]) -> str:
+        """Why a goal whose model was registered only after the deadline earns nothing."""
+        at = self.registered_at.get((name, late[0]), 0.0)
+        deadline_s = self.scenario.budget.deadline_s or 0.0
+        over = at - (self.deadline_at or at)
+        return (
+            f"model {name!r} was registered {over:.1f} s after the deadline ({deadline_s:g} s): "
+            "a model registered late does not count"
+        )
 
     def tallies(self) -> dict[str, float]:
         """The episode's named tallies for a benchmark row (``metrics.counters``): those not 0."""

@@ -290,7 +290,7 @@ def handle_register_model(ctx: EpisodeContext, a: C.RegisterModel) -> dict[str, 
             "conflict", f"run {a.run_id} is {run.status}: only a FINISHED run's model can be registered"
         )
     mv = ctx.backend_call(lambda: ctx.runtime.tracking.register_model(a.run_id, st.registry_name(a.name)))
-    st.registered.append((a.name, mv.version))
+    st.note_registered(a.name, mv.version, ctx.runtime.clock.time())
     return {"name": a.name, "version": mv.version, "run_id": a.run_id, "status": mv.status}
 
 

@@ -307,7 +307,7 @@ def _account(ctx: EpisodeContext, short: str, view: FlowRunView) -> None:
         known = {v for (n, v) in st.registered if n == name}
         for v in versions:
             if v.name == p["model_name"] and v.version not in known:
-                st.registered.append((name, v.version))
+                st.note_registered(name, v.version, v.created_at or ctx.runtime.clock.time())
 
 
 def _refresh(ctx: EpisodeContext, short: str) -> FlowRunView:

@@ -159,7 +159,7 @@ def on_step(ctx: EpisodeContext) -> None:
         except KeyError:
             continue
         if run.experiment_id == st.experiment_id:  # only the episode's own runs count
-            st.registered.append((name, mv.version))
+            st.note_registered(name, mv.version, mv.created_at or ctx.runtime.clock.time())
 
 
 MAX_DELIVERED_BYTES = 32 << 20
