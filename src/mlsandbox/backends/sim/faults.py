@@ -9,7 +9,9 @@ the ones the local backend shows.
   started (``api-source``, ``postgres``) are services too.
 - **network** (the client-facing ``minio`` and ``mlflow`` endpoints, Toxiproxy's terms): latency and
   jitter per request, bandwidth per byte, a timeout or a reset that stops the connection, an endpoint
-  disabled (connections refused).
+  disabled (connections refused). They act on the gateway's calls and on a job's read of its data (the
+  world keeps each change with its time, so a job brought up to the clock later reads under the faults
+  of its own moment).
 - **bucket quota**: puts over it fail with MinIO's ``XMinioAdminBucketQuotaExceeded``.
 - **job limits**: a running job's CPU and memory limits cut at once (a memory limit below its usage
   kills it: exit code 137), and given back.

@@ -10,6 +10,17 @@ it logs its model, the object store when it reads); a job over its memory limit 
 "kernel" when its usage crosses the limit (exit code 137 and the runner's line, as on local); a job over
 its wall-clock limit is killed at the limit.
 
+A trainer reads its data object through the object store's client-facing endpoint, as on local where the
+read goes through Toxiproxy, so the endpoint's network faults slow it: at the read the job waits the
+endpoint's mean latency for each request of a ``get_object`` (the calibration's count), then moves the
+object's bytes at the bandwidth caps the endpoint had over the time of the read (a cap changed or lifted
+in the middle counts from then on; see :meth:`~mlsandbox.backends.sim.world.SimWorld.transfer`). The
+calibrated start phase already holds the read without faults, so the wait is what the faults add (none
+when the read begins with neither a cap nor a latency). It is I/O wait: the job's time moves, its
+CPU-seconds do not, and its wall-clock limit still applies (a read stuck past it is killed at the limit).
+A latency or a block that comes after the read has begun does not touch it; only whether the endpoint
+could be reached when the read began decides whether it fails.
+
 The tracker run a trainer job starts is real in the sim's tracking: ``RUNNING`` while it runs,
 ``FINISHED`` with its metrics and model on success, ``FAILED`` when the trainer fails with an exception
 (a killed job leaves it ``RUNNING``, as on MLflow).
@@ -85,6 +96,8 @@ class SimJob:
     share: float = math.inf
     """CPUs left to it by contention (inf: none)."""
     oom_pos: float | None = None
+    reading: tuple[float, float] | None = None
+    """A read of its data under way: (latency seconds still to wait, bytes still to move)."""
 
     @property
     def finished(self) -> bool:
@@ -385,13 +398,22 @@ class SimJobs:
         end = plan.end
         deadline = None if job.spec.timeout_s is None else job.started_at + job.spec.timeout_s
         while not job.finished and job.t < until:
-            # the events due where the job is
+            if job.reading is not None:
+                stop = until if deadline is None else min(until, deadline)
+                self._wait(job, stop)
+                if job.reading is not None:
+                    if deadline is not None and job.t >= deadline - 1e-12:
+                        self._timeout(job, deadline)
+                    return
+            # the events due where the job is (a read begun among them is waited for after them all)
             while job.event < len(events) and events[job.event].pos <= job.pos + 1e-12:
                 ev = events[job.event]
                 job.event += 1
                 self._event(job, ev)
                 if job.finished:
                     return
+            if job.reading is not None:
+                continue
             if job.oom_pos is not None and job.oom_pos <= job.pos + 1e-12:
                 self._oom(job, job.t)
                 return
@@ -423,6 +445,30 @@ class SimJobs:
             job.t += dt
             job.peak_mb = max(job.peak_mb, plan.memory_at(job.pos))
 
+    def _wait(self, job: SimJob, stop: float) -> None:
+        """Bring a job in the middle of its read up to ``stop`` at most (see the module docstring)."""
+        assert job.reading is not None
+        latency, left = job.reading
+        if latency > 0:
+            step = min(latency, max(0.0, stop - job.t))
+            job.t += step
+            latency -= step
+            if latency > 1e-12:
+                job.reading = (latency, left)
+                return
+        job.t, left = self.world.transfer("minio", job.t, left, stop)
+        job.reading = (0.0, left) if left > 0 else None
+
+    def _begin_read(self, job: SimJob) -> None:
+        """The job reads its data object now: what the endpoint's faults add is waited for from here."""
+        fill = job.plan.fill
+        data = self.store.peek(str(fill.get("bucket", "")), str(fill.get("key", "")))
+        state = self.world.endpoint_at("minio", job.t)
+        latency = self.world.requests("object_store.get_object") * state.latency_s
+        nbytes = float(len(data)) if data is not None else 0.0
+        if latency > 0 or (nbytes > 0 and state.rate_kbps is not None):
+            job.reading = (latency, nbytes)
+
     def _event(self, job: SimJob, ev: Any) -> None:
         if ev.kind == "line":
             job.lines.append(ev.text)
@@ -446,6 +492,9 @@ class SimJobs:
                         "port": self.world.address.ports["mlflow"],
                     },
                 )
+            return
+        if service == "minio" and ev.values.get("read"):
+            self._begin_read(job)
             return
         if service == "mlflow" and job.run_id is None and job.plan.tracker_run:
             fill = job.plan.fill

@@ -49,7 +49,8 @@ class Event:
     pos: float
     order: int
     kind: str = field(compare=False)
-    """``line`` (print ``text``), ``need`` (a service: ``service``), ``fail`` (``mode``)."""
+    """``line`` (print ``text``), ``need`` (a service: ``service``; ``values["read"]``: the read of the
+    job's data object through it), ``fail`` (``mode``)."""
     text: str = field(default="", compare=False)
     service: str = field(default="", compare=False)
     mode: str = field(default="", compare=False)
@@ -385,8 +386,8 @@ def plan_trainer(
         if template is not None:  # a calibration with fewer lines: nothing printed there
             plan.events.append(Event(pos, next(seq), "line", text=template.format(**{**fill, **values})))
 
-    def need(pos: float, service: str) -> None:
-        plan.events.append(Event(pos, next(seq), "need", service=service))
+    def need(pos: float, service: str, **values: Any) -> None:
+        plan.events.append(Event(pos, next(seq), "need", service=service, values=values))
 
     def fail(pos: float, mode: str, **values: Any) -> None:
         plan.events.append(Event(pos, next(seq), "fail", mode=mode, values=values))
@@ -408,7 +409,8 @@ def plan_trainer(
         mode, values = config.tracker_problem
         fail(0.45, mode, **values)
     line(0.5, _next_text(start))
-    need(0.9, "minio")
+    # the read of the data object through the endpoint (one the config points elsewhere never reaches it)
+    need(0.9, "minio", read=config is None or config.storage_problem is None)
     line(0.9, _next_text(start))
     if config is not None and config.storage_problem is not None:
         mode, values = config.storage_problem

@@ -7,15 +7,21 @@ network faults in Toxiproxy's terms (latency, bandwidth, timeout, reset_peer, di
 capability makes to a service goes through :meth:`SimWorld.call`: it charges the operation's time to the
 virtual clock (the calibration's figures plus what the endpoint's faults add) and fails the way the real
 client does when the service cannot answer (the texts are the calibration's). Each change of a service or
-an endpoint is kept with its time, so a job can ask what a service was at any moment of its run.
+an endpoint is kept with its time (an endpoint's with the bandwidth cap and mean latency its toxics put on
+it), so a job can ask what a service was at any moment of its run: whether it could reach it
+(:meth:`SimWorld.reachable_at`) and how long a read through the endpoint took (:meth:`SimWorld.transfer`,
+:meth:`SimWorld.transfer_s`). Jobs are brought up to the clock lazily, so they ask about moments already
+past; the clock's now is not the state of their reads.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from mlsandbox.backends.sim.clock import VirtualClock
 from mlsandbox.calibration.model import Calibration
@@ -92,6 +98,11 @@ class Endpoint:
     enabled: bool = True
     toxics: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
+    def mean_latency_s(self) -> float:
+        """The latency its toxics add to a request, without jitter (a jittered draw averages to it)."""
+        total = sum(float(a.get("latency", 0) or 0) for k, a in self.toxics.values() if k == "latency")
+        return max(0.0, total / 1000.0)
+
     def latency_s(self, rng: random.Random) -> float:
         total = 0.0
         for kind, attrs in self.toxics.values():
@@ -113,6 +124,23 @@ class Endpoint:
             if kind == "reset_peer":
                 return "reset", float(attrs.get("timeout", 0) or 0) / 1000.0
         return None
+
+
+class EndpointChange(NamedTuple):
+    """What an endpoint was from ``at`` on (monotonic time), until its next change."""
+
+    at: float
+    enabled: bool
+    blocked: bool
+    """A toxic that stops the connection (``timeout``, ``reset_peer``)."""
+    rate_kbps: float | None
+    """The bandwidth cap in KB/s (None: none)."""
+    latency_s: float
+    """The mean latency its toxics add to a request."""
+
+
+NO_FAULT = EndpointChange(0.0, True, False, None, 0.0)
+"""An endpoint that has never changed."""
 
 
 @dataclass
@@ -175,8 +203,8 @@ class SimWorld:
         self.rng = random.Random(stable_seed("world", seed))
         self.services: dict[str, Service] = {s: Service() for s in SERVICES}
         self.endpoints: dict[str, Endpoint] = {e: Endpoint() for e in ENDPOINTS}
-        self.endpoint_history: dict[str, list[tuple[float, bool, bool]]] = {e: [] for e in ENDPOINTS}
-        """Per endpoint: (time, enabled, blocking toxic) at each change."""
+        self.endpoint_history: dict[str, list[EndpointChange]] = {e: [] for e in ENDPOINTS}
+        """Per endpoint: its state after each change, in time order."""
         self.slowdown: dict[str, float] = {}
         """Service -> factor its answers take longer (CPU contention on it)."""
         self._call_s = calibration.operations.call_s
@@ -228,22 +256,68 @@ class SimWorld:
         no blocking toxic)."""
         if self.services[service].at(t) != "running":
             return False
-        history = self.endpoint_history.get(service)
-        if history:
-            enabled, blocked = True, False
-            for when, e, b in history:
-                if when <= t:
-                    enabled, blocked = e, b
-                else:
-                    break
-            return enabled and not blocked
-        return True
+        if service not in self.endpoint_history:
+            return True
+        state = self.endpoint_at(service, t)
+        return state.enabled and not state.blocked
 
     def endpoint_changed(self, endpoint: str) -> None:
+        """Record the endpoint's state now (every change of its toxics or of its being enabled calls it)."""
         ep = self.endpoints[endpoint]
         self.endpoint_history[endpoint].append(
-            (self.clock.monotonic(), ep.enabled, ep.blocking() is not None)
+            EndpointChange(
+                self.clock.monotonic(),
+                ep.enabled,
+                ep.blocking() is not None,
+                ep.bandwidth_kbps(),
+                ep.mean_latency_s(),
+            )
         )
+
+    def endpoint_at(self, endpoint: str, t: float) -> EndpointChange:
+        """The state of ``endpoint`` at monotonic time ``t`` (the last change at or before it)."""
+        history = self.endpoint_history.get(endpoint)
+        if not history:
+            return NO_FAULT
+        i = bisect.bisect_right(history, t, key=lambda c: c.at) - 1
+        return history[i] if i >= 0 else NO_FAULT
+
+    def requests(self, operation: str) -> float:
+        """How many requests ``operation`` makes to its endpoint (what a latency toxic multiplies)."""
+        return max(1.0, float(self._requests.get(operation, 1)))
+
+    def transfer(self, endpoint: str, t: float, nbytes: float, stop: float = math.inf) -> tuple[float, float]:
+        """A transfer of ``nbytes`` through ``endpoint`` from monotonic time ``t``, played on the endpoint's
+        history up to ``stop``: (the time it got to, the bytes still to move). Each span of the history
+        moves its bytes at its bandwidth cap, so a cap changed or lifted in the middle of a transfer counts
+        from then on; where the endpoint has no cap the rest moves at once (what a transfer takes without
+        faults is not this method's: the caller's figures already hold it). Only the history up to the
+        clock's now is known: a span beyond it is taken to last."""
+        history = self.endpoint_history.get(endpoint) or []
+        times = [c.at for c in history]
+        left = float(nbytes)
+        while left > 0:
+            i = bisect.bisect_right(times, t) - 1
+            rate = history[i].rate_kbps if i >= 0 else None
+            if rate is None:
+                return t, 0.0
+            if t >= stop:
+                break
+            end = min(stop, times[i + 1] if i + 1 < len(times) else math.inf)
+            speed = rate * 1024.0
+            if left <= (end - t) * speed:
+                return t + left / speed, 0.0
+            left -= (end - t) * speed
+            t = end
+        return t, max(0.0, left)
+
+    def transfer_s(self, endpoint: str, t: float, nbytes: float, requests: float = 1.0) -> float:
+        """The seconds ``endpoint``'s faults add to a read of ``nbytes`` in ``requests`` requests that
+        starts at monotonic time ``t``: the mean latency at ``t`` for each request, then the bytes at the
+        bandwidth caps of the history from there (see :meth:`transfer`)."""
+        start = t + requests * self.endpoint_at(endpoint, t).latency_s
+        end, _ = self.transfer(endpoint, start, nbytes)
+        return end - t
 
     # -------------------------------------------------------------------------------------- calls
 
@@ -258,7 +332,7 @@ class SimWorld:
             base += nbytes / self._bytes_per_s
         state = self.services[service].state
         ep = self.endpoints.get(service)
-        requests = max(1.0, float(self._requests.get(operation, 1)))
+        requests = self.requests(operation)
         if state == "killed":
             clock.charge(MLFLOW_REFUSED_S if service == "mlflow" else 0.05)
             raise self.error(service, "unreachable", operation, what=what, **fill)
@@ -351,6 +425,7 @@ __all__ = [
     "SERVICES",
     "Addresses",
     "Endpoint",
+    "EndpointChange",
     "Ids",
     "Service",
     "SimWorld",
