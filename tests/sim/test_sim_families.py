@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mlsandbox.agents import make_agent
-from mlsandbox.agents.families_reference import AlertTriageReferenceAgent
+from mlsandbox.agents.families_reference import AlertTriageReferenceAgent, PriorityReferenceAgent
 from mlsandbox.agents.runner import EpisodeResult, run_episode
 from mlsandbox.agents.scripted import ReferenceAgent, ScriptedAgent
 from mlsandbox.env import MLSandboxEnv
@@ -27,6 +27,7 @@ FAMILIES = (
     "credit-risk-applications-drift",
     "credit-risk-serving-drift",
     "churn-lake-bandwidth-deadline",
+    "churn-upsell-priority-window",
 )
 
 
@@ -384,4 +385,83 @@ def test_a_deadline_on_a_goal_that_grades_no_registered_model_is_refused() -> No
     data = load_builtin("serving-deploy-slo").model_dump(mode="json")
     data["budget"]["deadline_s"] = 60
     with pytest.raises(ScenarioError, match=r"budget\.deadline_s: a deadline applies"):
+        parse_scenario(data)
+
+
+# ------------------------------------------------------------- several models on a rolling compute budget
+
+PRIORITY_FAMILY = "churn-upsell-priority-window"
+
+
+class _LowPriorityFirst(PriorityReferenceAgent):
+    """The priority reference with the order reversed: the upsell model first."""
+
+    def script(self, first: dict[str, Any]) -> Any:
+        result = first["result"]
+        models = list(reversed(result["deliverable"]["models"]))
+        flipped = {**first, "result": {**result, "deliverable": {**result["deliverable"], "models": []}}}
+        for m in models:  # one model at a time, in the reversed order
+            flipped["result"]["deliverable"]["models"] = [{**m, "priority": "high"}]
+            yield from super().script(flipped)
+
+
+def test_the_urgent_model_first_succeeds_and_the_window_is_waited_out() -> None:
+    res = _run(PRIORITY_FAMILY, PriorityReferenceAgent())
+    assert res.success, res.grade
+    models = {m["model"]: m for m in res.grade["models"]}
+    assert models["churn"]["success"] and models["upsell"]["success"]
+    assert res.grade["score"] == pytest.approx(1.0)
+    refused = [s for s in res.steps if s.error == "budget_exhausted" and s.action["type"] == "train_model"]
+    assert refused, "the second job should have met the spent window"
+    budget = res.first_observation["budget"]
+    assert budget["window_credits_left"] == 2.0
+    models_asked = res.first_observation["result"]["deliverable"]["models"]
+    assert [m["register_model_as"] for m in models_asked] == ["churn", "upsell"]
+    assert models_asked[0]["deadline_s"] == 60 and "raw/customers.parquet" in models_asked[0]["datasets"]
+
+
+def test_the_other_model_first_leaves_the_urgent_one_late() -> None:
+    res = _run(PRIORITY_FAMILY, _LowPriorityFirst())
+    assert not res.success
+    models = {m["model"]: m for m in res.grade["models"]}
+    assert models["upsell"]["success"] and not models["churn"]["success"]
+    assert "after its deadline" in res.grade["reason"], res.grade
+    assert 0 < res.grade["score"] < 1  # the upsell model still counts, by its weight
+
+
+def test_a_second_job_started_at_once_does_not_escape_the_window() -> None:
+    first = [
+        {"type": "train_model", "dataset": "raw/customers.parquet", "algorithm": "logistic_regression"},
+        {"type": "train_model", "dataset": "raw/accounts.parquet", "algorithm": "logistic_regression"},
+        {"type": "wait", "seconds": 60},
+        {"type": "get_job", "job_id": "job-2"},
+    ]
+    agent = _Actions(first)
+    _run(PRIORITY_FAMILY, agent)
+    _, queued, _, second = agent.seen
+    assert queued["result"]["state"] == "queued"  # one CPU: the second job waits for the first
+    assert second["result"]["state"] == "cancelled", second
+    assert "compute window spent" in str(second["result"]), second
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda g: g["models"][1].update(model_name="churn"), "its own model_name"),
+        (lambda g: g["models"][0].update(priority="normal"), "priority high"),
+        (lambda g: g["models"][1].update(dataset="nowhere"), r"goal\.models\[1\]\.dataset 'nowhere'"),
+    ],
+)
+def test_a_broken_models_goal_is_refused_naming_the_field(change: Any, message: str) -> None:
+    data = load_builtin(PRIORITY_FAMILY).model_dump(mode="json")
+    change(data["goal"])
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(data)
+
+
+def test_a_models_goal_on_a_dataset_of_another_kind_is_refused() -> None:
+    data = load_builtin(PRIORITY_FAMILY).model_dump(mode="json")
+    data["datasets"].append(load_builtin("multiclass-ticket-priority").model_dump(mode="json")["datasets"][0])
+    data["goal"]["models"][1]["dataset"] = data["datasets"][-1]["name"]
+    with pytest.raises(ScenarioError, match="grades binary classification"):
         parse_scenario(data)

@@ -161,3 +161,24 @@ def test_the_worlds_transfer_integrates_the_endpoints_history(rt: Any) -> None:
     assert world.transfer_s("minio", 5.0, 10_000) == 0.0  # no fault before 10 s
     assert world.transfer_s("minio", 11.0, 4096) == 2.0
     assert world.reachable_at("minio", 12.0)
+
+
+@pytest.mark.parametrize(("stream", "slowed"), [("downstream", False), ("upstream", True)])
+def test_an_upload_pays_the_cap_of_the_upstream_direction_only(rt: Any, stream: str, slowed: bool) -> None:
+    """Toxiproxy caps one direction: a download is the service's bytes (``downstream``), an upload's
+    body is the client's (``upstream``), so a download cap leaves a ``put_object`` as fast as without it."""
+    payload = b"x" * 64_000
+
+    def put_s() -> float:
+        t0 = rt.clock.monotonic()
+        rt.object_store.put_object("bk1", "up.bin", payload)
+        return float(rt.clock.monotonic() - t0)
+
+    free = put_s()
+    rt.faults.network.add_toxic("minio", "cap", "bandwidth", {"rate": RATE_KBPS}, stream=stream)
+    capped = put_s()
+    expected = len(payload) / (RATE_KBPS * 1024)
+    if slowed:
+        assert capped - free == pytest.approx(expected, rel=0.05)
+    else:
+        assert capped == pytest.approx(free, abs=0.01)

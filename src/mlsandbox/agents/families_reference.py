@@ -15,7 +15,9 @@ scenario's plan:
   features with another label); it drops them before the usual cleaning;
 - :class:`AlertTriageReferenceAgent`: a served model whose error or latency alert has two possible
   causes; it scales out only while a load alert fires, and restarts the feature service only when its
-  health check fails.
+  health check fails;
+- :class:`PriorityReferenceAgent`: several models on a rolling compute budget; it builds them in the
+  order of their priority and deadline, and waits out a start refused for the compute window.
 """
 
 from __future__ import annotations
@@ -298,3 +300,53 @@ __all__ = [
     "LabelNoiseReferenceAgent",
     "OutageReferenceAgent",
 ]
+
+
+class PriorityReferenceAgent(ReferenceAgent):
+    """Several models asked at once (the first observation's ``deliverable.models``), on a rolling
+    compute budget: the reference checklist for each model, high priority and nearest deadline first, on
+    the Parquet copy of its data; a start refused because the compute window is spent is waited out
+    (the refusal's ``retry_after_s``) and tried again."""
+
+    name = "reference-priority"
+    max_window_waits = 6
+
+    def script(self, first: Obs) -> Script:
+        models = ((first.get("result") or {}).get("deliverable") or {}).get("models")
+        if not models:
+            yield from super().script(first)
+            return
+        order = sorted(
+            models, key=lambda m: (m.get("priority") != "high", m.get("deadline_s") or float("inf"))
+        )
+        for m in order:
+            names = sorted(m.get("datasets") or [], key=lambda n: (not n.endswith(".parquet"), n))
+            if not names:
+                continue
+            dataset = names[0]
+            obs = yield from self.do({"type": "check_data_quality", "dataset": dataset})
+            profile = ((obs.get("result") or {}).get("profile") or {}) if obs.get("ok") else None
+            for strategy in [] if profile is None else self.cleaning(profile):
+                obs = yield from self.do({"type": "clean_dataset", "dataset": dataset, "strategy": strategy})
+                if obs.get("ok"):
+                    dataset = obs["result"]["dataset"]
+            run_id = yield from self.train(dataset)
+            if run_id is not None:
+                yield from self.do(
+                    {"type": "register_model", "run_id": run_id, "name": m["register_model_as"]}
+                )
+
+    def do(self, action: dict[str, Any]) -> Generator[dict[str, Any], Obs, Obs]:
+        obs: Obs = {}
+        for _ in range(self.max_window_waits):
+            obs = yield from super().do(action)
+            error = obs.get("error") or {}
+            details = error.get("details")
+            after = details.get("retry_after_s") if isinstance(details, dict) else None
+            if obs.get("ok") or error.get("code") != "budget_exhausted" or after is None:
+                return obs
+            left = round(float(after) + 1.0, 1)
+            while left > 0:
+                yield {"type": "wait", "seconds": min(60.0, left)}
+                left = round(left - 60.0, 1)
+        return obs

@@ -105,19 +105,29 @@ Grader = Callable[[EpisodeState, Tracking], Grade]
 def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade:
     """Grade the latest registered version of the goal's model on the hidden holdout."""
     goal = state.scenario.goal
-    versions, late = state.graded_versions(goal.model_name)
+    min_auc: float = getattr(goal, "min_auc", 0.75)  # every AUC goal has one
+    return grade_model_auc(state, tracking, goal.model_name, goal.dataset, min_auc)
+
+
+def grade_model_auc(
+    state: EpisodeState,
+    tracking: Tracking,
+    name: str,
+    dataset: str,
+    min_auc: float,
+    own_deadline_s: float | None = None,
+) -> Grade:
+    """The latest version of model ``name`` registered by its deadline, scored by ROC AUC on
+    ``dataset``'s hidden holdout against ``min_auc``."""
+    versions, late = state.graded_versions(name, own_deadline_s)
     if not versions:
-        reason = (
-            state.late_reason(goal.model_name, late)
-            if late
-            else f"no model registered as {goal.model_name!r}"
-        )
-        return Grade(goal.model_name, None, None, 0.0, False, reason)
+        reason = state.late_reason(name, late, own_deadline_s) if late else f"no model registered as {name!r}"
+        return Grade(name, None, None, 0.0, False, reason)
     version = versions[-1]
-    holdout = state.ground_truth.holdouts[goal.dataset]
-    target = state.scenario.dataset(goal.dataset).target
+    holdout = state.ground_truth.holdouts[dataset]
+    target = state.scenario.dataset(dataset).target
     try:
-        model = tracking.load_model(state.registry_name(goal.model_name), version)
+        model = tracking.load_model(state.registry_name(name), version)
         # Imported after the load (and so when grading: importing this module stays quick): a tracker
         # may still be importing scikit-learn in a background thread until its load returns, and a
         # second import of it under way at the same time sees a partially initialised package.
@@ -131,14 +141,13 @@ def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade
         auc = holdout_memo.score(model, holdout, ("auc", target), holdout_auc)
     except Exception as e:  # a model that cannot score the holdout earns nothing
         log.info("grading failed: %s", e)
-        return Grade(goal.model_name, version, None, 0.0, False, f"model could not score the holdout: {e}")
+        return Grade(name, version, None, 0.0, False, f"model could not score the holdout: {e}")
     if not np.isfinite(auc):
-        return Grade(goal.model_name, version, None, 0.0, False, "holdout AUC is not finite")
-    min_auc: float = getattr(goal, "min_auc", 0.75)  # every AUC goal has one
+        return Grade(name, version, None, 0.0, False, "holdout AUC is not finite")
     score = float(np.clip((auc - 0.5) / (min_auc - 0.5), 0.0, 1.0))
     success = auc >= min_auc
     reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}"
-    return Grade(goal.model_name, version, auc, score, success, reason)
+    return Grade(name, version, auc, score, success, reason)
 
 
 def _grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
@@ -153,6 +162,12 @@ def _grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> G
     return grade_registered_model_metric(state, tracking)
 
 
+def _grade_registered_models(state: EpisodeState, tracking: Tracking) -> Grade:
+    from mlsandbox.evaluation.models_grade import grade_registered_models  # imports Grade from here
+
+    return grade_registered_models(state, tracking)
+
+
 def _grade_predictions_file(state: EpisodeState, tracking: Tracking) -> Grade:
     from mlsandbox.evaluation.predictions_grade import grade_predictions_file  # imports Grade from here
 
@@ -164,6 +179,7 @@ GRADERS: dict[str, Grader] = {
     "registered_model_metric": _grade_registered_model_metric,
     "predictions_file": _grade_predictions_file,
     "deployment_slo": _grade_deployment_slo,
+    "registered_models": _grade_registered_models,
 }
 """One grader per goal ``type`` (a new goal type adds its grader here)."""
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from mlsandbox.backends.protocols import EnvironmentInfo, JobSpec, JobStatus, Runtime, ServiceHealth
+    from mlsandbox.errors import ActionError
     from mlsandbox.scenario.compute import Machine
     from mlsandbox.scenario.models import Scenario
     from mlsandbox.world.compute import Pool
@@ -123,6 +124,10 @@ class EpisodeContext(Protocol):
         ...
 
     # --------------------------------------------------------------------------------- the fault plan
+
+    def start_refusal(self, what: str = "no new job can start") -> ActionError | None:
+        """The error of starting new work now (no credits left, or the compute window spent), or None."""
+        ...
 
     def adjust_job(self, spec: JobSpec, job_id: str) -> JobSpec:
         """A job about to start, as the episode's active faults change it (cut limits, a tighter

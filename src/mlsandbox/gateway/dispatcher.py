@@ -27,6 +27,7 @@ from mlsandbox.gateway.observations import StepResult, error_observation, ok_obs
 from mlsandbox.gateway.registry import PackRuntime, get_catalog
 from mlsandbox.gateway.telemetry import Telemetry
 from mlsandbox.scenario.models import Scenario
+from mlsandbox.scenario.models_goal import RegisteredModelsGoal
 from mlsandbox.scenario.predictions_goal import (
     ID_COLUMN,
     PREDICTION_COLUMN,
@@ -146,8 +147,9 @@ class Gateway:
             )
         for _, hook in self._packs.hooks["on_start"]:
             hook(ctx)
+        st.clock_start = rt.clock.time()
         if self.scenario.budget.deadline_s is not None:
-            st.deadline_at = rt.clock.time() + self.scenario.budget.deadline_s
+            st.deadline_at = st.clock_start + self.scenario.budget.deadline_s
         self._audit(
             {"event": "start", "scenario": self.scenario.id, "seed": self.seed, **self.telemetry.start(self)}
         )
@@ -179,6 +181,16 @@ class Gateway:
         out: dict[str, Any] = {"register_model_as": goal.model_name, "kind": kind.name}
         if self.scenario.budget.deadline_s is not None:
             out["deadline_s"] = self.scenario.budget.deadline_s
+        if isinstance(goal, RegisteredModelsGoal):
+            out["models"] = [
+                {
+                    "register_model_as": m.model_name,
+                    "datasets": sorted(k for k in self.state.datasets if k.startswith(f"raw/{m.dataset}.")),
+                    "priority": m.priority,
+                    **({"deadline_s": m.deadline_s} if m.deadline_s is not None else {}),
+                }
+                for m in goal.models
+            ]
         if goal.type in ("registered_model_metric", "predictions_file"):
             out["metric"] = kind.metric(getattr(goal, "metric", None)).name
         if isinstance(goal, PredictionsFileGoal):

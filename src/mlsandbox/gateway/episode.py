@@ -204,7 +204,38 @@ class Episode:
         }
         if st.deadline_at is not None:
             out["seconds_left"] = round(max(0.0, st.deadline_at - self.runtime.clock.time()), 1)
+        window = st.scenario.budget.window
+        if window is not None:
+            used = st.window_used(self.runtime.clock.time(), window.seconds)
+            out["window_credits_left"] = round(max(0.0, window.credits - used), 4)
         return out
+
+    def start_refusal(self, what: str = "no new job can start") -> ActionError | None:
+        """The error of starting new work now (no credits left, or the compute window spent), or None."""
+        if self.state.credits_left <= 0:
+            return ActionError("budget_exhausted", f"no compute credits left: {what}")
+        return self.window_refusal()
+
+    def window_refusal(self) -> ActionError | None:
+        """The error of a start while the rolling compute window is spent (None when work may start)."""
+        window = self.state.scenario.budget.window
+        if window is None:
+            return None
+        now = self.runtime.clock.time()
+        used = self.state.window_used(now, window.seconds)
+        if used < window.credits:
+            return None
+        after = self.state.window_frees_at(now, window.seconds, window.credits) - now
+        return ActionError(
+            "budget_exhausted",
+            f"compute window spent: {used:.2f} of {window.credits:g} credits used in the last "
+            f"{window.seconds:g} s; new work can start in about {after:.0f} s",
+            details={
+                "window_credits": window.credits,
+                "window_s": window.seconds,
+                "retry_after_s": round(after, 1),
+            },
+        )
 
     def _charge_idle(self, credits: float) -> None:
         """What idle reserved machines cost (the pool's charge)."""
@@ -215,7 +246,8 @@ class Episode:
         """Why no new work may start (the pool's guard): the compute budget is spent."""
         if self.state.credits_left <= 0:
             return "compute budget exhausted: no new work can start"
-        return None
+        refused = self.window_refusal()
+        return None if refused is None else refused.message
 
 
 def unsupported_error(e: Unsupported) -> ActionError:

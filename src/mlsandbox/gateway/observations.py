@@ -48,6 +48,11 @@ class Budget(BaseModel):
         description="Seconds left before the deadline by which the model must be registered (only when "
         "the task has one).",
     )
+    window_credits_left: float | None = Field(
+        default=None,
+        description="Credits that may still be used in the rolling compute window (only when the task has "
+        "one): new work does not start while it is 0.",
+    )
 
 
 class Observation(BaseModel):

@@ -18,6 +18,7 @@ from mlsandbox.data.spec import (
 )
 from mlsandbox.scenario.compute import ComputePool
 from mlsandbox.scenario.metric_goal import MetricGoal, check_metric_goal, goal_metric
+from mlsandbox.scenario.models_goal import RegisteredModelsGoal, check_models_goal
 from mlsandbox.scenario.perturbations import Perturbation, check_plan
 from mlsandbox.scenario.pipelines import Pipelines
 from mlsandbox.scenario.predictions_goal import PredictionsFileGoal
@@ -59,15 +60,23 @@ AnyGoal = Annotated[
     Annotated[Goal, Tag("registered_model_auc")]
     | Annotated[MetricGoal, Tag("registered_model_metric")]
     | Annotated[PredictionsFileGoal, Tag("predictions_file")]
-    | Annotated[DeploymentSLOGoal, Tag("deployment_slo")],
+    | Annotated[DeploymentSLOGoal, Tag("deployment_slo")]
+    | Annotated[RegisteredModelsGoal, Tag("registered_models")],
     Discriminator(_goal_type),
 ]
 """A goal by ``type`` (``registered_model_auc`` when absent); ``registered_model_metric``: see
 scenario.metric_goal; ``predictions_file``: see scenario.predictions_goal; ``deployment_slo``: see
-scenario.serving."""
+scenario.serving; ``registered_models``: see scenario.models_goal."""
 
 
-DEADLINE_GOALS: tuple[str, ...] = ("registered_model_auc", "registered_model_metric")
+class ComputeWindow(_Model):
+    """A rolling compute budget: at most ``credits`` used in any ``seconds`` of the episode's clock."""
+
+    seconds: float = Field(gt=0)
+    credits: float = Field(gt=0)
+
+
+DEADLINE_GOALS: tuple[str, ...] = ("registered_model_auc", "registered_model_metric", "registered_models")
 """Goal types a ``budget.deadline_s`` applies to (their grade reads the registration's time)."""
 
 
@@ -81,6 +90,9 @@ class Budget(_Model):
     """Seconds of the episode's clock (virtual on sim), from the first observation, by which the goal's
     model must be registered: a version registered later is not graded. Observations show
     ``seconds_left``. Only for goals that grade a registered model."""
+    window: ComputeWindow | None = None
+    """A rolling compute budget on top of ``credits``: no new work starts while the credits used in the
+    last ``window.seconds`` of the episode's clock reach ``window.credits``."""
 
 
 class RewardWeights(_Model):
@@ -196,6 +208,8 @@ class Scenario(_Model):
         if self.goal.dataset not in names:
             raise ValueError(f"goal.dataset {self.goal.dataset!r} is not one of the datasets {names}")
         check_metric_goal(self.goal, {d.name: d for d in self.datasets})
+        if isinstance(self.goal, RegisteredModelsGoal):
+            check_models_goal(self.goal, {d.name: d for d in self.datasets}, DEFAULT_KIND)
         if self.budget.deadline_s is not None and self.goal.type not in DEADLINE_GOALS:
             raise ValueError(
                 f"budget.deadline_s: a deadline applies to a goal that grades a registered model "

@@ -133,9 +133,13 @@ class EpisodeState:
     """(agent-visible name, version) in registration order."""
     registered_at: dict[tuple[str, str], float] = field(default_factory=dict)
     """When each of them was registered (the runtime clock's time: virtual on sim)."""
+    clock_start: float | None = None
+    """The clock's time of the first observation (what deadlines and the compute window count from)."""
     deadline_at: float | None = None
     """The clock's time by which the goal's model must be registered (``budget.deadline_s`` after the
     first observation; None without a deadline)."""
+    credit_samples: list[tuple[float, float]] = field(default_factory=list)
+    """(clock time, credits used) at each look at the budget: what the rolling compute window reads."""
     experiment_id: str = ""
     ground_truth: GroundTruth = field(default_factory=GroundTruth)
     serving: ServingRecord = field(default_factory=ServingRecord)
@@ -155,25 +159,53 @@ class EpisodeState:
         self.registered.append((name, version))
         self.registered_at[(name, version)] = at
 
-    def graded_versions(self, name: str) -> tuple[list[str], list[str]]:
+    def deadline_for(self, own_s: float | None = None) -> float | None:
+        """The clock's time by which a model must be registered: the budget's deadline, or the model's
+        own (``own_s`` seconds after the first observation) when it comes first."""
+        deadlines = [d for d in (self.deadline_at,) if d is not None]
+        if own_s is not None and self.clock_start is not None:
+            deadlines.append(self.clock_start + own_s)
+        return min(deadlines) if deadlines else None
+
+    def graded_versions(self, name: str, own_deadline_s: float | None = None) -> tuple[list[str], list[str]]:
         """The versions of ``name`` the grader may score (registered by the deadline, when there is one),
         and those registered after it, each in registration order."""
         versions = [v for (n, v) in self.registered if n == name]
-        if self.deadline_at is None:
+        deadline = self.deadline_for(own_deadline_s)
+        if deadline is None:
             return versions, []
-        deadline = self.deadline_at
         on_time = [v for v in versions if self.registered_at.get((name, v), deadline) <= deadline]
         return on_time, [v for v in versions if v not in on_time]
 
-    def late_reason(self, name: str, late: list[str]) -> str:
+    def late_reason(self, name: str, late: list[str], own_deadline_s: float | None = None) -> str:
         """Why a goal whose model was registered only after the deadline earns nothing."""
         at = self.registered_at.get((name, late[0]), 0.0)
-        deadline_s = self.scenario.budget.deadline_s or 0.0
-        over = at - (self.deadline_at or at)
+        deadline = self.deadline_for(own_deadline_s) or at
+        start = self.clock_start if self.clock_start is not None else deadline
         return (
-            f"model {name!r} was registered {over:.1f} s after the deadline ({deadline_s:g} s): "
+            f"model {name!r} was registered {at - deadline:.1f} s after its deadline ({deadline - start:g} s): "
             "a model registered late does not count"
         )
+
+    def window_used(self, now: float, seconds: float) -> float:
+        """Credits used in the last ``seconds`` before ``now``: what is used now less what had been used
+        at the last look at the budget ``seconds`` ago (none before the episode)."""
+        if not self.credit_samples or self.credits_used > self.credit_samples[-1][1]:
+            self.credit_samples.append((now, self.credits_used))  # a plateau keeps its first look
+        before = 0.0
+        for t, used in self.credit_samples:
+            if t > now - seconds:
+                break
+            before = used
+        return max(0.0, self.credits_used - before)
+
+    def window_frees_at(self, now: float, seconds: float, limit: float) -> float:
+        """The clock's time at which the window's use falls under ``limit`` (no new use assumed)."""
+        used = self.credits_used
+        for t, then in self.credit_samples:
+            if used - then < limit:
+                return max(now, t + seconds)
+        return now + seconds
 
     def tallies(self) -> dict[str, float]:
         """The episode's named tallies for a benchmark row (``metrics.counters``): those not 0."""

@@ -244,7 +244,7 @@ class SimNetwork:
                 "sim",
                 f"the simulated network has {', '.join(TOXIC_KINDS)} and endpoint_down only",
             )
-        ep.toxics[name] = (kind, dict(attributes))
+        ep.toxics[name] = (kind, {**attributes, "stream": stream})
         self.world.endpoint_changed(endpoint)
 
     def remove_toxic(self, endpoint: str, name: str) -> None:

@@ -27,6 +27,8 @@ from mlsandbox.backends.sim.clock import VirtualClock
 from mlsandbox.calibration.model import Calibration
 from mlsandbox.errors import BackendError
 
+UPLOADS = frozenset({"object_store.put_object"})
+"""Operations whose bytes travel from the client to the service (a bandwidth cap counts on ``upstream``)."""
 ServiceState = Literal["running", "killed", "frozen"]
 SERVICES: tuple[str, ...] = ("minio", "mlflow", "prefect-server", "prefect-worker")
 ENDPOINTS: tuple[str, ...] = ("minio", "mlflow")
@@ -111,8 +113,14 @@ class Endpoint:
                 total += (float(attrs.get("latency", 0) or 0) + rng.uniform(-jitter, jitter)) / 1000.0
         return max(0.0, total)
 
-    def bandwidth_kbps(self) -> float | None:
-        rates = [float(a.get("rate", 0) or 0) for k, a in self.toxics.values() if k == "bandwidth"]
+    def bandwidth_kbps(self, stream: str = "downstream") -> float | None:
+        """The tightest bandwidth cap on ``stream`` (Toxiproxy's direction: ``downstream`` carries what
+        the service sends, a download; ``upstream`` what the client sends, an upload's body)."""
+        rates = [
+            float(a.get("rate", 0) or 0)
+            for k, a in self.toxics.values()
+            if k == "bandwidth" and a.get("stream", "downstream") == stream
+        ]
         rates = [r for r in rates if r > 0]
         return min(rates) if rates else None
 
@@ -350,7 +358,7 @@ class SimWorld:
                 raise self.error(service, kind, operation, what=what, **fill)
             if ep.toxics:
                 base += requests * ep.latency_s(self.rng)
-                rate = ep.bandwidth_kbps()
+                rate = ep.bandwidth_kbps("upstream" if operation in UPLOADS else "downstream")
                 if rate is not None and nbytes:
                     base += nbytes / (rate * 1024.0)
         factor = self.slowdown.get(service)

@@ -34,8 +34,9 @@ def handle_list_machines(ctx: EpisodeContext, _: C.ListMachines) -> dict[str, An
 def handle_request_resources(ctx: EpisodeContext, a: C.RequestResources) -> dict[str, Any]:
     p = ctx.pool
     m = ctx.machine(a.machine)
-    if ctx.state.credits_left <= 0:
-        raise ActionError("budget_exhausted", "no compute credits left: nothing can be reserved")
+    refused = ctx.start_refusal("nothing can be reserved")
+    if refused is not None:
+        raise refused
     try:
         res = p.reserve(m)
     except P.InsufficientResources as e:

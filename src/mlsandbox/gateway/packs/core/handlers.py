@@ -195,8 +195,9 @@ def handle_train_model(ctx: EpisodeContext, a: C.TrainModel) -> dict[str, Any]:
         kind.check_algorithm(a.algorithm, a.hyperparams)
     except ValueError as e:
         raise ActionError("invalid_parameters", f"dataset {rec.key!r}: {e}") from None
-    if st.credits_left <= 0:
-        raise ActionError("budget_exhausted", "no compute credits left: no new job can start")
+    refused = ctx.start_refusal()
+    if refused is not None:
+        raise refused
     job_id = f"job-{len(st.jobs) + 1}"
     backend_id = f"{st.episode_id}-{job_id}"
     spec = JobSpec(

@@ -93,8 +93,9 @@ def handle_list_files(ctx: EpisodeContext, a: A.ListFiles) -> dict[str, Any]:
 def handle_run_python(ctx: EpisodeContext, a: A.RunPython) -> dict[str, Any]:
     st = ctx.state
     spaces = _open(ctx)
-    if st.credits_left <= 0:
-        raise ActionError("budget_exhausted", "no compute credits left: no new job can start")
+    refused = ctx.start_refusal()
+    if refused is not None:
+        raise refused
     state = ctx.pack_state(WorkspaceState)
     path = a.path
     if a.code is not None:
