@@ -28,6 +28,7 @@ FAMILIES = (
     "credit-risk-serving-drift",
     "churn-lake-bandwidth-deadline",
     "churn-upsell-priority-window",
+    "churn-legacy-scorer",
 )
 
 
@@ -367,7 +368,7 @@ def test_a_deadline_counts_down_in_the_budget_and_the_deliverable_names_it() -> 
 def test_the_csv_copy_through_the_collapsed_lake_misses_the_deadline() -> None:
     res = _run(DEADLINE_FAMILY, _CsvFirstReference())
     assert not res.success
-    assert "after the deadline" in res.grade["reason"], res.grade
+    assert "after its deadline" in res.grade["reason"], res.grade
 
 
 def test_without_the_collapse_the_csv_copy_is_on_time() -> None:
@@ -411,8 +412,11 @@ def test_the_urgent_model_first_succeeds_and_the_window_is_waited_out() -> None:
     models = {m["model"]: m for m in res.grade["models"]}
     assert models["churn"]["success"] and models["upsell"]["success"]
     assert res.grade["score"] == pytest.approx(1.0)
-    refused = [s for s in res.steps if s.error == "budget_exhausted" and s.action["type"] == "train_model"]
-    assert refused, "the second job should have met the spent window"
+    spent = [s for s in res.steps if "window_frees_in_s" in s.previous["budget"]]
+    assert spent and all(s.previous["budget"]["window_credits_left"] == 0 for s in spent)
+    assert res.invalid_actions == 0  # the budget said when the window frees: no start was refused
+    trains = [i for i, s in enumerate(res.steps) if s.action["type"] == "train_model"]
+    assert len(trains) == 2 and any(s.action["type"] == "wait" for s in res.steps[trains[0] + 3 : trains[1]])
     budget = res.first_observation["budget"]
     assert budget["window_credits_left"] == 2.0
     models_asked = res.first_observation["result"]["deliverable"]["models"]
@@ -435,13 +439,19 @@ def test_a_second_job_started_at_once_does_not_escape_the_window() -> None:
         {"type": "train_model", "dataset": "raw/accounts.parquet", "algorithm": "logistic_regression"},
         {"type": "wait", "seconds": 60},
         {"type": "get_job", "job_id": "job-2"},
+        {"type": "train_model", "dataset": "raw/accounts.parquet", "algorithm": "logistic_regression"},
     ]
     agent = _Actions(first)
     _run(PRIORITY_FAMILY, agent)
-    _, queued, _, second = agent.seen
+    _, queued, _, second, again = agent.seen
     assert queued["result"]["state"] == "queued"  # one CPU: the second job waits for the first
     assert second["result"]["state"] == "cancelled", second
     assert "compute window spent" in str(second["result"]), second
+    assert (
+        again["error"]["code"] == "budget_exhausted" and "compute window spent" in again["error"]["message"]
+    )
+    after = again["error"]["details"]["retry_after_s"]
+    assert after == pytest.approx(again["budget"]["window_frees_in_s"], abs=0.2) and 0 < after <= 120
 
 
 @pytest.mark.parametrize(
@@ -465,3 +475,71 @@ def test_a_models_goal_on_a_dataset_of_another_kind_is_refused() -> None:
     data["goal"]["models"][1]["dataset"] = data["datasets"][-1]["name"]
     with pytest.raises(ScenarioError, match="grades binary classification"):
         parse_scenario(data)
+
+
+# --------------------------------------------------- a production scorer pinned to an older scikit-learn
+
+SCORER_FAMILY = "churn-legacy-scorer"
+
+
+def _trains(algorithm: str, environment: str | None = None) -> list[Any]:
+    """Impute the gaps, train ``algorithm`` (in ``environment``), register the run as ``churn``."""
+    clean = {"type": "clean_dataset", "dataset": "raw/customers.parquet", "strategy": "impute_median"}
+    train: dict[str, Any] = {"type": "train_model", "algorithm": algorithm}
+    if environment is not None:
+        train["environment"] = environment
+    return [
+        clean,
+        lambda obs: {**train, "dataset": obs["result"]["dataset"]},
+        {"type": "wait", "seconds": 60},
+        {"type": "get_job", "job_id": "job-1"},
+        _register_churn,
+    ]
+
+
+def _register_churn(obs: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "register_model", "run_id": obs["result"]["run_id"], "name": "churn"}
+
+
+def test_the_scorer_pins_are_in_the_deliverable_and_the_reference_builds_them() -> None:
+    res = _run(SCORER_FAMILY, load_builtin(SCORER_FAMILY).reference_agent)
+    assert res.first_observation["result"]["deliverable"]["scored_in_environment"] == ["scikit-learn==1.5.2"]
+    assert res.success, res.grade
+    assert "scored by the production scorer (scikit-learn==1.5.2)" in res.grade["reason"]
+    built = next(s for s in res.steps if s.action["type"] == "create_environment")
+    assert built.action["requirements"] == ["scikit-learn==1.5.2"] and not built.error
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "error"),
+    [
+        ("gradient_boosting", "skops.io.exceptions.UntrustedTypesFoundException"),
+        ("logistic_regression", "AttributeError: 'LogisticRegression' object has no attribute 'multi_class'"),
+    ],
+)
+def test_a_model_of_the_newer_release_fails_in_the_scorer_with_the_librarys_error(
+    algorithm: str, error: str
+) -> None:
+    res = _run(SCORER_FAMILY, _Actions(_trains(algorithm)))
+    assert not res.success
+    assert "could not score the model" in res.grade["reason"] and error in res.grade["reason"], res.grade
+
+
+def test_a_model_that_loads_under_both_releases_passes_without_an_environment() -> None:
+    """Every valid fix counts: a random forest of the newer release loads and predicts under 1.5.2."""
+    res = _run(SCORER_FAMILY, _Actions(_trains("random_forest")))
+    assert res.success, res.grade
+
+
+def test_the_same_algorithm_trained_in_the_pinned_environment_passes() -> None:
+    build = {"type": "create_environment", "name": "old", "requirements": ["scikit-learn==1.5.2"]}
+    res = _run(SCORER_FAMILY, _Actions([build, *_trains("gradient_boosting", "old")]))
+    assert res.success, res.grade
+
+
+@pytest.mark.parametrize("pin", ["scikit-learn==1.4.2", "numpy==1.26.4"])
+def test_sim_refuses_a_release_whose_behaviour_it_has_not_measured(pin: str) -> None:
+    build = {"type": "create_environment", "name": "other", "requirements": [pin]}
+    agent = _Actions([build])
+    _run(SCORER_FAMILY, agent)
+    assert agent.seen[0]["error"]["code"] == "unsupported", agent.seen[0]

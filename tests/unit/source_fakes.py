@@ -431,6 +431,12 @@ class MemoryEnvironments:
     def for_serving(self, env: EnvironmentInfo) -> EnvironmentInfo:
         return env if env.key == DEFAULT_KEY else self.build([*env.requirements, "fastapi"])
 
+    def score(self, key: str, model_name: str, version: str, rows: Any) -> list[float]:
+        from mlsandbox.backends.protocols import ModelScoreError
+
+        self.get(key)
+        raise ModelScoreError(f"model {model_name!r} version {version}: the fake tracking keeps no models")
+
 
 # -------------------------------------------------------------------------------------------- runtime
 

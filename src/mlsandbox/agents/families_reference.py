@@ -17,7 +17,9 @@ scenario's plan:
   causes; it scales out only while a load alert fires, and restarts the feature service only when its
   health check fails;
 - :class:`PriorityReferenceAgent`: several models on a rolling compute budget; it builds them in the
-  order of their priority and deadline, and waits out a start refused for the compute window.
+  order of their priority and deadline, and waits out a start refused for the compute window;
+- :class:`ScorerEnvironmentReferenceAgent`: a production scorer pinned to an older scikit-learn; it
+  builds an environment with the scorer's pins and trains in it, so the model loads where it is scored.
 """
 
 from __future__ import annotations
@@ -310,8 +312,12 @@ class PriorityReferenceAgent(ReferenceAgent):
 
     name = "reference-priority"
     max_window_waits = 6
+    last: Obs = {}
+    """The last observation an action of the checklist returned (its budget says whether the window is
+    spent)."""
 
     def script(self, first: Obs) -> Script:
+        self.last = first
         models = ((first.get("result") or {}).get("deliverable") or {}).get("models")
         if not models:
             yield from super().script(first)
@@ -336,17 +342,47 @@ class PriorityReferenceAgent(ReferenceAgent):
                     {"type": "register_model", "run_id": run_id, "name": m["register_model_as"]}
                 )
 
+    def train(self, dataset: str) -> Generator[dict[str, Any], Obs, str | None]:
+        """Wait out a spent compute window (the budget says when it frees) before starting the job."""
+        frees = (self.last.get("budget") or {}).get("window_frees_in_s")
+        if frees:
+            yield from self._wait(float(frees))
+        return (yield from super().train(dataset))
+
+    def _wait(self, seconds: float) -> Generator[dict[str, Any], Obs, None]:
+        left = round(seconds + 1.0, 1)
+        while left > 0:
+            self.last = yield {"type": "wait", "seconds": min(60.0, left)}
+            left = round(left - 60.0, 1)
+
     def do(self, action: dict[str, Any]) -> Generator[dict[str, Any], Obs, Obs]:
         obs: Obs = {}
         for _ in range(self.max_window_waits):
-            obs = yield from super().do(action)
+            obs = self.last = yield from super().do(action)
             error = obs.get("error") or {}
             details = error.get("details")
             after = details.get("retry_after_s") if isinstance(details, dict) else None
             if obs.get("ok") or error.get("code") != "budget_exhausted" or after is None:
                 return obs
-            left = round(float(after) + 1.0, 1)
-            while left > 0:
-                yield {"type": "wait", "seconds": min(60.0, left)}
-                left = round(left - 60.0, 1)
+            yield from self._wait(float(after))
         return obs
+
+
+class ScorerEnvironmentReferenceAgent(ReferenceAgent):
+    """The reference checklist when the model is scored in a pinned environment (the first observation's
+    ``deliverable.scored_in_environment``): it builds an environment with the same pins first and trains
+    every job in it; without such pins it is the plain checklist."""
+
+    name = "reference-scorer-environment"
+    environment_name = "scorer"
+
+    def script(self, first: Obs) -> Script:
+        self.environment = None
+        pins = ((first.get("result") or {}).get("deliverable") or {}).get("scored_in_environment")
+        if pins:
+            obs = yield from self.do(
+                {"type": "create_environment", "name": self.environment_name, "requirements": list(pins)}
+            )
+            if obs.get("ok"):
+                self.environment = self.environment_name
+        yield from super().script(first)

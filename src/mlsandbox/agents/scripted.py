@@ -79,6 +79,8 @@ class ReferenceAgent(ScriptedAgent):
 
     name = "reference"
     max_attempts = 4
+    environment: str | None = None
+    """The named environment its jobs run in (None: the sandbox's own)."""
 
     def __init__(self, seed: int | None = None, algorithm: str = "gradient_boosting") -> None:
         super().__init__(seed)
@@ -163,6 +165,8 @@ class ReferenceAgent(ScriptedAgent):
                     "algorithm": self.algorithm,
                     "resources": {"cpus": 1, "memory_mb": 1024},
                 }
+                if self.environment is not None:
+                    action["environment"] = self.environment
             else:
                 action = {"type": "retry_job", "job_id": job}
             obs = yield from self.do(action)

@@ -609,6 +609,37 @@ class OperationsModel(Model):
         return self
 
 
+class Portability(Model):
+    """A trainer's model (``algorithm``) made under scikit-learn ``made`` and loaded under ``loaded``:
+    ``error`` is the library's own last line when loading or predicting fails, None when it works."""
+
+    made: str
+    loaded: str
+    algorithm: str
+    error: str | None = None
+
+
+PORTABILITY: tuple[Portability, ...] = (
+    Portability(
+        made="1.9.1",
+        loaded="1.5.2",
+        algorithm="gradient_boosting",
+        error="skops.io.exceptions.UntrustedTypesFoundException: Untrusted types found in the file: "
+        "['sklearn._loss._loss.CyHalfBinomialLoss'].",
+    ),
+    Portability(
+        made="1.9.1",
+        loaded="1.5.2",
+        algorithm="logistic_regression",
+        error="AttributeError: 'LogisticRegression' object has no attribute 'multi_class'",
+    ),
+    Portability(made="1.9.1", loaded="1.5.2", algorithm="random_forest"),
+    Portability(made="1.9.1", loaded="1.5.2", algorithm="mlp"),
+)
+"""Measured on this kind of machine: the sandbox's release against 1.5.2 (skops models, as the trainer
+saves them, loaded with ``mlflow.sklearn.load_model`` and asked ``predict_proba``)."""
+
+
 class EnvironmentsModel(Model):
     """Named Python environments: what the default holds and what a build costs."""
 
@@ -620,6 +651,12 @@ class EnvironmentsModel(Model):
     """Distribution -> versions that exist (a pin outside them fails like the resolver does)."""
     resolution_error: TextTemplate
     """The resolver's message for requirements that cannot be installed (detail)."""
+    score_s: float = Field(default=8.0, ge=0.0)
+    """Scoring a registered model in a named environment (a production scorer): its interpreter starts,
+    imports MLflow and scikit-learn, downloads, loads and predicts (7-9 s on this kind of machine, warm)."""
+    portability: list[Portability] = Field(default_factory=lambda: list(PORTABILITY))
+    """What a model made under one scikit-learn release does under another, per algorithm of the trainer
+    (measured on real pipelines); a pin of scikit-learn with no record here is refused in ``sim``."""
 
 
 # --------------------------------------------------------------------------------------------- errors

@@ -106,7 +106,8 @@ def grade_registered_model_auc(state: EpisodeState, tracking: Tracking) -> Grade
     """Grade the latest registered version of the goal's model on the hidden holdout."""
     goal = state.scenario.goal
     min_auc: float = getattr(goal, "min_auc", 0.75)  # every AUC goal has one
-    return grade_model_auc(state, tracking, goal.model_name, goal.dataset, min_auc)
+    scorer = getattr(goal, "scorer_environment", None)
+    return grade_model_auc(state, tracking, goal.model_name, goal.dataset, min_auc, scorer=scorer)
 
 
 def grade_model_auc(
@@ -116,9 +117,11 @@ def grade_model_auc(
     dataset: str,
     min_auc: float,
     own_deadline_s: float | None = None,
+    scorer: list[str] | None = None,
 ) -> Grade:
     """The latest version of model ``name`` registered by its deadline, scored by ROC AUC on
-    ``dataset``'s hidden holdout against ``min_auc``."""
+    ``dataset``'s hidden holdout against ``min_auc``; with ``scorer`` (a production scorer's
+    requirements), the probabilities are those the scorer answered at the episode's end."""
     versions, late = state.graded_versions(name, own_deadline_s)
     if not versions:
         reason = state.late_reason(name, late, own_deadline_s) if late else f"no model registered as {name!r}"
@@ -126,6 +129,8 @@ def grade_model_auc(
     version = versions[-1]
     holdout = state.ground_truth.holdouts[dataset]
     target = state.scenario.dataset(dataset).target
+    if scorer is not None:
+        return _graded_by_scorer(state, name, version, holdout, target, min_auc, scorer)
     try:
         model = tracking.load_model(state.registry_name(name), version)
         # Imported after the load (and so when grading: importing this module stays quick): a tracker
@@ -147,6 +152,26 @@ def grade_model_auc(
     score = float(np.clip((auc - 0.5) / (min_auc - 0.5), 0.0, 1.0))
     success = auc >= min_auc
     reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}"
+    return Grade(name, version, auc, score, success, reason)
+
+
+def _graded_by_scorer(
+    state: EpisodeState, name: str, version: str, holdout: Any, target: str, min_auc: float, scorer: list[str]
+) -> Grade:
+    from sklearn.metrics import roc_auc_score
+
+    where = "the production scorer (" + ", ".join(scorer) + ")"
+    scored = state.scored.get((name, version))
+    if scored is None:
+        return Grade(name, version, None, 0.0, False, f"{where} did not score the model")
+    if scored.proba is None:
+        return Grade(name, version, None, 0.0, False, f"{where} could not score the model: {scored.problem}")
+    auc = float(roc_auc_score(holdout[target].to_numpy(), np.asarray(scored.proba)))
+    if not np.isfinite(auc):
+        return Grade(name, version, None, 0.0, False, "holdout AUC is not finite")
+    score = float(np.clip((auc - 0.5) / (min_auc - 0.5), 0.0, 1.0))
+    success = auc >= min_auc
+    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}, scored by {where}"
     return Grade(name, version, auc, score, success, reason)
 
 

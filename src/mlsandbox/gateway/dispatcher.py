@@ -181,6 +181,9 @@ class Gateway:
         out: dict[str, Any] = {"register_model_as": goal.model_name, "kind": kind.name}
         if self.scenario.budget.deadline_s is not None:
             out["deadline_s"] = self.scenario.budget.deadline_s
+        scorer = getattr(goal, "scorer_environment", None)
+        if scorer:
+            out["scored_in_environment"] = list(scorer)
         if isinstance(goal, RegisteredModelsGoal):
             out["models"] = [
                 {

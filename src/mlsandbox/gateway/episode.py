@@ -206,8 +206,12 @@ class Episode:
             out["seconds_left"] = round(max(0.0, st.deadline_at - self.runtime.clock.time()), 1)
         window = st.scenario.budget.window
         if window is not None:
-            used = st.window_used(self.runtime.clock.time(), window.seconds)
+            now = self.runtime.clock.time()
+            used = st.window_used(now, window.seconds)
             out["window_credits_left"] = round(max(0.0, window.credits - used), 4)
+            if used >= window.credits:
+                frees = st.window_frees_at(now, window.seconds, window.credits)
+                out["window_frees_in_s"] = round(max(0.0, frees - now), 1)
         return out
 
     def start_refusal(self, what: str = "no new job can start") -> ActionError | None:

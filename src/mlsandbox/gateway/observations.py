@@ -53,6 +53,10 @@ class Budget(BaseModel):
         description="Credits that may still be used in the rolling compute window (only when the task has "
         "one): new work does not start while it is 0.",
     )
+    window_frees_in_s: float | None = Field(
+        default=None,
+        description="While the rolling compute window is spent: seconds until new work can start again.",
+    )
 
 
 class Observation(BaseModel):

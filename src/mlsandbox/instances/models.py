@@ -31,8 +31,10 @@ def instance_id(family: str, params: dict[str, Any]) -> str:
 
 
 def scenario_hash(scenario: Scenario) -> str:
-    """The hash of an instance's whole scenario (catches a family edited after a suite was frozen)."""
-    data = scenario.model_dump(mode="json", exclude={"space"})
+    """The hash of an instance's whole scenario (catches a family edited after a suite was frozen): its
+    values other than the schema's defaults, so a field the schema gains later, with a default, leaves
+    every frozen instance as it was."""
+    data = scenario.model_dump(mode="json", exclude={"space"}, exclude_defaults=True)
     return hashlib.sha256(canonical(data).encode()).hexdigest()
 
 

@@ -50,6 +50,10 @@ class Goal(_Model):
     """The registered model name the agent must deliver (its latest version is graded)."""
     min_auc: float = Field(default=0.75, gt=0.5, le=1.0)
     """ROC AUC on the holdout that counts as success."""
+    scorer_environment: list[str] | None = Field(default=None, min_length=1, max_length=20)
+    """Requirements of the production scorer's environment (``["scikit-learn==1.5.2"]``): the registered
+    model is loaded and asked for its probabilities there, as that scorer would, not in the sandbox's
+    own interpreter; a model that does not load or predict under it earns nothing."""
 
 
 def _goal_type(v: Any) -> str:

@@ -114,6 +114,15 @@ class DeliveredFile:
     problem: str | None = None
 
 
+@dataclass(frozen=True)
+class ScoredModel:
+    """What the goal's production scorer answered for a model version at the episode's end: the
+    positive class's probability of each holdout row, or why it could not."""
+
+    proba: list[float] | None
+    problem: str | None = None
+
+
 @dataclass
 class EpisodeState:
     episode_id: str
@@ -148,6 +157,9 @@ class EpisodeState:
     """What the episode was charged besides its jobs, by kind."""
     extra_credits: float = 0.0
     """Credits charged besides the jobs' CPU-seconds (reserved machines, deployments), added by packs."""
+    scored: dict[tuple[str, str], ScoredModel] = field(default_factory=dict)
+    """(name, version) -> what the goal's production scorer answered (``goal.scorer_environment``), read
+    at the episode's end for the grader."""
     delivered: dict[str, DeliveredFile] = field(default_factory=dict)
     """Workspace files the goal grades (path -> what was read at the episode's end, before grading)."""
     environments: dict[str, EnvironmentInfo] = field(default_factory=dict)

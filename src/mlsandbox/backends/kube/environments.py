@@ -8,6 +8,8 @@ image's own; its package versions are fixed when the image is built and are not 
 
 from __future__ import annotations
 
+from typing import Any
+
 from mlsandbox.backends.protocols.environments import DEFAULT_KEY, EnvironmentInfo
 from mlsandbox.errors import Unsupported
 
@@ -33,6 +35,9 @@ class KubeEnvironments:
     def for_serving(self, env: EnvironmentInfo) -> EnvironmentInfo:
         if env.key == DEFAULT_KEY:
             return env
+        raise Unsupported("environments.build", BACKEND, REASON)
+
+    def score(self, key: str, model_name: str, version: str, rows: Any) -> list[float]:
         raise Unsupported("environments.build", BACKEND, REASON)
 
 

@@ -231,7 +231,7 @@ class LocalRuntime(ServiceClients):
         """uv venvs of this machine, shared by its sandboxes."""
         from mlsandbox.backends.local.venvs import LocalEnvironments
 
-        return LocalEnvironments()
+        return LocalEnvironments(self._endpoints.mlflow_url)
 
     def close(self) -> None:
         """Kill the sandbox's running jobs (when any were started). The services are the backend's."""

@@ -25,9 +25,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -36,6 +38,7 @@ from mlsandbox.backends.protocols.environments import (
     DEFAULT_KEY,
     EnvironmentBuildError,
     EnvironmentInfo,
+    ModelScoreError,
 )
 
 BUILD_TIMEOUT_S = 600.0
@@ -221,9 +224,47 @@ def interpreter(key: str) -> Path:
     return found.python
 
 
+SCORE_TIMEOUT_S = 600.0
+"""How long a scorer process may take (a first run in a fresh environment compiles its bytecode)."""
+
+
 class LocalEnvironments:
     """uv venvs of this machine (shared by every sandbox of ``$MLSANDBOX_HOME``); the default is the
-    sandbox's own interpreter."""
+    sandbox's own interpreter. ``tracking_uri`` is the sandbox's MLflow server, where :meth:`score` gets
+    its models."""
+
+    def __init__(self, tracking_uri: str | None = None) -> None:
+        self.tracking_uri = tracking_uri
+
+    def score(self, key: str, model_name: str, version: str, rows: Any) -> list[float]:
+        """The scorer workload (:mod:`mlsandbox.workloads.scorer`) run by the environment's interpreter,
+        with the tracking server's address only; the rows and the probabilities pass through files."""
+        if self.tracking_uri is None:
+            raise ModelScoreError("no tracking server to load the model from")
+        python = interpreter(key)
+        workload = Path(__file__).resolve().parents[2] / "workloads" / "scorer.py"
+        with tempfile.TemporaryDirectory(prefix="mlsandbox-score-") as tmp:
+            features, out = Path(tmp) / "rows.parquet", Path(tmp) / "proba.json"
+            rows.to_parquet(features)
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": tmp,
+                "MLFLOW_TRACKING_URI": self.tracking_uri,
+            }
+            argv = [str(python), str(workload), "--model-uri", f"models:/{model_name}/{version}"]
+            argv += ["--features", str(features), "--out", str(out)]
+            try:
+                done = subprocess.run(
+                    argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=SCORE_TIMEOUT_S
+                )
+            except subprocess.TimeoutExpired:
+                raise ModelScoreError(f"the scorer did not answer within {SCORE_TIMEOUT_S:g} s") from None
+            if done.returncode != 0:
+                lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+                raise ModelScoreError(
+                    lines[-1] if lines else f"the scorer exited with status {done.returncode}"
+                )
+            return [float(v) for v in json.loads(out.read_text())]
 
     def default(self) -> EnvironmentInfo:
         found = {}

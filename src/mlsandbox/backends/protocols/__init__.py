@@ -11,6 +11,7 @@ from mlsandbox.backends.protocols.environments import (
     EnvironmentBuildError,
     EnvironmentInfo,
     Environments,
+    ModelScoreError,
 )
 from mlsandbox.backends.protocols.faults import (
     NETWORK_FAULTS,
@@ -105,6 +106,7 @@ __all__ = [
     "Jobs",
     "Machine",
     "Model",
+    "ModelScoreError",
     "ModelServing",
     "ModelVersionInfo",
     "NetworkControl",

@@ -6,12 +6,13 @@ requirements twice gives the same environment (a cache shared by the sandbox's e
 agent gives environments are the episode's business; jobs (:class:`~mlsandbox.backends.protocols.jobs.
 JobSpec`), flow runs and deployments name an environment by its key.
 
-Support keys: ``environments.build`` (building named environments).
+Support keys: ``environments.build`` (building named environments; scoring a registered model in one,
+:meth:`Environments.score`, needs it too).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from mlsandbox.backends.protocols.common import Model
 from mlsandbox.errors import BackendError
@@ -22,6 +23,11 @@ DEFAULT_KEY = "default"
 
 class EnvironmentBuildError(BackendError):
     """The requirements cannot be installed (the resolver's or installer's own message)."""
+
+
+class ModelScoreError(BackendError):
+    """A registered model that cannot be loaded or cannot predict in an environment (the library's own
+    error, as the environment's interpreter printed it)."""
 
 
 class EnvironmentInfo(Model):
@@ -53,5 +59,12 @@ class Environments(Protocol):
         """``env`` plus what the model server needs (built once); the default stays the default."""
         ...
 
+    def score(self, key: str, model_name: str, version: str, rows: Any) -> list[float]:
+        """The positive class's probability of each row of ``rows`` (a DataFrame of features) by version
+        ``version`` of registered model ``model_name``, loaded in environment ``key`` (what a production
+        scorer pinned to that environment would answer); :class:`ModelScoreError` with the library's
+        error when the model cannot be loaded or cannot predict there."""
+        ...
 
-__all__ = ["DEFAULT_KEY", "EnvironmentBuildError", "EnvironmentInfo", "Environments"]
+
+__all__ = ["DEFAULT_KEY", "EnvironmentBuildError", "EnvironmentInfo", "Environments", "ModelScoreError"]

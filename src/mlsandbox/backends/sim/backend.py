@@ -77,7 +77,7 @@ class SimRuntime:
         self._store = MemoryObjectStore(w)
         self._tracking = MemoryTracking(w, pump=self.pump)
         self._config = MemoryConfigStore(w)
-        self._environments = SimEnvironments(w)
+        self._environments = SimEnvironments(w, self._tracking)
         self._jobs = SimJobs(w, self._store, self._tracking, self._config, environment=self._environments.get)
         self._sources = SimSourceHosting(w, self._http)
         self._serving = SimServing(w, self._tracking, self._store, self._http)

@@ -241,6 +241,15 @@ class SimJobs:
         self.pump()
         return [j for j, job in self.jobs.items() if not job.finished]
 
+    def _made_with(self, job: SimJob) -> dict[str, str]:
+        """The algorithm of a trainer job and the scikit-learn release of its environment."""
+        out = {"algorithm": str(job.plan.fill.get("algorithm", ""))}
+        if job.spec.environment not in (None, "default"):
+            release = self._environments_get(job.spec.environment).packages.get("scikit-learn")
+            if release:
+                out["scikit-learn"] = release
+        return out
+
     def _environments_get(self, key: str) -> Any:
         if self._environment is None:
             raise KeyError(f"environment {key!r} does not exist")
@@ -574,6 +583,7 @@ class SimJobs:
                     metrics=out.metrics,
                     params=out.params,
                     model=out.model,
+                    made_with=self._made_with(job),
                 )
                 run = self.tracking.runs.get(job.run_id)
                 model_id = run.model_id if run is not None else None

@@ -39,6 +39,8 @@ class _Run:
     tags: dict[str, str] = field(default_factory=dict)
     model: Any = None
     model_id: str | None = None
+    made_with: dict[str, str] = field(default_factory=dict)
+    """What the model was made with: the job's algorithm and its environment's scikit-learn release."""
 
     def info(self) -> RunInfo:
         return RunInfo(
@@ -61,6 +63,7 @@ class _Version:
     source: str
     created_at: float
     model: Any = None
+    made_with: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -176,6 +179,7 @@ class MemoryTracking:
             f"models:/{run.model_id}",
             self.world.clock.time(),
             run.model,
+            dict(run.made_with),
         )
         reg.versions.append(version)
         return self._view(reg, version)
@@ -227,6 +231,15 @@ class MemoryTracking:
             raise KeyError(f"{what}: Model Version (name={name}, version={version}) not found")
         return found.model
 
+    def made_with(self, name: str, version: str) -> dict[str, str]:
+        """What version ``version`` of ``name`` was made with (algorithm, scikit-learn release; empty
+        when unknown); :class:`KeyError` for an unknown version."""
+        reg = self.models.get(name)
+        found = None if reg is None else next((v for v in reg.versions if v.version == str(version)), None)
+        if found is None:
+            raise KeyError(f"model {name!r} version {version}: Model Version not found")
+        return dict(found.made_with)
+
     def _view(self, reg: _Registered, v: _Version) -> ModelVersionInfo:
         return ModelVersionInfo(
             name=v.name,
@@ -265,10 +278,12 @@ class MemoryTracking:
         metrics: dict[str, float] | None = None,
         params: dict[str, Any] | None = None,
         model: Any = None,
+        made_with: dict[str, str] | None = None,
     ) -> None:
         run = self.runs.get(run_id)
         if run is None:  # its experiment was deleted meanwhile (the episode closed)
             return
+        run.made_with.update(made_with or {})
         run.status = status
         run.end_time = self.world.clock.time() if at is None else at
         run.metrics.update(metrics or {})

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from mlsandbox.backends.protocols import EnvironmentBuildError
-from mlsandbox.errors import ActionError
+from mlsandbox.errors import ActionError, Unsupported
 from mlsandbox.gateway.context import EpisodeContext
 from mlsandbox.gateway.packs.compute import actions as C
 from mlsandbox.world import compute as P
+from mlsandbox.world.episode import ScoredModel
 
 NAME = "compute"
 
@@ -117,3 +118,33 @@ def handle_create_environment(ctx: EpisodeContext, a: C.CreateEnvironment) -> di
         "requirements": list(info.requirements),
         "packages": {k: v for k, v in info.packages.items() if k in CREATED_SHOWN},
     }
+
+
+# ------------------------------------------------------------------------------------------- hooks
+
+
+def on_end(ctx: EpisodeContext) -> None:
+    """For a goal whose model a production scorer grades (``goal.scorer_environment``): the latest version
+    registered on time is scored in that environment, and what the scorer answered (the holdout's
+    probabilities, or the library's error) is kept for the grader (:attr:`EpisodeState.scored`)."""
+    goal = ctx.scenario.goal
+    requirements = getattr(goal, "scorer_environment", None)
+    if not requirements:
+        return
+    st = ctx.state
+    versions, _ = st.graded_versions(goal.model_name)
+    if not versions:
+        return
+    version = versions[-1]
+    target = ctx.scenario.dataset(goal.dataset).target
+    rows = st.ground_truth.holdouts[goal.dataset].drop(columns=[target])
+    envs = ctx.runtime.environments
+    try:
+        env = envs.build(list(requirements))
+        proba = envs.score(env.key, st.registry_name(goal.model_name), version, rows)
+    except Unsupported as e:
+        st.scored[(goal.model_name, version)] = ScoredModel(None, f"unsupported on this backend: {e}")
+    except Exception as e:  # the library's error (ModelScoreError), a build that failed, ...
+        st.scored[(goal.model_name, version)] = ScoredModel(None, str(e))
+    else:
+        st.scored[(goal.model_name, version)] = ScoredModel(proba)
