@@ -91,7 +91,9 @@ class TestSplitFile(_Model):
 def family_hash(family: Scenario) -> str:
     """The hash of a family's declaration: its values other than the schema's defaults, so a field the
     scenario schema gains later, with a default, leaves every frozen family as it was."""
-    return hashlib.sha256(canonical(family.model_dump(mode="json", exclude_defaults=True)).encode()).hexdigest()
+    return hashlib.sha256(
+        canonical(family.model_dump(mode="json", exclude_defaults=True)).encode()
+    ).hexdigest()
 
 
 def split_hash(instances: list[Instance]) -> str:
