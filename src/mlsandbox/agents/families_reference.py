@@ -329,13 +329,7 @@ class PriorityReferenceAgent(ReferenceAgent):
             names = sorted(m.get("datasets") or [], key=lambda n: (not n.endswith(".parquet"), n))
             if not names:
                 continue
-            dataset = names[0]
-            obs = yield from self.do({"type": "check_data_quality", "dataset": dataset})
-            profile = ((obs.get("result") or {}).get("profile") or {}) if obs.get("ok") else None
-            for strategy in [] if profile is None else self.cleaning(profile):
-                obs = yield from self.do({"type": "clean_dataset", "dataset": dataset, "strategy": strategy})
-                if obs.get("ok"):
-                    dataset = obs["result"]["dataset"]
+            dataset = yield from self.prepare(names[0])
             run_id = yield from self.train(dataset)
             if run_id is not None:
                 yield from self.do(

@@ -91,16 +91,21 @@ class ReferenceAgent(ScriptedAgent):
         if not names:
             return
         dataset = yield from self.choose_dataset(names)
+        dataset = yield from self.prepare(dataset)
+        run_id = yield from self.train(dataset)
+        if run_id is None:
+            return
+        yield from self.do({"type": "register_model", "run_id": run_id, "name": model})
+
+    def prepare(self, dataset: str) -> Generator[dict[str, Any], Obs, str]:
+        """Profile the dataset and apply the cleaning its profile calls for; the dataset to train on."""
         obs = yield from self.do({"type": "check_data_quality", "dataset": dataset})
         profile = ((obs.get("result") or {}).get("profile") or {}) if obs.get("ok") else None
         for strategy in [] if profile is None else self.cleaning(profile):
             obs = yield from self.do({"type": "clean_dataset", "dataset": dataset, "strategy": strategy})
             if obs.get("ok"):
                 dataset = obs["result"]["dataset"]
-        run_id = yield from self.train(dataset)
-        if run_id is None:
-            return
-        yield from self.do({"type": "register_model", "run_id": run_id, "name": model})
+        return dataset
 
     def choose_dataset(self, names: list[str]) -> Generator[dict[str, Any], Obs, str]:
         """The dataset to work on: the one the goal names (no step)."""

@@ -147,11 +147,16 @@ def grade_model_auc(
     except Exception as e:  # a model that cannot score the holdout earns nothing
         log.info("grading failed: %s", e)
         return Grade(name, version, None, 0.0, False, f"model could not score the holdout: {e}")
+    return _auc_grade(name, version, auc, min_auc)
+
+
+def _auc_grade(name: str, version: str, auc: float, min_auc: float, how: str = "") -> Grade:
+    """The grade of a holdout AUC against ``min_auc``: 0 at chance, 1 at the bar (``how`` ends the reason)."""
     if not np.isfinite(auc):
         return Grade(name, version, None, 0.0, False, "holdout AUC is not finite")
     score = float(np.clip((auc - 0.5) / (min_auc - 0.5), 0.0, 1.0))
     success = auc >= min_auc
-    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}"
+    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}{how}"
     return Grade(name, version, auc, score, success, reason)
 
 
@@ -167,12 +172,7 @@ def _graded_by_scorer(
     if scored.proba is None:
         return Grade(name, version, None, 0.0, False, f"{where} could not score the model: {scored.problem}")
     auc = float(roc_auc_score(holdout[target].to_numpy(), np.asarray(scored.proba)))
-    if not np.isfinite(auc):
-        return Grade(name, version, None, 0.0, False, "holdout AUC is not finite")
-    score = float(np.clip((auc - 0.5) / (min_auc - 0.5), 0.0, 1.0))
-    success = auc >= min_auc
-    reason = f"holdout AUC {auc:.4f} {'>=' if success else '<'} {min_auc}, scored by {where}"
-    return Grade(name, version, auc, score, success, reason)
+    return _auc_grade(name, version, auc, min_auc, f", scored by {where}")
 
 
 def _grade_deployment_slo(state: EpisodeState, tracking: Tracking) -> Grade:
