@@ -71,6 +71,9 @@ def _owned_by(pid: int) -> list[psutil.Process]:
 @pytest.mark.services
 def test_gateway_killed_mid_step_and_restarted(sandbox: LocalBackend) -> None:
     probe = bench_soak.Probe(sandbox)
+    # What earlier tests of the shared sandbox left to a dead owner is collected first: the counts below
+    # compare what this gateway's crash leaves, and the collection after it would take those too.
+    collect_garbage_report()
     before = probe.snapshot()["counts"]
     port = bench_soak.free_port()
     with bench_soak.gateway(sandbox.name, port=port) as (url, proc):

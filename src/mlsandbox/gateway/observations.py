@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from mlsandbox.errors import ActionError
 
@@ -57,6 +57,20 @@ class Budget(BaseModel):
         default=None,
         description="While the rolling compute window is spent: seconds until new work can start again.",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """The optional figures only where the task has them: the same dict on every interface (HTTP,
+        MCP, OpenEnv) as in process. No return annotation, so the JSON Schema stays the fields'."""
+        data: dict[str, Any] = handler(self)
+        for name in OPTIONAL_BUDGET_FIELDS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
+
+
+OPTIONAL_BUDGET_FIELDS = ("seconds_left", "window_credits_left", "window_frees_in_s")
+"""Budget figures only some tasks have (a deadline, a rolling compute window)."""
 
 
 class Observation(BaseModel):
