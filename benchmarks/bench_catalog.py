@@ -5,7 +5,9 @@ agent on ``--seeds`` seeds must succeed (the goal met, no hard constraint broken
 an optimiser finds first (``do-nothing``, ``repeat-cheap``) must fail and earn less than the reference on
 the family's own seed. ``local`` plays on real services (an ephemeral sandbox unless ``--sandbox`` names a
 running one); ``sim`` on the twin. Prints a line per episode, a table per backend at the end, and saves
-``.bench/catalog.json`` after every family (a long run interrupted keeps what it measured).
+``.bench/catalog.json`` after every family (a long run interrupted keeps what it measured; a family played
+again replaces its earlier row, the others keep theirs), with the reference agent's success agreement
+between ``sim`` and ``local`` over the (family, seed) pairs both played.
 
     python benchmarks/bench_catalog.py [--backend sim --backend local] [--seeds 1] [--families F ...]
                                        [--pack P ...] [--sandbox NAME]
@@ -29,12 +31,39 @@ CHEAP = ("do-nothing", "repeat-cheap")
 console = Console(stderr=True)
 
 
-def _save(data: dict[str, Any]) -> None:
+def _save(backend: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge this run's families into the record of ``backend`` (a family played again replaces its
+    earlier row; families not played keep theirs), then recount it and the sim/local agreement."""
     OUT.parent.mkdir(exist_ok=True)
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
-    old.update(data)
+    known = {r["family"]: r for r in old.get(backend, {}).get("families", [])}
+    known.update({r["family"]: r for r in rows})
+    merged = sorted(known.values(), key=lambda r: r["family"])
+    old[backend] = {
+        "families": merged,
+        "valid": sum(r["valid"] for r in merged),
+        "total": len(merged),
+        "wall_s": round(sum(r["wall_s"] for r in merged), 1),
+    }
+    old["agreement"] = agreement(old)
     old["machine"] = describe_machine()
     OUT.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
+    return old
+
+
+def agreement(record: dict[str, Any]) -> dict[str, Any]:
+    """Reference success on sim against local, over the (family, seed) pairs both backends played."""
+
+    def refs(backend: str) -> dict[tuple[str, int], bool]:
+        return {(r["family"], e["seed"]): e["success"] for r in record.get(backend, {}).get("families", [])
+                for e in r["episodes"] if e["agent"] == "reference"}  # fmt: skip
+
+    sim, local = refs("sim"), refs("local")
+    pairs = sorted(set(sim) & set(local))
+    differ = [f"{f} seed {s}: sim {'succeeds' if sim[f, s] else 'fails'}, local "
+              f"{'succeeds' if local[f, s] else 'fails'}" for f, s in pairs if sim[f, s] != local[f, s]]  # fmt: skip
+    return {"pairs": len(pairs), "families": len({f for f, _ in pairs}),
+            "agreed": len(pairs) - len(differ), "differ": differ}  # fmt: skip
 
 
 def _episode(env: Any, family: str, agent: str, seed: int) -> dict[str, Any]:
@@ -122,7 +151,7 @@ def run_backend(backend: str, families: list[str], n_seeds: int, sandbox: str | 
                 out["valid"] = sum(r["valid"] for r in rows)
                 out["total"] = len(rows)
                 out["wall_s"] = round(time.perf_counter() - started, 1)
-                _save({backend: out})
+                _save(backend, [{**row, "seeds": n_seeds}])
                 progress.advance(bar)
     finally:
         if local is not None:
@@ -158,6 +187,12 @@ def main() -> None:
                 f"{r['wall_s']:.1f}",
             )  # fmt: skip
         Console(width=160).print(table)
+    record = json.loads(OUT.read_text())
+    agreed = record["agreement"]
+    console.print(f"reference success, sim against local (whole record, {agreed['families']} families): "
+                  f"agreed on {agreed['agreed']} of {agreed['pairs']} (family, seed) pairs")  # fmt: skip
+    for line in agreed["differ"]:
+        console.print(f"  differs: {line}")
 
 
 if __name__ == "__main__":

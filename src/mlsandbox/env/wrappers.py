@@ -50,7 +50,8 @@ Choosing a masked slot sends nothing to the sandbox: the step goes to the gatewa
 (``{"type": "masked_action"}``), which earns the usual invalid-action penalty and changes nothing.
 
 :class:`FlatObservation` turns the episode state into a ``Box`` of floats in [0, 1] (progress, budget,
-last action and its outcome, dataset and job slots, registrations), followed by what the agent has
+the shares of the deadline's seconds and of the compute window's credits left, last action and its
+outcome, dataset and job slots, registrations), followed by what the agent has
 *learnt from its observations* so far in the episode (:class:`Memory`): per dataset slot whether it was
 profiled, whether that profile showed missing values or outliers (and the largest missing rate), and
 which cleaning strategies made it; per job slot its algorithm, the lineage of the data it trained on,
@@ -556,6 +557,8 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
     """The episode state as a ``Box`` of float32 in [0, 1]; see the module docstring."""
 
     JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+    TIME_FEATURES = ("has_deadline", "seconds_left", "has_window", "window_credits_left", "window_frees_in")
+    """The deadline and the rolling compute window, from the observation's ``budget`` (zeros without them)."""
 
     def __init__(
         self, env: gym.Env[Any, Any], *, max_datasets: int = 6, max_jobs: int = 4, kind_features: bool = False
@@ -568,7 +571,8 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         self.types = list(get_catalog().types)
         self.memory = Memory()
         self._action: dict[str, Any] | None = None
-        n = 6 + len(self.types) + 3 * max_datasets + (len(self.JOB_STATES) + 2) * max_jobs
+        n = 6 + len(self.TIME_FEATURES) + len(self.types) + 3 * max_datasets
+        n += (len(self.JOB_STATES) + 2) * max_jobs
         n += (4 + len(STRATEGY_FLAGS)) * max_datasets
         n += (len(ALGORITHMS) + len(STRATEGY_FLAGS) + 3) * max_jobs
         n += 3 * len(SERVICES) + len(ERROR_CODES) + 1
@@ -607,6 +611,7 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
             min(1.0, len(st.registered) / 3),
             float(any(n == sc.goal.model_name for n, _ in st.registered)),
         ]
+        f += _time_features(sc.budget, obs.get("budget") or {})
         last = obs.get("action")
         f += [float(last == t) for t in self.types]
         keys = list(st.datasets)
@@ -648,6 +653,22 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         f += [float(mem.last_error is not None and mem.last_error not in ERROR_CODES)]
         f += [float(kind.name == k) for k in self.kinds]
         return np.clip(np.asarray(f, dtype=np.float32), 0.0, 1.0)
+
+
+def _time_features(budget: Any, seen: dict[str, Any]) -> list[float]:
+    """:attr:`FlatObservation.TIME_FEATURES`: whether the episode has a deadline and the share of it left;
+    whether it has a compute window, the share of the window's credits left and the share of its seconds
+    until spent credits free up (0 while any are left)."""
+    deadline, window = budget.deadline_s, budget.window
+    left = seen.get("seconds_left")
+    credits, frees = seen.get("window_credits_left"), seen.get("window_frees_in_s")
+    return [
+        float(deadline is not None),
+        float(left) / deadline if deadline and left is not None else 0.0,
+        float(window is not None),
+        float(credits) / window.credits if window is not None and credits is not None else 0.0,
+        float(frees) / window.seconds if window is not None and frees is not None else 0.0,
+    ]
 
 
 def _as_action(action: Any) -> dict[str, Any] | None:
