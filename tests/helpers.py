@@ -76,3 +76,16 @@ def reference_episode(env: Any, scenario: str) -> tuple[Any, list[Any]]:
         validation = validate_scenario(env, scenario, on_step=steps.append)
         _REFERENCE_EPISODES[scenario] = (validation, steps)
     return _REFERENCE_EPISODES[scenario]
+
+
+JOB_TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def job_until_done(rt: Any, job_id: str, limit_s: float = 600.0) -> Any:
+    """The job's status once it ended, sleeping the runtime's clock a second at a time (at most ``limit_s``)."""
+    for _ in range(int(limit_s)):
+        status = rt.jobs.get(job_id)
+        if status.state in JOB_TERMINAL:
+            return status
+        rt.clock.sleep(1.0)
+    raise AssertionError(f"{job_id} still {status.state}")

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from tests.helpers import job_until_done as _until_done
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.protocols import JobSpec
@@ -15,7 +16,6 @@ from mlsandbox.data.formats import to_bytes
 from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.scenario import load_builtin
 
-TERMINAL = ("succeeded", "failed", "cancelled")
 RATE_KBPS = 10.0
 
 
@@ -48,15 +48,6 @@ def _train(rt: Any, job_id: str, *, timeout_s: float | None = None) -> Any:
         timeout_s=timeout_s,
     )
     return rt.jobs.submit(spec)
-
-
-def _until_done(rt: Any, job_id: str, limit_s: float = 600.0) -> Any:
-    for _ in range(int(limit_s)):
-        status = rt.jobs.get(job_id)
-        if status.state in TERMINAL:
-            return status
-        rt.clock.sleep(1.0)
-    raise AssertionError(f"{job_id} still {status.state}")
 
 
 def _wall(status: Any) -> float:

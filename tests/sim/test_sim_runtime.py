@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from tests.helpers import job_until_done as _until_done
 
 from mlsandbox.backends import get_backend
 from mlsandbox.backends.protocols import HttpFault, JobSpec, NoSuchTarget
@@ -20,8 +21,6 @@ from mlsandbox.data.tabular import generate_tabular
 from mlsandbox.errors import BackendError, ConfigError, Unsupported
 from mlsandbox.scenario import load_builtin
 from mlsandbox.world.serving.monitoring import parse_scrape
-
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture
@@ -76,15 +75,6 @@ def _train(
         timeout_s=timeout_s,
     )
     return rt.jobs.submit(spec)
-
-
-def _until_done(rt: Any, job_id: str, limit_s: float = 600.0) -> Any:
-    for _ in range(int(limit_s)):
-        status = rt.jobs.get(job_id)
-        if status.state in TERMINAL:
-            return status
-        rt.clock.sleep(1.0)
-    raise AssertionError(f"{job_id} still {status.state}")
 
 
 # ------------------------------------------------------------------------------------------------ clock

@@ -247,10 +247,8 @@ class Episode:
         self.state.charges.idle_reserved_credits += credits
 
     def _blocked(self) -> str | None:
-        """Why no new work may start (the pool's guard): the compute budget is spent."""
-        if self.state.credits_left <= 0:
-            return "compute budget exhausted: no new work can start"
-        refused = self.window_refusal()
+        """Why no new work may start (the pool's guard): the compute budget or its window is spent."""
+        refused = self.start_refusal()
         return None if refused is None else refused.message
 
 

@@ -174,10 +174,10 @@ class EpisodeState:
     def deadline_for(self, own_s: float | None = None) -> float | None:
         """The clock's time by which a model must be registered: the budget's deadline, or the model's
         own (``own_s`` seconds after the first observation) when it comes first."""
-        deadlines = [d for d in (self.deadline_at,) if d is not None]
-        if own_s is not None and self.clock_start is not None:
-            deadlines.append(self.clock_start + own_s)
-        return min(deadlines) if deadlines else None
+        own = self.clock_start + own_s if own_s is not None and self.clock_start is not None else None
+        if own is None or self.deadline_at is None:
+            return own if self.deadline_at is None else self.deadline_at
+        return min(own, self.deadline_at)
 
     def graded_versions(self, name: str, own_deadline_s: float | None = None) -> tuple[list[str], list[str]]:
         """The versions of ``name`` the grader may score (registered by the deadline, when there is one),
