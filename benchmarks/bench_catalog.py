@@ -151,7 +151,7 @@ def run_backend(backend: str, families: list[str], n_seeds: int, sandbox: str | 
                 out["valid"] = sum(r["valid"] for r in rows)
                 out["total"] = len(rows)
                 out["wall_s"] = round(time.perf_counter() - started, 1)
-                _save(backend, [{**row, "seeds": n_seeds}])
+                _save(backend, [{**r, "seeds": n_seeds} for r in rows])
                 progress.advance(bar)
     finally:
         if local is not None:
@@ -160,13 +160,16 @@ def run_backend(backend: str, families: list[str], n_seeds: int, sandbox: str | 
 
 
 def main() -> None:
+    global OUT
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", action="append", choices=["sim", "local"], help="default: sim and local")
     p.add_argument("--seeds", type=int, default=1, help="reference episodes per family (seeds from its own)")
     p.add_argument("--families", nargs="*", default=None)
     p.add_argument("--pack", nargs="*", default=None)
     p.add_argument("--sandbox", default=None, help="a running local sandbox to play in")
+    p.add_argument("--out", type=Path, default=OUT, help=f"the record to merge into (default {OUT})")
     a = p.parse_args()
+    OUT = a.out
     from mlsandbox.scenario import catalog_ids
     from mlsandbox.scenario.packs import pack_families
 
