@@ -10,7 +10,7 @@ again replaces its earlier row, the others keep theirs), with the reference agen
 between ``sim`` and ``local`` over the (family, seed) pairs both played.
 
     python benchmarks/bench_catalog.py [--backend sim --backend local] [--seeds 1] [--families F ...]
-                                       [--pack P ...] [--sandbox NAME]
+                                       [--pack P ...] [--sandbox NAME] [--name NAME] [--out FILE]
 """
 
 from __future__ import annotations
@@ -113,7 +113,9 @@ def validate_family(env: Any, family: str, seeds: list[int]) -> dict[str, Any]:
     }
 
 
-def run_backend(backend: str, families: list[str], n_seeds: int, sandbox: str | None) -> dict[str, Any]:
+def run_backend(
+    backend: str, families: list[str], n_seeds: int, sandbox: str | None, ephemeral: str = "bench-catalog"
+) -> dict[str, Any]:
     """Every family on one backend (seeds: the family's own, then the next ones)."""
     import os
 
@@ -126,9 +128,9 @@ def run_backend(backend: str, families: list[str], n_seeds: int, sandbox: str | 
     if backend == "local" and sandbox is None:
         from mlsandbox.backends.local import LocalBackend
 
-        local = LocalBackend("bench-catalog")
+        local = LocalBackend(ephemeral)
         local.up(ephemeral=True)
-    name = sandbox or ("bench-catalog" if backend == "local" else "bench-catalog-sim")
+    name = sandbox or (ephemeral if backend == "local" else f"{ephemeral}-sim")
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     out: dict[str, Any] = {"seeds_per_family": n_seeds, "families": rows}
@@ -167,6 +169,9 @@ def main() -> None:
     p.add_argument("--families", nargs="*", default=None)
     p.add_argument("--pack", nargs="*", default=None)
     p.add_argument("--sandbox", default=None, help="a running local sandbox to play in")
+    p.add_argument(
+        "--name", default="bench-catalog", help="the ephemeral sandbox's name (two runs side by side)"
+    )
     p.add_argument("--out", type=Path, default=OUT, help=f"the record to merge into (default {OUT})")
     a = p.parse_args()
     OUT = a.out
@@ -175,7 +180,7 @@ def main() -> None:
 
     families = a.families or (pack_families(a.pack) if a.pack else catalog_ids())
     results = {
-        backend: run_backend(backend, families, a.seeds, a.sandbox)
+        backend: run_backend(backend, families, a.seeds, a.sandbox, a.name)
         for backend in a.backend or ["sim", "local"]
     }
     for backend, res in results.items():

@@ -12,6 +12,7 @@ from mlsandbox.agents import make_agent
 from mlsandbox.agents.families_reference import AlertTriageReferenceAgent, PriorityReferenceAgent
 from mlsandbox.agents.runner import EpisodeResult, run_episode
 from mlsandbox.agents.scripted import ReferenceAgent, ScriptedAgent
+from mlsandbox.agents.serving_reference import ServingReferenceAgent
 from mlsandbox.env import MLSandboxEnv
 from mlsandbox.errors import ScenarioError
 from mlsandbox.scenario import load_builtin
@@ -340,6 +341,19 @@ def test_a_credit_model_left_serving_drifted_applicants_fails() -> None:
     res = _run("credit-risk-serving-drift", stale)
     assert stale.seen[2]["result"]["state"] == "succeeded" and stale.seen[4]["ok"], stale.seen[4]
     assert res.grade is not None and not res.success and res.grade["holdout_auc"] < 0.7, res.grade
+
+
+def test_the_drift_reference_waits_for_labelled_rows_in_few_steps() -> None:
+    # Seed 15 of serving-drift-rollout: a retrain on the first 500 labelled rows does not validate
+    # (val_auc 0.68), so the reference waits for twice as many. Looking every 15 s took the episode's 40
+    # steps before they came; waiting as long as the rows' arrival rate says leaves steps to roll out.
+    res = _run("serving-drift-rollout", ServingReferenceAgent(), seed=15)
+    assert res.success, res.grade
+    trains = [s for s in res.steps if s.action["type"] == "train_model"]
+    assert len(trains) == 3 and trains[-1].action["dataset"] == "prod/labelled.parquet"
+    waits = [s.action["seconds"] for s in res.steps if s.action["type"] == "wait"]
+    assert max(waits) == 60 and any(15 < w < 60 for w in waits), waits
+    assert len(res.steps) < load_builtin("serving-drift-rollout").max_steps
 
 
 # ------------------------------------------------------------------------- the lake collapses, a deadline runs

@@ -86,12 +86,17 @@ class ServingReferenceAgent(ReferenceAgent):
         super().__init__(seed, algorithm=algorithm)
         self.profile: dict[str, Any] = {}
         self.kind: TaskKind = get(DEFAULT_KIND)
+        self.published = False
+        """Whether the labelled production table was seen in the lake (it stays once published)."""
+        self.row_rate = 0.0
+        """Labelled production rows per second, as last seen arriving (0: not seen yet)."""
 
     def script(self, first: Obs) -> Script:
         model, names = deliverable(first)
         if not names:
             return
         self.kind = observed_kind(first)
+        self.published, self.row_rate = False, 0.0
         dataset = yield from self.clean(names[0])
         run_id = yield from self.train(dataset)
         if run_id is None:
@@ -202,18 +207,25 @@ class ServingReferenceAgent(ReferenceAgent):
         return False
 
     def labelled_rows(self, wanted: int) -> Generator[dict[str, Any], Obs, int]:
-        """Wait until the labelled production table has ``wanted`` rows; the rows it has."""
-        rows, published = 0, False
+        """Wait until the labelled production table has ``wanted`` rows; the rows it has. Between two
+        looks it waits as long as the rows seen arriving say the rest takes (15 to 60 s, a quarter more
+        for the traffic's ups and downs), so a long wait costs few steps."""
+        rows, pause = 0, 15.0
         for _ in range(self.max_looks):
-            if not published:
+            if not self.published:
                 obs = yield {"type": "list_datasets"}
-                published = any(d.get("name") == LABELLED for d in _result(obs).get("datasets", []))
-            if published:
+                self.published = any(d.get("name") == LABELLED for d in _result(obs).get("datasets", []))
+            if self.published:
                 obs = yield {"type": "check_data_quality", "dataset": LABELLED}
-                rows = int((_result(obs).get("profile") or {}).get("rows") or 0)
-                if rows >= wanted:
-                    return rows
-            yield {"type": "wait", "seconds": 15}
+                seen = int((_result(obs).get("profile") or {}).get("rows") or 0)
+                if seen >= wanted:
+                    return seen
+                if 0 < rows < seen:  # rows per second over the last pause
+                    self.row_rate = (seen - rows) / pause
+                if self.row_rate:
+                    pause = min(60.0, max(15.0, 1.25 * (wanted - seen) / self.row_rate))
+                rows = seen
+            yield {"type": "wait", "seconds": round(pause, 1)}
         return rows
 
     def clean(self, dataset: str) -> Generator[dict[str, Any], Obs, str]:
