@@ -1,5 +1,6 @@
-"""The RL wrappers' vector carries the deadline and the compute window the JSON observation shows: a
-policy trained on the vector can see time running out and the window spent."""
+"""The RL wrappers' vector carries, when asked (``time_features``), the deadline and the compute window
+the JSON observation shows: a policy trained on the vector can see time running out and the window spent.
+Training asks for them when a family has either."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mlsandbox.agents.training import timed
 from mlsandbox.env.wrappers import FlatObservation, make_rl_env
+from mlsandbox.scenario import load_builtin
 
 TIME = slice(6, 6 + len(FlatObservation.TIME_FEATURES))
 
 
 def _env(family: str) -> Any:
-    return make_rl_env(family, backend="sim", sandbox=f"sim-time-{family}", wait_seconds=(20.0,))
+    return make_rl_env(
+        family, backend="sim", sandbox=f"sim-time-{family}", wait_seconds=(20.0,), time_features=True
+    )
 
 
 def _slot(env: Any, action_type: str) -> int:
@@ -61,3 +66,17 @@ def test_an_episode_without_them_leaves_the_features_at_zero() -> None:
         assert not np.any(obs[TIME])
     finally:
         env.close()
+
+
+def test_they_are_asked_for_and_training_asks_for_them_where_a_family_has_either() -> None:
+    plain = make_rl_env("churn-clean-small", backend="sim", sandbox="sim-time-plain")
+    timed_env = _env("churn-clean-small")
+    try:
+        n = len(FlatObservation.TIME_FEATURES)
+        assert timed_env.observation_space.shape[0] == plain.observation_space.shape[0] + n  # type: ignore[index]
+    finally:
+        plain.close()
+        timed_env.close()
+    assert timed([load_builtin("churn-lake-bandwidth-deadline")])
+    assert timed([load_builtin("churn-clean-small"), load_builtin("churn-upsell-priority-window")])
+    assert not timed([load_builtin("churn-clean-small"), load_builtin("tabular-quality-basic")])

@@ -71,6 +71,12 @@ def several_kinds(scenarios: Sequence[Scenario]) -> bool:
     return len({kind_of(s.dataset(s.goal.dataset)).name for s in scenarios}) > 1
 
 
+def timed(scenarios: Sequence[Scenario]) -> bool:
+    """Whether a scenario has a deadline or a rolling compute window: a policy over them then reads the
+    shares left in its observation (``time_features``)."""
+    return any(s.budget.deadline_s is not None or s.budget.window is not None for s in scenarios)
+
+
 def with_shaping(scenario: Scenario, shaping: bool = True) -> Scenario:
     """``scenario`` with :data:`DEFAULT_SHAPING` when ``shaping`` and it declares no shaping of its own."""
     if not shaping or scenario.reward.shaping:
@@ -183,6 +189,7 @@ def train_policy(
         shaped,
         instances=instances,
         kind_features=several_kinds(scenarios),
+        time_features=timed(scenarios),
         stages=stage_scenarios(shaped, curriculum.stages) if curriculum is not None else None,
     )
     ppo = ppo_settings(settings, n_envs)
@@ -281,6 +288,7 @@ def _training_env(
     instances: int,
     kind_features: bool,
     stages: Sequence[Sequence[Scenario]] | None,
+    time_features: bool = False,
 ) -> Any:
     """One training env (in this process, or in a worker process of a vector env: BLAS single-threaded)."""
     from threadpoolctl import threadpool_limits
@@ -292,6 +300,7 @@ def _training_env(
         sandbox=sandbox,
         seeds_per_scenario=instances,
         kind_features=kind_features,
+        time_features=time_features,
         stages=stages,
     )
 
@@ -395,7 +404,13 @@ def evaluate(
     from mlsandbox.env.gym_env import MLSandboxEnv
 
     tests = held_out(scenarios, episodes)
-    env = transfer_env(tests, backend=backend, kind_features=several_kinds(scenarios), **env_kwargs)
+    env = transfer_env(
+        tests,
+        backend=backend,
+        kind_features=several_kinds(scenarios),
+        time_features=timed(scenarios),
+        **env_kwargs,
+    )
     outcomes: dict[str, list[Outcome]] = {}
     try:
         torch.manual_seed(seed)  # the sampled policy's draws

@@ -98,6 +98,7 @@ def transfer_env(
     backend: str = "sim",
     seeds_per_scenario: int = 1,
     kind_features: bool = False,
+    time_features: bool = False,
     stages: Sequence[Sequence[Scenario]] | None = None,
     **env_kwargs: Any,
 ) -> DiscreteActions:
@@ -105,6 +106,7 @@ def transfer_env(
     :class:`~mlsandbox.env.wrappers.SuiteEpisodes`); ``env_kwargs`` go to
     :class:`~mlsandbox.env.gym_env.MLSandboxEnv` (``sandbox``, ``start_sandbox``, ``backend_config``);
     ``kind_features``: the episode's kind of work in the observation (a policy over several kinds);
+    ``time_features``: the deadline and the compute window in the observation;
     ``stages``: a curriculum's scenarios per stage, easiest first (a
     :class:`~mlsandbox.env.wrappers.StagedEpisodes` starting at the first; ``scenarios`` is then unused)."""
     base = MLSandboxEnv(scenarios[0], backend=backend, **env_kwargs)
@@ -114,7 +116,11 @@ def transfer_env(
         else SuiteEpisodes(base, scenarios, seeds_per_scenario=seeds_per_scenario)
     )
     flat = FlatObservation(
-        inner, max_datasets=SETUP["max_datasets"], max_jobs=SETUP["max_jobs"], kind_features=kind_features
+        inner,
+        max_datasets=SETUP["max_datasets"],
+        max_jobs=SETUP["max_jobs"],
+        kind_features=kind_features,
+        time_features=time_features,
     )
     return DiscreteActions(flat, **SETUP)
 

@@ -49,9 +49,9 @@ down) are not predicted: on a fault-free scenario an unmasked action is never re
 Choosing a masked slot sends nothing to the sandbox: the step goes to the gateway as an unknown action
 (``{"type": "masked_action"}``), which earns the usual invalid-action penalty and changes nothing.
 
-:class:`FlatObservation` turns the episode state into a ``Box`` of floats in [0, 1] (progress, budget,
-the shares of the deadline's seconds and of the compute window's credits left, last action and its
-outcome, dataset and job slots, registrations), followed by what the agent has
+:class:`FlatObservation` turns the episode state into a ``Box`` of floats in [0, 1] (progress, budget
+and, with ``time_features=True``, the shares of the deadline's seconds and of the compute window's credits
+left; last action and its outcome, dataset and job slots, registrations), followed by what the agent has
 *learnt from its observations* so far in the episode (:class:`Memory`): per dataset slot whether it was
 profiled, whether that profile showed missing values or outliers (and the largest missing rate), and
 which cleaning strategies made it; per job slot its algorithm, the lineage of the data it trained on,
@@ -561,7 +561,13 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
     """The deadline and the rolling compute window, from the observation's ``budget`` (zeros without them)."""
 
     def __init__(
-        self, env: gym.Env[Any, Any], *, max_datasets: int = 6, max_jobs: int = 4, kind_features: bool = False
+        self,
+        env: gym.Env[Any, Any],
+        *,
+        max_datasets: int = 6,
+        max_jobs: int = 4,
+        kind_features: bool = False,
+        time_features: bool = False,
     ) -> None:
         super().__init__(env)
         self.max_datasets = max_datasets
@@ -571,7 +577,9 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         self.types = list(get_catalog().types)
         self.memory = Memory()
         self._action: dict[str, Any] | None = None
-        n = 6 + len(self.TIME_FEATURES) + len(self.types) + 3 * max_datasets
+        self.time_features = time_features
+        """Whether :attr:`TIME_FEATURES` follow the first six features (see the module docstring)."""
+        n = 6 + (len(self.TIME_FEATURES) if time_features else 0) + len(self.types) + 3 * max_datasets
         n += (len(self.JOB_STATES) + 2) * max_jobs
         n += (4 + len(STRATEGY_FLAGS)) * max_datasets
         n += (len(ALGORITHMS) + len(STRATEGY_FLAGS) + 3) * max_jobs
@@ -611,7 +619,8 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
             min(1.0, len(st.registered) / 3),
             float(any(n == sc.goal.model_name for n, _ in st.registered)),
         ]
-        f += _time_features(sc.budget, obs.get("budget") or {})
+        if self.time_features:
+            f += _time_features(sc.budget, obs.get("budget") or {})
         last = obs.get("action")
         f += [float(last == t) for t in self.types]
         keys = list(st.datasets)
@@ -756,18 +765,26 @@ def make_rl_env(
     machines: Sequence[str | None] | None = None,
     services: Sequence[str] | None = None,
     kind_features: bool = False,
+    time_features: bool = False,
     instances: int | None = None,
     **env_kwargs: Any,
 ) -> gym.Env[np.ndarray, np.int64]:
     """``MLSandboxEnv`` with :class:`FlatObservation` and :class:`DiscreteActions` (masks via ``action_masks``;
-    ``kind_features``: the episode's kind in the observation; ``instances``: each episode at one of this many
+    ``kind_features``: the episode's kind in the observation; ``time_features``: its deadline and compute
+    window (:attr:`FlatObservation.TIME_FEATURES`); ``instances``: each episode at one of this many
     seeds from the scenario's own, a train split whose fits the fit store serves again (a
     :class:`SuiteEpisodes` under the RL wrappers; None: the env's own seed draws, new data every episode)."""
     base = MLSandboxEnv(scenario, **env_kwargs)
     env: gym.Env[Any, Any] = base
     if instances is not None:
         env = SuiteEpisodes(base, [base.scenario], seeds_per_scenario=instances)
-    env = FlatObservation(env, max_datasets=max_datasets, max_jobs=max_jobs, kind_features=kind_features)
+    env = FlatObservation(
+        env,
+        max_datasets=max_datasets,
+        max_jobs=max_jobs,
+        kind_features=kind_features,
+        time_features=time_features,
+    )
     return DiscreteActions(
         env,
         action_types=action_types,
