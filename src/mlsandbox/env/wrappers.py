@@ -28,13 +28,15 @@ action type            slots                                       unmasked when
 ``submit``             1                                           always
 =====================  ==========================================  =========================================
 
-The algorithm of a ``train_model`` slot is a *position* in the dataset kind's algorithms, named by the binary
-kind's algorithm at that position (``logistic_regression`` is position 0: a regression's ``ridge``; the
-forest, boosting and network positions keep their names): the action space has the same shape for every
-kind, and a position a kind has not is masked. A kind's algorithms past the binary kind's count are not
-reachable from the slots (none of the built-in kinds has more). The kind is the goal dataset's; it is in
-``info["kind"]``, and ``FlatObservation(kind_features=True)`` adds it to the observation (one-hot over
-the installed kinds; off by default, which keeps the observation's shape).
+The algorithm of a ``train_model`` slot is a *position* in the dataset kind's RL slot templates
+(``TaskKind.train_slots()``: an algorithm with fixed hyperparameters per position, declared by the kind,
+by default its algorithms in order), named by the binary kind's algorithm at that position
+(``logistic_regression`` is position 0: a regression's ``ridge``; the image kind's position 2 is its
+pixel-feature model with the classes weighted). The ``clean_dataset`` strategies are positions in the
+kind's ``preparation_slots()`` likewise. The action space has the same shape for every kind, and a
+position a kind does not fill is masked. The kind is the goal dataset's; it is in ``info["kind"]``, and
+``FlatObservation(kind_features=True)`` adds it to the observation (one-hot over the installed kinds; off
+by default, which keeps the observation's shape).
 
 Dataset slots follow the episode's datasets in creation order (the scenario's first, then cleaned
 outputs); job slots are ``job-1`` ... ``job-<max_jobs>``.
@@ -82,7 +84,7 @@ from mlsandbox.errors import ActionError
 from mlsandbox.gateway.dispatcher import parse_action
 from mlsandbox.gateway.packs.core.actions import ServiceName, TrainModel
 from mlsandbox.gateway.registry import get_catalog
-from mlsandbox.tasks.kind import TaskKind
+from mlsandbox.tasks.kind import TaskKind, TrainSlot
 from mlsandbox.tasks.registry import kind_of, kinds
 from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
 from mlsandbox.world.episode import EpisodeState
@@ -112,9 +114,9 @@ class SlotContext:
     wait_seconds: tuple[float, ...]
     allow_restart: bool
     algorithms: tuple[str, ...] = ALGORITHMS
-    kind_algorithms: tuple[str, ...] = ALGORITHMS
+    kind_train_slots: tuple[TrainSlot, ...] = tuple(TrainSlot(a) for a in ALGORITHMS)
     kind_preparations: tuple[str, ...] = STRATEGIES
-    """The episode's kind's algorithms, by position (see the module docstring)."""
+    """The episode's kind's RL slot templates, by position (see the module docstring)."""
     machines: tuple[str | None, ...] = (None,)
     """Machine types of the ``train_model`` slots (None: no machine, the action's default resources)."""
     services: tuple[str, ...] = SERVICES
@@ -178,9 +180,13 @@ def _train(ctx: SlotContext, i: int) -> Slot:
     rec = ctx.state.datasets.get(name)
     ok = ok and rec is not None and rec.target is not None and ctx.credits()
     position = ALGORITHMS.index(ctx.algorithms[a])
-    ok = ok and position < len(ctx.kind_algorithms)
-    algorithm = ctx.kind_algorithms[position] if position < len(ctx.kind_algorithms) else ctx.algorithms[a]
-    action: dict[str, Any] = {"type": "train_model", "dataset": name, "algorithm": algorithm}
+    ok = ok and position < len(ctx.kind_train_slots)
+    slot = (
+        ctx.kind_train_slots[position]
+        if position < len(ctx.kind_train_slots)
+        else TrainSlot(ctx.algorithms[a])
+    )
+    action: dict[str, Any] = {"type": "train_model", "dataset": name, **slot.action()}
     machine = ctx.machines[m]
     if machine is not None:
         action["machine"] = machine
@@ -257,14 +263,14 @@ def episode_kind(state: EpisodeState) -> TaskKind:
     return kind_of(sc.dataset(sc.goal.dataset))
 
 
-def kind_algorithms(state: EpisodeState) -> tuple[str, ...]:
-    """The episode's kind's algorithms in their positions (what the ``train_model`` slots map to)."""
-    return tuple(episode_kind(state).algorithms)
+def kind_train_slots(state: EpisodeState) -> tuple[TrainSlot, ...]:
+    """What the episode's kind trains at each ``train_model`` position (its RL slot templates)."""
+    return episode_kind(state).train_slots()
 
 
 def kind_preparations(state: EpisodeState) -> tuple[str, ...]:
     """The episode's kind's cleaning strategies in their positions (what the ``clean_dataset`` slots map to)."""
-    return tuple(episode_kind(state).preparations)
+    return episode_kind(state).preparation_slots()
 
 
 def in_process_env(env: gym.Env[Any, Any]) -> MLSandboxEnv:
@@ -381,7 +387,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             self._probe,
             state=st,
             has_services=inner.supports("faults.services"),
-            kind_algorithms=kind_algorithms(st),
+            kind_train_slots=kind_train_slots(st),
             kind_preparations=kind_preparations(st),
             dataset_names=tuple(st.datasets),
             has_credits=st.credits_left > 0,
@@ -522,15 +528,25 @@ class Memory:
     """service -> healthy at its last probe (or after its restart)."""
     restarted: set[str] = dataclasses.field(default_factory=set)
     last_error: str | None = None
+    train_positions: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    """job -> the ``train_model`` position (the kind's RL slot) its training took (a retry keeps its job's)."""
 
-    def update(self, action: dict[str, Any] | None, observation: dict[str, Any], goal_model: str) -> None:
+    def update(
+        self,
+        action: dict[str, Any] | None,
+        observation: dict[str, Any],
+        goal_model: str,
+        kind: TaskKind | None = None,
+    ) -> None:
+        """Learn from ``observation``, the answer to ``action`` (``kind``: the episode's kind of work, whose
+        RL slots name the position of a training)."""
         error = observation.get("error") or {}
         self.last_error = error.get("code") if not observation.get("ok", True) else None
         if not observation.get("ok") or not isinstance(action, dict):
             return
-        kind = action.get("type")
+        action_type = action.get("type")
         result = observation.get("result") or {}
-        if kind == "check_data_quality":
+        if action_type == "check_data_quality":
             columns = list(((result.get("profile") or {}).get("column_profiles") or {}).values())
             rates = [float(c.get("missing_rate") or 0.0) for c in columns]
             self.profiles[str(action.get("dataset"))] = (
@@ -538,19 +554,36 @@ class Memory:
                 any((c.get("outliers") or 0) > 0 for c in columns),
                 max(rates, default=0.0),
             )
-        elif kind == "clean_dataset" and isinstance(result.get("dataset"), str):
+        elif action_type == "clean_dataset" and isinstance(result.get("dataset"), str):
             parent = self.lineage.get(str(result.get("source")), frozenset())
             self.lineage[result["dataset"]] = parent | {_lineage_flag(str(result.get("strategy")))}
-        elif kind == "get_job" and isinstance(result.get("exit_code"), int):
+        elif action_type in ("train_model", "retry_job") and isinstance(result.get("job_id"), str):
+            self.train_positions[result["job_id"]] = self._position(action, result, kind)
+        elif action_type == "get_job" and isinstance(result.get("exit_code"), int):
             self.exit_codes[str(result.get("job_id"))] = int(result["exit_code"])
-        elif kind == "register_model" and result.get("name") == goal_model:
+        elif action_type == "register_model" and result.get("name") == goal_model:
             self.registered_runs.add(str(result.get("run_id")))
-        elif kind == "get_service_health":
+        elif action_type == "get_service_health":
             self.health[str(action.get("service"))] = bool(result.get("healthy"))
-        elif kind == "restart_service":
+        elif action_type == "restart_service":
             service = str(result.get("restarted") or action.get("service"))
             self.restarted.add(service)
             self.health[service] = bool(result.get("healthy", True))
+
+    def _position(self, action: dict[str, Any], result: dict[str, Any], kind: TaskKind | None) -> int | None:
+        """The ``train_model`` position a training (or a retry: its job's, unless it changed the algorithm) took."""
+        algorithm = str(result.get("algorithm") or action.get("algorithm"))
+        if action.get("type") == "retry_job":
+            retried = str(result.get("retry_of"))
+            changes = action.get("changes") or {}
+            if (
+                retried in self.train_positions
+                and "algorithm" not in changes
+                and "hyperparams" not in changes
+            ):
+                return self.train_positions[retried]
+            return kind.train_position(algorithm, changes.get("hyperparams")) if kind is not None else None
+        return kind.train_position(algorithm, action.get("hyperparams")) if kind is not None else None
 
 
 class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
@@ -607,9 +640,8 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         obs = inner.last_observation or {}
         mem = self.memory
         kind = episode_kind(st)
-        position = dict(zip(kind.algorithms, ALGORITHMS, strict=False))
         if self._action is not None:
-            mem.update(self._action, obs, sc.goal.model_name)
+            mem.update(self._action, obs, sc.goal.model_name, kind)
             self._action = None
         f: list[float] = [
             min(1.0, st.step / max(1, sc.max_steps)),
@@ -647,7 +679,13 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
             job_id = f"job-{j + 1}"
             job = st.jobs.get(job_id)
             data_flags = mem.lineage.get(job.dataset, frozenset()) if job is not None else frozenset()
-            f += [float(job is not None and position.get(job.algorithm) == a) for a in ALGORITHMS]
+            if job is None:
+                position = None
+            elif job_id in mem.train_positions:
+                position = mem.train_positions[job_id]
+            else:
+                position = kind.train_position(job.algorithm)
+            f += [float(position == p) for p in range(len(ALGORITHMS))]
             f += [float(job is not None and flag in data_flags) for flag in STRATEGY_FLAGS]
             code = mem.exit_codes.get(job_id)
             f += [

@@ -19,7 +19,10 @@ in one package (``mlsandbox.tasks.<kind>``, or a plug-in's own) that names:
   fit is the real one: :mod:`mlsandbox.backends.sim.realfit` runs the trainer's ``fit_task``);
 - :meth:`TaskKind.predictions` and ``serving``: the serving request/response shape;
 - :meth:`TaskKind.policy`: the rule agent's choice (preparation, algorithm, hyperparameters) from what
-  the agent observed.
+  the agent observed;
+- ``rl_train_slots`` and ``rl_preparation_slots``: its RL slot templates, what each position of the RL
+  action space's ``train_model`` and ``clean_dataset`` slots stands for in this kind (an algorithm with
+  fixed hyperparameters, a strategy; default: its algorithms and preparations in order).
 
 Nothing outside a kind's package branches on the kind: the world asks the registry
 (:func:`mlsandbox.tasks.registry.kind_of`) and calls the declaration.
@@ -87,6 +90,30 @@ class Policy:
     hyperparams: dict[str, Any] = field(default_factory=dict)
 
 
+RL_TRAIN_POSITIONS = 4
+"""The RL action space's ``train_model`` positions per dataset (the binary kind's algorithm count): a kind
+declares at most this many :class:`TrainSlot`."""
+RL_PREPARATION_POSITIONS = 5
+"""The RL action space's ``clean_dataset`` positions per dataset (the table kinds' strategy count)."""
+
+
+@dataclass(frozen=True)
+class TrainSlot:
+    """What one ``train_model`` position of the RL action space trains in a kind: an algorithm with fixed
+    hyperparameters (none: the estimator's defaults)."""
+
+    algorithm: str
+    hyperparams: tuple[tuple[str, Any], ...] = ()
+    """``(name, value)`` pairs, JSON values (a tuple keeps the slot hashable)."""
+
+    def action(self) -> dict[str, Any]:
+        """The slot's fields of a ``train_model`` action (``algorithm``, and ``hyperparams`` when set)."""
+        out: dict[str, Any] = {"algorithm": self.algorithm}
+        if self.hyperparams:
+            out["hyperparams"] = dict(self.hyperparams)
+        return out
+
+
 @dataclass(frozen=True)
 class Serving:
     """The serving request/response shape of a kind (what a deployment of its model answers)."""
@@ -128,6 +155,13 @@ class TaskKind(ABC):
     """Algorithms of this kind without a calibration of their own, each timed in ``sim`` as the named
     calibrated algorithm (durations, CPU-seconds and memory; the fit itself is always real)."""
     serving: ClassVar[Serving] = Serving("rows of feature columns", "a label and its probability per row")
+    rl_train_slots: ClassVar[tuple[TrainSlot, ...] | None] = None
+    """What the RL action space's ``train_model`` positions train, in order (at most
+    :data:`RL_TRAIN_POSITIONS`; None: each of :attr:`algorithms` with its defaults). A position the kind
+    does not fill is masked."""
+    rl_preparation_slots: ClassVar[tuple[str, ...] | None] = None
+    """The ``clean_dataset`` strategies of the RL action space's positions, in order (at most
+    :data:`RL_PREPARATION_POSITIONS`; None: :attr:`preparations`)."""
 
     # ------------------------------------------------------------------------------------ the data
 
@@ -204,6 +238,28 @@ class TaskKind(ABC):
 
     # ------------------------------------------------------------------------------------ agents
 
+    def train_slots(self) -> tuple[TrainSlot, ...]:
+        """What each RL ``train_model`` position trains (:attr:`rl_train_slots`, or the algorithms)."""
+        if self.rl_train_slots is not None:
+            return self.rl_train_slots
+        return tuple(TrainSlot(a) for a in list(self.algorithms)[:RL_TRAIN_POSITIONS])
+
+    def preparation_slots(self) -> tuple[str, ...]:
+        """The RL ``clean_dataset`` positions' strategies (:attr:`rl_preparation_slots`, or the preparations)."""
+        if self.rl_preparation_slots is not None:
+            return self.rl_preparation_slots
+        return tuple(self.preparations[:RL_PREPARATION_POSITIONS])
+
+    def train_position(self, algorithm: str, hyperparams: Mapping[str, Any] | None = None) -> int | None:
+        """The RL ``train_model`` position a training of ``algorithm`` with ``hyperparams`` took: the slot
+        with exactly these settings, else the first of the algorithm's slots (None: no slot trains it)."""
+        slots = self.train_slots()
+        wanted = dict(hyperparams or {})
+        for i, slot in enumerate(slots):
+            if slot.algorithm == algorithm and dict(slot.hyperparams) == wanted:
+                return i
+        return next((i for i, slot in enumerate(slots) if slot.algorithm == algorithm), None)
+
     @abstractmethod
     def policy(self, profile: Mapping[str, Any]) -> Policy:
         """The rule agent's plan for a dataset of this kind from its ``check_data_quality`` profile."""
@@ -212,4 +268,15 @@ class TaskKind(ABC):
         return f"<TaskKind {self.name}>"
 
 
-__all__ = ["Direction", "Generated", "Metric", "Policy", "ResponseShape", "Serving", "TaskKind"]
+__all__ = [
+    "RL_PREPARATION_POSITIONS",
+    "RL_TRAIN_POSITIONS",
+    "Direction",
+    "Generated",
+    "Metric",
+    "Policy",
+    "ResponseShape",
+    "Serving",
+    "TaskKind",
+    "TrainSlot",
+]

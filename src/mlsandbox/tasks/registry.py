@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 from pydantic import Discriminator, Tag
 
 from mlsandbox import plugins
-from mlsandbox.tasks.kind import TaskKind
+from mlsandbox.tasks.kind import RL_PREPARATION_POSITIONS, RL_TRAIN_POSITIONS, TaskKind
 
 if TYPE_CHECKING:
     from mlsandbox.data.spec import TabularDataset
@@ -60,7 +60,35 @@ def check_kind(obj: Any) -> TaskKind:
         )
     if not obj.metrics or not obj.algorithms:
         raise plugins.PluginError(f"kind {name!r} declares no metric or no algorithm")
+    _check_rl_slots(obj)
     return obj
+
+
+def _check_rl_slots(kind: TaskKind) -> None:
+    """A :class:`PluginError` naming what is wrong with a kind's RL slot templates: too many positions,
+    an algorithm or a hyperparameter the kind has not, a strategy that is not one of its preparations."""
+    train = kind.train_slots()
+    if len(train) > RL_TRAIN_POSITIONS:
+        raise plugins.PluginError(
+            f"kind {kind.name!r} declares {len(train)} train slots; the RL action space has {RL_TRAIN_POSITIONS}"
+        )
+    for slot in train:
+        try:
+            TaskKind.check_algorithm(kind, slot.algorithm, dict(slot.hyperparams))
+        except ValueError as e:
+            raise plugins.PluginError(f"kind {kind.name!r}: train slot {slot}: {e}") from None
+    preparations = kind.preparation_slots()
+    if len(preparations) > RL_PREPARATION_POSITIONS:
+        raise plugins.PluginError(
+            f"kind {kind.name!r} declares {len(preparations)} preparation slots; the RL action space has "
+            f"{RL_PREPARATION_POSITIONS}"
+        )
+    unknown = sorted(set(preparations) - set(kind.preparations))
+    if unknown:
+        raise plugins.PluginError(
+            f"kind {kind.name!r}: preparation slot(s) {unknown} are not among its preparations "
+            f"{list(kind.preparations)}"
+        )
 
 
 def _builtin(ref: str) -> TaskKind:

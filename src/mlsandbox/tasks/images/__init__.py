@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from mlsandbox.tasks.images.spec import ImageClassificationDataset
-from mlsandbox.tasks.kind import Generated, Metric, Policy, Serving, TaskKind
+from mlsandbox.tasks.kind import Generated, Metric, Policy, Serving, TaskKind, TrainSlot
 from mlsandbox.workloads.image_classifier import (
     ESTIMATOR_PARAMETERS,
     INSTALL_TORCH,
@@ -58,6 +58,13 @@ class ImageClassification(TaskKind):
     fit_task = "images"
     calibration_stand_ins: ClassVar[Mapping[str, str]] = {"cnn": "mlp"}
     serving = Serving("images (PNG or JPEG bytes, base64 in JSON)", "a label per image", None)
+    rl_train_slots = (
+        TrainSlot("logistic_regression"),
+        TrainSlot("cnn"),
+        TrainSlot("logistic_regression", (("class_weight", "balanced"),)),
+    )
+    """The pixel-feature model, the CNN, and the pixel-feature model with its classes weighted (what the
+    rule policy trains when a class is rare): an RL policy can answer an imbalance too."""
 
     def generate(self, spec: Any, seed: int) -> Generated:
         import pyarrow as pa
