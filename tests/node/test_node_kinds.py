@@ -1,10 +1,10 @@
 """One family of each kind of work beyond binary classification, with ``--backend kube`` on real pods.
 
-Multi-class, regression, forecasting and text classification: each kind's difficulty-1 family with its
-reference agent (``kind_reference``: the preparation and algorithm the kind's policy picks from the
-profile). The training Jobs run the trainer image on the real node with the kind's ``--task``; the model
-they register is graded through the registry on the hidden holdout with the kind's metric. Each must
-succeed and leave none of its objects behind in the sandbox's namespace.
+Multi-class, regression, forecasting, text classification and image classification: each kind's
+difficulty-1 family with its reference agent (``kind_reference``: the preparation and algorithm the kind's
+policy picks from the profile). The training Jobs run the trainer image on the real node with the kind's
+``--task``; the model they register is graded through the registry on the hidden holdout with the kind's
+metric. Each must succeed and leave none of its objects behind in the sandbox's namespace.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ FAMILIES = {
     "tabular_regression": "regression-delivery-times",
     "timeseries_forecasting": "forecast-web-visits-basic",
     "text_classification": "text-support-ticket-routing",
+    "image_classification": "images-parts-sorting",
 }
 """Kind -> its difficulty-1 family."""
 

@@ -356,3 +356,21 @@ def test_chaos_schema_files_cover_the_kinds_we_generate() -> None:
         Path(p).name.split("_")[0] for p in (schemas.CHAOS_SCHEMA_DIR / "chaos-mesh.org").glob("*.json")
     }
     assert kinds <= present
+
+
+def test_a_cnn_training_job_is_refused_as_unsupported_before_anything_is_made() -> None:
+    """The trainer image has no PyTorch: a job of the image kind's CNN is the typed refusal at submission
+    (the cluster is never asked), the pixel-feature model goes on."""
+    from mlsandbox.backends.kube.jobs import KubeJobs
+    from mlsandbox.errors import Unsupported
+
+    class NoCluster:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"the cluster was asked: {name}")
+
+    nothing: Any = NoCluster()
+    jobs = KubeJobs(nothing, namespace="sbx", sandbox="s", image="i", endpoints=ENDPOINTS, secret=nothing)
+    args = ["--task", "images", "--algorithm", "cnn", "--key", "raw/parts.parquet"]
+    with pytest.raises(Unsupported, match="no PyTorch") as e:
+        jobs.submit(JobSpec(job_id="ep-1-job-1", workload="trainer", args=args))
+    assert e.value.capability == "jobs.cnn" and e.value.backend == "kube"

@@ -18,6 +18,10 @@ process (the gateway, a restarted CLI, ``down``) sees the same jobs.
   on ``local`` in spirit (not while queued).
 - **Cancel** suspends the Job (its controller deletes the running pod) and marks it cancelled: the Job
   stays readable as ``cancelled``; :meth:`cleanup` deletes Jobs with background propagation (pods too).
+- **Scripts** (workload ``script``, ``run_python``): the workspace's locked-down pod of
+  :mod:`.workspace_manifests`, with a Secret of scoped store credentials owned by its Job and the scripts'
+  NetworkPolicy in the namespace (made once); the files come from and go back to the workspace's bucket
+  (:mod:`.workspaces`).
 - **set_resources** changes a running pod's requests and limits in place through the ``pods/resize``
   subresource (in-place pod resize, on by default since Kubernetes 1.33): a Job's pod template is
   immutable, so a queued job (no pod yet) or a cluster without the subresource raises
@@ -32,15 +36,18 @@ import threading
 import time
 from typing import Any
 
+from mlsandbox.backends.common.workspaces import clean_path
 from mlsandbox.backends.protocols import DEFAULT_KEY, Endpoints, JobSpec, JobStatus
 from mlsandbox.errors import Unsupported
 from mlsandbox.workloads.contract import RESULT_PREFIX
 
 from . import manifests as M
+from . import workspace_manifests as W
 from .cluster import ApiRefused, Cluster, TransientApiError
 from .environments import BACKEND
 from .environments import REASON as ENVIRONMENTS_REASON
 from .secret import S3Secret
+from .workspaces import KubeWorkspaces
 
 JOB_API = ("batch/v1", "Job")
 _TERMINAL = ("succeeded", "failed", "cancelled")
@@ -59,6 +66,7 @@ class KubeJobs:
         endpoints: Endpoints,
         image_pull_policy: str = "IfNotPresent",
         secret: S3Secret | None = None,
+        control_namespace: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
@@ -70,6 +78,11 @@ class KubeJobs:
         self.secret = secret or S3Secret(cluster, namespace=namespace, sandbox=sandbox, endpoints=endpoints)
         self._results: dict[str, dict[str, Any]] = {}
         self._log_notes: dict[str, str] = {}
+        self.control_namespace = control_namespace
+        """Where the chart runs MinIO and MLflow (what the scripts' NetworkPolicy lets them reach)."""
+        self.workspaces: KubeWorkspaces | None = None
+        """Where ``script`` jobs' files live (set by the runtime; without it they are refused)."""
+        self._script_policy = False
 
     def __repr__(self) -> str:
         return f"KubeJobs(namespace={self.namespace!r}, sandbox={self.sandbox!r})"
@@ -82,6 +95,9 @@ class KubeJobs:
             raise ValueError("cpus and memory_mb must be positive")
         if spec.environment not in (None, DEFAULT_KEY):
             raise Unsupported("environments.build", BACKEND, ENVIRONMENTS_REASON)
+        if spec.workload == W.SCRIPT_WORKLOAD:
+            return self._submit_script(spec)
+        _refuse_torch(spec)
         self.secret.ensure()
         manifest = M.sandbox_job(
             spec,
@@ -98,6 +114,45 @@ class KubeJobs:
             if exc.status == 409:
                 raise ValueError(f"job {spec.job_id!r} already exists") from None
             raise ValueError(f"job {spec.job_id!r} was refused by the cluster: {exc}") from None
+        return self.get(spec.job_id)
+
+    def _submit_script(self, spec: JobSpec) -> JobStatus:
+        """A workspace script's Secret of scoped credentials, the scripts' NetworkPolicy (once) and its Job."""
+        workspace = spec.workspace
+        if self.workspaces is None or workspace is None or not spec.args:
+            raise ValueError("script jobs need the sandbox's workspaces, a workspace and a script path")
+        if self.control_namespace is None:
+            raise ValueError("script jobs need the control namespace (where MinIO and MLflow run)")
+        bucket = self.workspaces.bucket_of(workspace)
+        spec = spec.model_copy(update={"args": ["/".join(clean_path(spec.args[0])), *spec.args[1:]]})
+        if not self._script_policy:
+            policy = W.script_network_policy(self.namespace, self.control_namespace)
+            try:
+                self.cluster.create(policy)
+            except ApiRefused as exc:
+                if exc.status != 409:
+                    raise
+            self._script_policy = True
+        creds = self.workspaces.credentials(workspace, spec.timeout_s)
+        secret = W.credentials_secret(spec, self.namespace, creds, self.sandbox)
+        manifest = W.script_job(
+            spec,
+            namespace=self.namespace,
+            image=self.image,
+            endpoints=self.endpoints,
+            bucket=bucket,
+            sandbox=self.sandbox,
+            quota_bytes=self.workspaces.quota_bytes,
+            image_pull_policy=self.image_pull_policy,
+        )
+        try:
+            self.cluster.create(secret)
+            job = self.cluster.create(manifest)
+        except ApiRefused as exc:
+            if exc.status == 409:
+                raise ValueError(f"job {spec.job_id!r} already exists") from None
+            raise ValueError(f"job {spec.job_id!r} was refused by the cluster: {exc}") from None
+        self.cluster.patch("v1", "Secret", secret["metadata"]["name"], self.namespace, W.owned_by(job))
         return self.get(spec.job_id)
 
     def get(self, job_id: str) -> JobStatus:
@@ -290,6 +345,24 @@ class KubeJobs:
             )
             return [f"{M.NOTE_PREFIX} {e.reason}: {e.message}" for e in events.items[-3:]]
         return []
+
+
+TORCH_REFUSAL = (
+    "the trainer image carries no PyTorch (its size would double): train the image kind's pixel-feature "
+    "model on kube, or the CNN on the local backend with the rl extra"
+)
+
+
+def _refuse_torch(spec: JobSpec) -> None:
+    """:class:`Unsupported` for a trainer job whose algorithm trains with PyTorch (not in the image)."""
+    from mlsandbox.workloads.trainer import TORCH_ALGORITHMS
+
+    if spec.workload != "trainer" or "--algorithm" not in spec.args:
+        return
+    position = spec.args.index("--algorithm") + 1
+    algorithm = spec.args[position] if position < len(spec.args) else ""
+    if algorithm in TORCH_ALGORITHMS:
+        raise Unsupported(f"jobs.{algorithm}", BACKEND, TORCH_REFUSAL)
 
 
 def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -27,9 +27,8 @@ from mlsandbox.backends.common.clock import RealClock
 from mlsandbox.backends.common.config_store import PrefectConfigStore, job_config_of
 from mlsandbox.backends.kube.faults.control import UNAVAILABLE as FAULTS_UNAVAILABLE
 from mlsandbox.backends.kube.faults.control import KubeFaultControl
-from mlsandbox.backends.protocols import Endpoints, Support, Workspaces
+from mlsandbox.backends.protocols import Endpoints, Support
 from mlsandbox.backends.protocols.runtime import random_episode_id
-from mlsandbox.backends.protocols.workspaces import RefusedWorkspaces
 
 from . import environments as kube_environments
 from . import sources as kube_sources
@@ -41,21 +40,15 @@ from .jobs import KubeJobs
 from .secret import S3Secret
 from .serving import FEATURE_PORT, SERVER_PORT
 from .sources import KubeSourceHosting
+from .workspaces import KubeWorkspaces
 
 BACKEND = "kube"
-WORKSPACES_REFUSAL = (
-    "agent code is not run on kube yet: the locked-down pod per run is built (backends/kube/"
-    "workspace_manifests.py: runAsNonRoot, no service-account token, read-only root file system, a "
-    "NetworkPolicy to MinIO and MLflow only) but not yet wired to a workspace store, scoped store credentials "
-    "and the files a script writes back; use the local backend (docs/not-built-yet.md)"
-)
 STATIC_UNSUPPORTED: dict[str, str] = {
     **{f"fault:{kind}": why for kind, why in FAULTS_UNAVAILABLE.items()},
     **kube_sources.UNSUPPORTED,
     **kube_environments.UNSUPPORTED,
     "flows.environment": kube_environments.REASON,
     "serving.environment": ENVIRONMENT_REFUSAL,
-    "workspaces": WORKSPACES_REFUSAL,
 }
 """What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
 KIND_ENDPOINTS = {
@@ -185,6 +178,7 @@ class KubeRuntime(ServiceClients):
         self._flows: KubeFlows | None = None
         self._config: PrefectConfigStore | None = None
         self._environments = KubeEnvironments()
+        self._workspaces: KubeWorkspaces | None = None
 
     def __repr__(self) -> str:
         return f"KubeRuntime(sandbox={self.sandbox_name!r}, namespace={self.namespace!r})"
@@ -222,6 +216,7 @@ class KubeRuntime(ServiceClients):
 
     @property
     def jobs(self) -> KubeJobs:
+        workspaces = self.workspaces
         with self._lock:
             if self._jobs is None:
                 self._jobs = KubeJobs(
@@ -231,7 +226,9 @@ class KubeRuntime(ServiceClients):
                     image=self.image,
                     endpoints=self.workload_endpoints,
                     secret=self._secret,
+                    control_namespace=self.control_namespace,
                 )
+                self._jobs.workspaces = workspaces
             return self._jobs
 
     @property
@@ -311,9 +308,14 @@ class KubeRuntime(ServiceClients):
         return self._environments
 
     @property
-    def workspaces(self) -> Workspaces:
-        """Refused: every call raises the typed ``Unsupported`` (see :data:`WORKSPACES_REFUSAL`)."""
-        return RefusedWorkspaces(BACKEND, WORKSPACES_REFUSAL)
+    def workspaces(self) -> KubeWorkspaces:
+        """The episodes' code workspaces: files in the episode's bucket, scripts as locked-down Jobs
+        (:mod:`mlsandbox.backends.kube.workspaces`)."""
+        store = self.object_store  # (takes the clients' lock itself)
+        with self._lock:
+            if self._workspaces is None:
+                self._workspaces = KubeWorkspaces(store, self._endpoints)
+            return self._workspaces
 
     def close(self) -> None:
         """Nothing to stop here: Jobs belong to the cluster (``KubeBackend.down`` deletes them)."""

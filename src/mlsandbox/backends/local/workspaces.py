@@ -46,13 +46,19 @@ import stat
 import subprocess
 import sys
 import threading
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from mlsandbox.backends.common.workspaces import (
+    MAX_LISTED,
+    MAX_PROCS,
+    check_id,
+    clean_path,
+    scoped_credentials,
+    uid_of,
+)
 from mlsandbox.backends.protocols import (
     MAX_FILE_BYTES,
     QUOTA_BYTES,
@@ -62,19 +68,13 @@ from mlsandbox.backends.protocols import (
     WorkspaceError,
     WorkspaceUsage,
 )
-from mlsandbox.errors import BackendError, MissingToolError
+from mlsandbox.errors import MissingToolError
 
 INSTALL_HINT = "install bubblewrap (Debian: apt-get install -y bubblewrap; or run scripts/setup.sh)"
-UID_BASE = 61000
-UID_SPAN = 3000
-MAX_PROCS = 256
-"""Processes a workspace's uid may have at once (a fork bomb stops there)."""
-MAX_LISTED = 500
 INSIDE = "/workspace"
 RUN_INSIDE = "/run/mlsandbox"
 BOOT = Path(__file__).with_name("workspace_boot.py")
 BOOT_INSIDE = "/opt/mlsandbox/boot.py"
-_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 OWNER_FILE = "owner"
 MOUNT_SOURCE = "mlsandbox-workspace"
 
@@ -90,33 +90,6 @@ def unavailable_reason() -> str | None:
     if bwrap_binary() is None:
         return f"`bwrap` is not installed: {INSTALL_HINT}"
     return None
-
-
-def uid_of(workspace_id: str) -> int:
-    """The unprivileged uid a workspace's scripts run as (when this process is root)."""
-    return UID_BASE + zlib.crc32(workspace_id.encode()) % UID_SPAN
-
-
-def _check_id(workspace_id: str) -> None:
-    if not workspace_id or set(workspace_id) - _ID_OK or workspace_id.startswith("."):
-        raise WorkspaceError("invalid_parameters", f"invalid workspace id {workspace_id!r}")
-
-
-def clean_path(path: str) -> tuple[str, ...]:
-    """The components of a workspace path; :class:`WorkspaceError` for one that leaves the workspace."""
-    if "\x00" in path:
-        raise WorkspaceError("invalid_parameters", "a path cannot contain a NUL byte")
-    p = PurePosixPath(path)
-    if p.is_absolute():
-        raise WorkspaceError(
-            "invalid_parameters", f"{path!r}: give a path relative to the workspace (e.g. train.py)"
-        )
-    parts = tuple(x for x in p.parts if x not in ("", "."))
-    if any(x == ".." for x in parts):
-        raise WorkspaceError("invalid_parameters", f"{path!r} leaves the workspace ('..' is not allowed)")
-    if any(len(x) > 255 for x in parts) or len(parts) > 32:
-        raise WorkspaceError("invalid_parameters", f"{path!r}: path too long")
-    return parts
 
 
 # --------------------------------------------------------------------------------------- relays
@@ -222,7 +195,7 @@ class LocalWorkspaces:
     # ------------------------------------------------------------------------------------------ files
 
     def open(self, workspace_id: str, bucket: str) -> None:
-        _check_id(workspace_id)
+        check_id(workspace_id)
         with self._lock:
             if workspace_id in self._spaces:
                 return
@@ -498,37 +471,7 @@ class LocalWorkspaces:
 
     def _credentials(self, ws: _Workspace, timeout_s: float | None) -> dict[str, str]:
         """Temporary store credentials limited to the workspace's bucket (MinIO STS AssumeRole)."""
-        import boto3
-
-        policy = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Action": ["s3:*"],
-                    "Resource": [f"arn:aws:s3:::{ws.bucket}", f"arn:aws:s3:::{ws.bucket}/*"],
-                }
-            ],
-        }
-        duration = int(min(43200, max(900, (timeout_s or 3600) + 300)))
-        sts = boto3.client(
-            "sts",
-            endpoint_url=self.endpoints.s3_url,
-            aws_access_key_id=self.endpoints.s3_access_key,
-            aws_secret_access_key=self.endpoints.s3_secret_key,
-            region_name="us-east-1",
-        )
-        try:
-            answer: dict[str, Any] = sts.assume_role(
-                RoleArn="arn:minio:iam:::role/mlsandbox-workspace",
-                RoleSessionName=f"ws-{ws.workspace_id}"[:64],
-                Policy=json.dumps(policy),
-                DurationSeconds=duration,
-            )
-        except Exception as e:
-            raise BackendError(f"could not mint the workspace's store credentials (MinIO STS): {e}") from e
-        c = answer["Credentials"]
-        return {k: str(c[k]) for k in ("AccessKeyId", "SecretAccessKey", "SessionToken")}
+        return scoped_credentials(self.endpoints, ws.bucket, f"ws-{ws.workspace_id}", timeout_s)
 
 
 @contextlib.contextmanager
