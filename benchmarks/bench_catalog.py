@@ -4,13 +4,16 @@ For every built-in family (or those named, or a pack's) on each backend asked fo
 agent on ``--seeds`` seeds must succeed (the goal met, no hard constraint broken), and the cheap strategies
 an optimiser finds first (``do-nothing``, ``repeat-cheap``) must fail and earn less than the reference on
 the family's own seed. ``local`` plays on real services (an ephemeral sandbox unless ``--sandbox`` names a
-running one); ``sim`` on the twin. Prints a line per episode, a table per backend at the end, and saves
+running one); ``kube`` on the cluster of ``mlsandbox cluster up`` (its Sandbox ``default`` unless
+``--sandbox`` names another); ``sim`` on the twin. ``--reference-only`` leaves the cheap strategies out
+(the reference's success alone, e.g. on kube, where each episode runs real pods). Prints a line per episode, a table per backend at the end, and saves
 ``.bench/catalog.json`` after every family (a long run interrupted keeps what it measured; a family played
 again replaces its earlier row, the others keep theirs), with the reference agent's success agreement
 between ``sim`` and ``local`` over the (family, seed) pairs both played.
 
-    python benchmarks/bench_catalog.py [--backend sim --backend local] [--seeds 1] [--families F ...]
-                                       [--pack P ...] [--sandbox NAME] [--name NAME] [--out FILE]
+    python benchmarks/bench_catalog.py [--backend sim --backend local --backend kube] [--seeds 1]
+                                       [--families F ...] [--pack P ...] [--sandbox NAME] [--name NAME]
+                                       [--out FILE] [--reference-only]
 """
 
 from __future__ import annotations
@@ -92,11 +95,12 @@ def _episode(env: Any, family: str, agent: str, seed: int) -> dict[str, Any]:
     }
 
 
-def validate_family(env: Any, family: str, seeds: list[int]) -> dict[str, Any]:
+def validate_family(env: Any, family: str, seeds: list[int], cheap_too: bool = True) -> dict[str, Any]:
     """The family's episodes and verdict: valid when the reference succeeds on every seed and each cheap
-    strategy fails below the reference's reward on the first seed."""
+    strategy fails below the reference's reward on the first seed (``cheap_too`` False: the reference's
+    success alone)."""
     refs = [_episode(env, family, "reference", s) for s in seeds]
-    cheap = [_episode(env, family, a, seeds[0]) for a in CHEAP]
+    cheap = [_episode(env, family, a, seeds[0]) for a in CHEAP] if cheap_too else []
     problems = [f"reference failed on seed {r['seed']}: {r['reason']}" for r in refs if not r["success"]]
     for c in cheap:
         if c["success"]:
@@ -114,7 +118,12 @@ def validate_family(env: Any, family: str, seeds: list[int]) -> dict[str, Any]:
 
 
 def run_backend(
-    backend: str, families: list[str], n_seeds: int, sandbox: str | None, ephemeral: str = "bench-catalog"
+    backend: str,
+    families: list[str],
+    n_seeds: int,
+    sandbox: str | None,
+    ephemeral: str = "bench-catalog",
+    cheap_too: bool = True,
 ) -> dict[str, Any]:
     """Every family on one backend (seeds: the family's own, then the next ones)."""
     import os
@@ -130,7 +139,7 @@ def run_backend(
 
         local = LocalBackend(ephemeral)
         local.up(ephemeral=True)
-    name = sandbox or (ephemeral if backend == "local" else f"{ephemeral}-sim")
+    name = sandbox or {"local": ephemeral, "kube": "default"}.get(backend, f"{ephemeral}-sim")
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     out: dict[str, Any] = {"seeds_per_family": n_seeds, "families": rows}
@@ -141,10 +150,10 @@ def run_backend(
             bar = progress.add_task(backend, total=len(families), family="")
             for family in families:
                 progress.update(bar, family=family)
-                env = MLSandboxEnv(family, backend=backend, sandbox=name, start_sandbox=backend != "local")
+                env = MLSandboxEnv(family, backend=backend, sandbox=name, start_sandbox=backend == "sim")
                 try:
                     first = load_builtin(family).seed
-                    row = validate_family(env, family, [first + i for i in range(n_seeds)])
+                    row = validate_family(env, family, [first + i for i in range(n_seeds)], cheap_too)
                 finally:
                     env.close()
                 rows.append(row)
@@ -164,15 +173,18 @@ def run_backend(
 def main() -> None:
     global OUT
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", action="append", choices=["sim", "local"], help="default: sim and local")
+    p.add_argument(
+        "--backend", action="append", choices=["sim", "local", "kube"], help="default: sim and local"
+    )
     p.add_argument("--seeds", type=int, default=1, help="reference episodes per family (seeds from its own)")
     p.add_argument("--families", nargs="*", default=None)
     p.add_argument("--pack", nargs="*", default=None)
-    p.add_argument("--sandbox", default=None, help="a running local sandbox to play in")
+    p.add_argument("--sandbox", default=None, help="a running local sandbox (or kube Sandbox) to play in")
     p.add_argument(
         "--name", default="bench-catalog", help="the ephemeral sandbox's name (two runs side by side)"
     )
     p.add_argument("--out", type=Path, default=OUT, help=f"the record to merge into (default {OUT})")
+    p.add_argument("--reference-only", action="store_true", help="leave the cheap strategies out")
     a = p.parse_args()
     OUT = a.out
     from mlsandbox.scenario import catalog_ids
@@ -180,7 +192,7 @@ def main() -> None:
 
     families = a.families or (pack_families(a.pack) if a.pack else catalog_ids())
     results = {
-        backend: run_backend(backend, families, a.seeds, a.sandbox, a.name)
+        backend: run_backend(backend, families, a.seeds, a.sandbox, a.name, not a.reference_only)
         for backend in a.backend or ["sim", "local"]
     }
     for backend, res in results.items():

@@ -327,7 +327,82 @@ POSTGRES = Episode(
     ),
 )  # fmt: skip
 
-EPISODES: tuple[Episode, ...] = (PROBES, WORK_EPISODE, LAKE, API, POSTGRES)
+KIND_FAMILIES: dict[str, tuple[str, str]] = {
+    "tabular_multiclass": ("multiclass-ticket-priority", "ridge"),
+    "tabular_regression": ("regression-delivery-times", "logistic_regression"),
+    "timeseries_forecasting": ("forecast-web-visits-basic", "mlp"),
+    "text_classification": ("text-support-ticket-routing", "ridge"),
+    "image_classification": ("images-parts-sorting", "gradient_boosting"),
+}
+"""Each kind of work beyond binary classification: its difficulty-1 family, and an algorithm of another
+kind (what its datasets refuse)."""
+CLEANINGS = 4
+"""Cleaning steps of a kind episode (the kind's policy may ask for fewer; the rest list the datasets)."""
+
+
+def _raw_dataset(results: Results) -> str:
+    return next(d["name"] for d in results["list_datasets"]["datasets"] if d["name"].startswith("raw/"))
+
+
+def _policy(kind: str, results: Results) -> Any:
+    from mlsandbox.tasks.registry import get
+
+    return get(kind).policy(results["check_data_quality"]["profile"])
+
+
+def _prepared(results: Results, before: int) -> str:
+    """The dataset the kind episode's cleanings made last, of the first ``before`` (the raw one if none)."""
+    made = [results.get(f"clean_dataset {i}") or {} for i in range(before)]
+    return next((m["dataset"] for m in reversed(made) if "dataset" in m), _raw_dataset(results))
+
+
+def _clean_step(kind: str, i: int) -> Step:
+    def action(results: Results) -> dict[str, Any]:
+        plan = _policy(kind, results).preparations
+        if i >= len(plan):
+            return {"type": "list_datasets"}
+        return {"type": "clean_dataset", "dataset": _prepared(results, i), "strategy": plan[i]}
+
+    return _s(f"clean_dataset {i}", action)
+
+
+def _train_step(kind: str) -> Step:
+    def action(results: Results) -> dict[str, Any]:
+        policy = _policy(kind, results)
+        out = {"type": "train_model", "dataset": _prepared(results, CLEANINGS), "algorithm": policy.algorithm}
+        return {**out, "hyperparams": dict(policy.hyperparams)} if policy.hyperparams else out
+
+    return _s("train_model: the kind's algorithm", action)
+
+
+def _kind_episode(kind: str, scenario: str, foreign: str) -> Episode:
+    """A kind's family: profile, the kind's cleanings and algorithm, a foreign algorithm refused, the
+    registered model graded with the kind's metric."""
+    return Episode(
+        name=f"kind-{kind}",
+        scenario=scenario,
+        description=f"{kind.replace('_', ' ')}: its profile, cleanings, algorithm, metric and a foreign algorithm",
+        steps=(
+            _s("list_datasets", {"type": "list_datasets"}),
+            _s("check_data_quality", lambda r: {"type": "check_data_quality", "dataset": _raw_dataset(r)}),
+            _s("train_model: an algorithm of another kind",
+               lambda r: {"type": "train_model", "dataset": _raw_dataset(r), "algorithm": foreign},
+               "invalid_parameters"),
+            *(_clean_step(kind, i) for i in range(CLEANINGS)),
+            _train_step(kind),
+            _s("get_job: the kind's training", {"type": "get_job", "job_id": "job-1"}, until=_job_ended, needs=WORK),
+            _s("register_model", lambda r: {"type": "register_model", "run_id": str(r["get_job: the kind's training"]["run_id"]),
+                                            "name": load_builtin(scenario).goal.model_name}, needs=WORK),
+            _s("submit", {"type": "submit"}),
+        ),
+        action_types=("check_data_quality", "clean_dataset", "train_model", "register_model"),
+    )  # fmt: skip
+
+
+KIND_EPISODES: tuple[Episode, ...] = tuple(_kind_episode(k, s, f) for k, (s, f) in KIND_FAMILIES.items())
+"""One episode per kind of work beyond binary classification (whose episodes are the ones above)."""
+
+EPISODES: tuple[Episode, ...] = (PROBES, WORK_EPISODE, LAKE, API, POSTGRES, *KIND_EPISODES)
 """The whole script, in the order it runs."""
 
 
@@ -355,6 +430,8 @@ def uncovered_actions(catalog_types: tuple[str, ...], script: tuple[Episode, ...
 
 __all__ = [
     "EPISODES",
+    "KIND_EPISODES",
+    "KIND_FAMILIES",
     "NEEDS",
     "SEED",
     "Episode",

@@ -40,15 +40,6 @@ def grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> Gr
     goal = state.scenario.goal
     spec = state.scenario.dataset(goal.dataset)
     kind = kind_of(spec)
-    versions, late = state.graded_versions(goal.model_name)
-    if not versions:
-        reason = (
-            state.late_reason(goal.model_name, late)
-            if late
-            else f"no model registered as {goal.model_name!r}"
-        )
-        return Grade(goal.model_name, None, None, 0.0, False, reason)
-    version = versions[-1]
     holdout = state.ground_truth.holdouts[goal.dataset]
     metric, baseline, bar = metric_bar(goal, spec, holdout)
     details = {
@@ -57,7 +48,16 @@ def grade_registered_model_metric(state: EpisodeState, tracking: Tracking) -> Gr
         "holdout_metric": None,
         "baseline": round(baseline, 6),
         "bar": round(bar, 6),
-    }
+    }  # the same keys whether or not a model is graded
+    versions, late = state.graded_versions(goal.model_name)
+    if not versions:
+        reason = (
+            state.late_reason(goal.model_name, late)
+            if late
+            else f"no model registered as {goal.model_name!r}"
+        )
+        return Grade(goal.model_name, None, None, 0.0, False, reason, details)
+    version = versions[-1]
     try:
         model = tracking.load_model(state.registry_name(goal.model_name), version)
         value = holdout_memo.score(
