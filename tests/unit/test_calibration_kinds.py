@@ -7,11 +7,38 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from mlsandbox.calibration import records as R
-from mlsandbox.calibration.fit import fit_task_resources
+from mlsandbox.calibration.datasets import prepare, scaled_spec
+from mlsandbox.calibration.fit import _task_features, fit_task_resources
 from mlsandbox.calibration.model import Calibration
-from mlsandbox.calibration.plan import SECTIONS, JobPoint, build_plan, kind_points
+from mlsandbox.calibration.plan import (
+    KIND_SIZES,
+    KIND_SIZES_OF,
+    SECTIONS,
+    DataRef,
+    JobPoint,
+    build_plan,
+    kind_points,
+)
 from mlsandbox.calibration.shipped import default_path
+from mlsandbox.scenario import load_builtin
+from mlsandbox.tasks.registry import DEFAULT_KIND, kind_of, kinds
+from mlsandbox.workloads.image_classifier import torch_available
+
+OTHER_KINDS = {
+    "tabular_multiclass": "multiclass",
+    "tabular_regression": "regression",
+    "timeseries_forecasting": "forecasting",
+    "text_classification": "text",
+    "image_classification": "images",
+}
+"""Every built-in kind but binary classification, with its trainer task."""
+
+
+def _kind(point: JobPoint) -> str:
+    return kind_of(load_builtin(point.data.scenario).dataset(point.data.dataset)).name
 
 
 def test_the_kinds_section_trains_each_kinds_algorithms() -> None:
@@ -28,6 +55,86 @@ def test_the_kinds_section_trains_each_kinds_algorithms() -> None:
          "algorithm": "gradient_boosting"}
     )  # fmt: skip
     assert json.loads(binary.model_dump_json())["algorithm"] == "gradient_boosting"
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_kinds_section_covers_every_kind_but_binary_with_its_runnable_algorithms(quick: bool) -> None:
+    points = kind_points(quick=quick)
+    by_kind: dict[str, set[str]] = {}
+    for p in points:
+        by_kind.setdefault(_kind(p), set()).add(p.algorithm)
+    assert set(OTHER_KINDS) <= set(by_kind) and DEFAULT_KIND not in by_kind
+    for name in OTHER_KINDS:
+        runnable = set(kinds()[name].algorithms) - (set() if torch_available() else {"cnn"})
+        assert by_kind[name] == runnable, name
+    assert ("cnn" in by_kind["image_classification"]) == torch_available()
+    # each kind's own preparation steps, and its own sizes in its spec's size field
+    for p in points:
+        kind = kinds()[_kind(p)]
+        assert set(p.cleaning) <= set(kind.preparations)
+        assert p.data.rows in KIND_SIZES_OF.get(kind.name, KIND_SIZES)
+    cleanings = {_kind(p): p.cleaning for p in points}
+    assert "fill_gaps" in cleanings["timeseries_forecasting"]
+    assert "drop_empty" in cleanings["text_classification"]
+    assert "drop_unreadable" in cleanings["image_classification"]
+    ids = [p.id() for p in points]
+    assert len(set(ids)) == len(ids)
+
+
+def test_the_table_kinds_points_are_the_ones_measured_before_the_other_kinds_joined() -> None:
+    """Their ids are their records' keys: a sweep of the section resumes from records taken before."""
+    points = kind_points()
+    tables = [p for p in points if _kind(p) in ("tabular_multiclass", "tabular_regression")]
+    assert len(tables) == 48 and all(p.data.fmt == "parquet" for p in tables)
+    first = tables[0]
+    assert (first.data.scenario, first.algorithm, first.cleaning) == (
+        "multiclass-ticket-priority", "logistic_regression", ("clip_outliers",)
+    )  # fmt: skip
+    assert first.id() == "03aa3e3e94ded1b1"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "task", "size_field"),
+    [
+        ("forecast-web-visits-basic", "forecasting", "history_days"),
+        ("text-support-ticket-routing", "text", "rows"),
+        ("images-parts-sorting", "images", "rows"),
+    ],
+)
+def test_prepare_makes_another_kinds_rows_with_its_own_steps(
+    scenario: str, task: str, size_field: str
+) -> None:
+    point = next(p for p in kind_points(quick=True) if p.data.scenario == scenario and p.data.rows is None)
+    spec = load_builtin(scenario).dataset(point.data.dataset)
+    kind = kind_of(spec)
+    prepared = prepare(point.data, point.cleaning)
+    assert point.cleaning and prepared.key.startswith("clean/") and prepared.payload[:4] == b"PAR1"
+    assert prepared.target == kind.target(spec) and prepared.target in prepared.frame.columns
+    assert prepared.features["rows"] == len(prepared.frame) > 0
+    # the kind's profile of the prepared rows finds nothing left that its policy would prepare
+    assert kind.policy(kind.profile(prepared.frame, prepared.target)).preparations == ()
+    assert len(prepared.holdout) > 0
+    # resized in the spec's own size field (a series' days of history, documents, images)
+    bigger = prepare(point.data.model_copy(update={"rows": 2 * getattr(spec, size_field)}), point.cleaning)
+    assert 1.8 * len(prepared.frame) < len(bigger.frame) < 2.2 * len(prepared.frame)
+    # the features the fit times such a job with are the ones the sim computes: the target and the
+    # numeric columns (a date, a document or an image is not one-hot encoded)
+    x = _task_features(point, task, {})
+    assert x["rows"] == len(prepared.frame)
+    assert x["onehot_width"] == x["numeric_columns"] <= 1 and x["categorical_columns"] == 0
+
+
+def test_scaled_spec_resizes_another_kinds_spec_and_refuses_to_scale_defects_it_has_not() -> None:
+    forecast = load_builtin("forecast-web-visits-basic").datasets[0]
+    assert scaled_spec(forecast, 1.0, None) == forecast
+    assert scaled_spec(forecast, 1.0, 900).history_days == 900
+    with pytest.raises(ValueError, match="no defect rates"):
+        scaled_spec(forecast, 0.5, None)
+    images = load_builtin("images-parts-sorting").datasets[0]
+    assert scaled_spec(images, 1.0, 300).rows == 300
+    ref = DataRef(scenario="images-parts-sorting", dataset=images.name, seed=1, defect_scale=0.0)
+    with pytest.raises(ValueError, match="no defect rates"):
+        prepare(ref, ())
 
 
 def _record(point: JobPoint, i: int, cpu: float, train: float, peak: float) -> R.Record:
@@ -57,15 +164,19 @@ def test_task_resources_are_fitted_from_the_kind_jobs_and_the_sim_reads_them() -
     doc["jobs"]["tasks"] = tasks
     cal = Calibration.model_validate(doc)
     model = cal.jobs.tasks["regression"]["ridge"]
-    # the overheads (the same trainer's start, reading and logging) stay the timed algorithm's
-    assert (
-        res["overhead_cpu_s"]
-        == doc["jobs"]["algorithms"]["logistic_regression"]["resources"]["overhead_cpu_s"]
+    timed = doc["jobs"]["algorithms"]["logistic_regression"]["resources"]
+    # the overhead (start, reading, logging) keeps the timed algorithm's shape, its wall time too, and its
+    # CPU level is the measured jobs' CPU-seconds less the trainer's own fit time
+    assert res["overhead_cpu_s"]["coefficients"] == timed["overhead_cpu_s"]["coefficients"]
+    assert res["overhead_wall_s"] == timed["overhead_wall_s"]
+    x = _task_features(
+        ridge[0], "regression", dict(doc["jobs"]["algorithms"]["logistic_regression"]["defaults"])
     )
+    assert abs(model.overhead_cpu_s.mean(x) - (5.0 - 0.2)) < 1e-6
+    assert report["regression/ridge"]["overhead_cpu_s"] == pytest.approx(4.8, abs=1e-3)
     assert abs(model.peak_rss_mb.mean({"rows": 2000.0}) - 181.0) < 1.0
-    features = {"rows": 2000.0}
     # the fitted fit-CPU level is the measured 0.2 s once the timed algorithm's features are in
     assert model.fit_cpu_s.link == "log" and model.fit_cpu_s.intercept != (
         cal.jobs.algorithms["logistic_regression"].resources.fit_cpu_s.intercept
     )
-    assert model.overhead_cpu_s.mean(features) > 0
+    assert model.fit_cpu_s.mean(x) == pytest.approx(0.2, rel=1e-6)

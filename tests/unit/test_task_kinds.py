@@ -217,18 +217,24 @@ def test_every_kind_declares_rl_slots_and_a_broken_declaration_is_refused() -> N
     ]
     images = registry.get("image_classification")
     assert images.train_position("logistic_regression", {"class_weight": "balanced"}) == 2
-    assert images.train_position("logistic_regression", {"C": 3.0}) == 0  # no exact slot: the algorithm's first
+    assert (
+        images.train_position("logistic_regression", {"C": 3.0}) == 0
+    )  # no exact slot: the algorithm's first
     assert images.train_position("random_forest") is None
 
     def broken(**attrs: Any) -> type[ImageClassification]:
         return type("Broken", (ImageClassification,), attrs)
 
-    too_many = tuple(TrainSlot("logistic_regression", (("C", float(c)),)) for c in range(RL_TRAIN_POSITIONS + 1))
+    too_many = tuple(
+        TrainSlot("logistic_regression", (("C", float(c)),)) for c in range(RL_TRAIN_POSITIONS + 1)
+    )
     with pytest.raises(PluginError, match="declares 5 train slots; the RL action space has 4"):
         registry.check_kind(broken(rl_train_slots=too_many))
     with pytest.raises(PluginError, match=r"unknown hyperparameter\(s\) for cnn: depth"):
         registry.check_kind(broken(rl_train_slots=(TrainSlot("cnn", (("depth", 3),)),)))
     with pytest.raises(PluginError, match="does not fit this dataset's kind 'image_classification'"):
         registry.check_kind(broken(rl_train_slots=(TrainSlot("ridge"),)))
-    with pytest.raises(PluginError, match=r"preparation slot\(s\) \['drop_na'\] are not among its preparations"):
+    with pytest.raises(
+        PluginError, match=r"preparation slot\(s\) \['drop_na'\] are not among its preparations"
+    ):
         registry.check_kind(broken(rl_preparation_slots=("resize", "drop_na")))

@@ -1161,13 +1161,21 @@ def base_document() -> dict[str, Any]:
     return texts.base_document()
 
 
-def _task_features(point: JobPoint, defaults: dict[str, float]) -> dict[str, float]:
-    """The features the simulator computes for a job of ``point`` (its rows, limits, and the timed
-    algorithm's hyperparameter defaults)."""
-    from mlsandbox.backends.sim.proxy import feature_summary
+def _task_features(point: JobPoint, task: str, defaults: dict[str, float]) -> dict[str, float]:
+    """The features the simulator computes for a job of ``point`` training ``task`` (its rows, limits,
+    and the timed algorithm's hyperparameter defaults): the rows' summary over the columns the sim's job
+    model reads for that task (``surrogate.modelled_columns``: for a task with a learner of its own, the
+    target and the numeric columns, not the dates, documents or images)."""
+    from mlsandbox.backends.sim.proxy import as_table, feature_summary
+    from mlsandbox.backends.sim.surrogate import TrainerArgs, modelled_columns
 
     prepared = prepare(point.data, point.cleaning)
-    out = dict(feature_summary(prepared.frame, prepared.target))
+    args = TrainerArgs(
+        bucket="", key=prepared.key, target=prepared.target, algorithm=point.algorithm,
+        hyperparams=dict(point.hyperparams), experiment_id="", run_name=None, seed=point.data.seed,
+        config_prefix=None, task=task,
+    )  # fmt: skip
+    out = dict(feature_summary(modelled_columns(as_table(prepared.frame), args), prepared.target))
     out.update(one=1.0, cpus=point.cpus, threads=float(max(1, math.floor(point.cpus))))
     out["memory_mb"] = float(point.memory_mb)
     for name, default in defaults.items():
@@ -1193,12 +1201,16 @@ def _timed_as(algorithm: str, algorithms: dict[str, Any]) -> str:
 def fit_task_resources(recs: list[R.Record], doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``jobs.tasks`` fitted from the ``kind`` job records (real runs of another kind of work), and a
     report. Per (trainer task, algorithm), starting from the timed binary algorithm's resources (its
-    namesake or its kind's stand-in): the fit's CPU-seconds keep that model's dependence on rows, width and
-    hyperparameters, with their level moved to the measured jobs' (a job's CPU-seconds less the timed
-    algorithm's overhead: starting, reading, logging are the same trainer's); the peak memory is a line in
-    the rows through the measurements (moved to them when they have fewer than three sizes). CPU-seconds
-    and memory do not depend on the machine's load; the overheads' wall time does, and stays the timed
-    algorithm's."""
+    namesake or its kind's stand-in), from the jobs at one CPU: the fit's CPU-seconds keep the timed
+    model's dependence on rows, width and hyperparameters, with their level moved to the measured fits'
+    (the trainer's own ``train_seconds``, its fit at one CPU; a record without it: the job's CPU-seconds
+    less the overhead); the overhead's CPU-seconds (starting, reading, logging) keep that model's
+    dependence on rows, with their level moved to the measured jobs' (their CPU-seconds less the fit: a
+    task with a learner of its own imports and logs other things than the binary pipeline); the peak
+    memory is a line in the rows through the measurements (moved to them when they have fewer than three
+    sizes). The features are the ones the sim computes for a job of the task (:func:`_task_features`).
+    CPU-seconds and memory do not depend on the machine's load; the overheads' wall time does, and stays
+    the timed algorithm's."""
     by: dict[tuple[str, str], list[tuple[JobPoint, dict[str, Any]]]] = defaultdict(list)
     for p, r in _jobs(recs, ("kind",)):
         if r.get("state") == "succeeded" and r.get("task"):
@@ -1210,20 +1222,32 @@ def fit_task_resources(recs: list[R.Record], doc: dict[str, Any]) -> tuple[dict[
         timed = _timed_as(algorithm, algorithms)
         base = algorithms[timed]
         res = json.loads(json.dumps(base["resources"]))
+        defaults = dict(base.get("defaults") or {})
+        one_cpu = [
+            (r, _task_features(p, task, defaults)) for p, r in jobs if p.cpus >= 1.0 and r.get("cpu_seconds")
+        ]
         overhead = LinearModel.model_validate(res["overhead_cpu_s"])
+        trained = [(r, x, (r.get("metrics") or {}).get("train_seconds")) for r, x in one_cpu]
+        over_gaps = [
+            float(r["cpu_seconds"]) - float(t) - overhead.mean(x) for r, x, t in trained if t is not None
+        ]
+        if over_gaps:
+            res["overhead_cpu_s"]["intercept"] = float(
+                res["overhead_cpu_s"]["intercept"] + np.median(over_gaps)
+            )
+            overhead = LinearModel.model_validate(res["overhead_cpu_s"])
         fit_model = res["fit_cpu_s"]
-        peaks, fit_gaps = [], []
-        for p, r in jobs:
-            rows = float((r.get("data") or {}).get("rows", 0.0))
-            if r.get("peak_rss_mb"):
-                peaks.append((rows, float(r["peak_rss_mb"])))
-            if r.get("cpu_seconds") and p.cpus >= 1.0:
-                x = _task_features(p, dict(base.get("defaults") or {}))
-                fit_cpu = max(
-                    float(r["cpu_seconds"]) - overhead.mean(x), float(fit_model.get("minimum") or 0.005)
-                )
-                rest = sum(c * x.get(f, 0.0) for f, c in fit_model["coefficients"].items())
-                fit_gaps.append(math.log(fit_cpu) - rest)
+        floor = float(fit_model.get("minimum") or 0.005)
+        fit_gaps = []
+        for r, x, t in trained:
+            fit_cpu = max(float(t) if t is not None else float(r["cpu_seconds"]) - overhead.mean(x), floor)
+            rest = sum(c * x.get(f, 0.0) for f, c in fit_model["coefficients"].items())
+            fit_gaps.append(math.log(fit_cpu) - rest)
+        peaks = [
+            (float((r.get("data") or {}).get("rows", 0.0)), float(r["peak_rss_mb"]))
+            for _, r in jobs
+            if r.get("peak_rss_mb")
+        ]
         line = _rows_line(peaks)
         if line is not None:
             intercept, slope, sd, _ = line
@@ -1252,6 +1276,9 @@ def fit_task_resources(recs: list[R.Record], doc: dict[str, Any]) -> tuple[dict[
             "timed_as": timed,
             "cpu_seconds_median": _median([float(r.get("cpu_seconds") or 0.0) for _, r in jobs], 0.0),
             "peak_rss_mb_median": _median([float(r.get("peak_rss_mb") or 0.0) for _, r in jobs], 0.0),
+            "overhead_cpu_s": round(
+                overhead.mean({"rows": _median([x["rows"] for _, x in one_cpu], 0.0)}), 3
+            ),
         }
     return tasks, report
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +50,8 @@ class DataRef(_Model):
     seed: int = Field(ge=0)
     """The episode seed (the dataset is generated with ``seed * 1000 + index``, as episodes do)."""
     rows: int | None = Field(default=None, ge=50)
+    """Another size of the data: the spec's size field (:func:`size_field`: its rows, or a series' days
+    of history)."""
     defect_scale: float = Field(default=1.0, ge=0, le=3)
     fmt: Literal["parquet", "csv"] = "parquet"
     source: str | None = None
@@ -72,7 +74,9 @@ class JobPoint(_Point):
     ``divergence``, ``missing_values``, ``unknown_hyperparameter``, ``invalid_hyperparameter``,
     ``timeout``, ``missing_object``."""
     data: DataRef
-    cleaning: tuple[Strategy, ...] = ()
+    cleaning: tuple[str, ...] = ()
+    """Preparation steps in order: the table cleaning strategies (:data:`~mlsandbox.data.clean.Strategy`),
+    or for a ``kind`` point the kind's own (``TaskKind.preparations``, such as ``fill_gaps``)."""
     algorithm: str
     """One of the trainer's algorithms for the data's kind (:data:`Algorithm` for binary classification;
     ``kind`` points: the kind's own, such as ``ridge``)."""
@@ -262,15 +266,46 @@ def failure_points(base: DataRef, ready: tuple[Strategy, ...], quick: bool) -> l
 
 
 KIND_SIZES: tuple[int | None, ...] = (None, 6000)
-"""Row counts of the ``kind`` points (None: the family's own), so the fit sees the size dependence."""
+"""Row counts of the table kinds' ``kind`` points (None: the family's own), so the fit sees the size
+dependence."""
+KIND_SIZES_OF: dict[str, tuple[int | None, ...]] = {
+    "timeseries_forecasting": (None, 2100),
+    "text_classification": (None, 6000),
+    "image_classification": (None, 3000),
+}
+"""Sizes of the other kinds' ``kind`` points in their spec's size field (:func:`size_field`), by kind
+(default :data:`KIND_SIZES`): a series' days of history (the families': about 700; 2100 is six years),
+a text's documents, an image set's images (the families': 1200; the CNN's epochs take about 5 s of one
+core on those and 9 s on 3,000, so the whole section stays within half an hour)."""
+SIZE_FIELDS: tuple[str, ...] = ("rows", "history_days")
+"""The fields a dataset spec may have its size in (the first it has is its :func:`size_field`)."""
+
+
+def size_field(spec: Any) -> str | None:
+    """The field of a dataset spec (model or class) holding its size (rows, or days of history), or None
+    when it has none (then a :class:`DataRef` of it cannot be resized)."""
+    model = spec if isinstance(spec, type) else type(spec)
+    fields = getattr(model, "model_fields", {})
+    return next((f for f in SIZE_FIELDS if f in fields), None)
+
+
+def _runnable(task: Any, algorithm: str) -> bool:
+    """Whether the kind trains ``algorithm`` here (the image CNN needs PyTorch installed)."""
+    try:
+        task.check_algorithm(algorithm)
+    except ValueError:
+        return False
+    return True
 
 
 def kind_points(quick: bool = False) -> list[JobPoint]:
-    """Real jobs of every installed table kind but binary classification (whose jobs are the ``job`` section):
-    per kind, its built-in families without production traffic (two; one when ``quick``), each of the
-    kind's algorithms on the family's dataset cleaned as the kind's rule policy cleans it, at each of
-    :data:`KIND_SIZES`, and (not when ``quick``) at half a CPU (the CPU limit's stretch)."""
-    from mlsandbox.data.profile import profile_frame
+    """Real jobs of every installed kind but binary classification (whose jobs are the ``job`` section):
+    per kind, its built-in families without production traffic or lake sources (two; one when
+    ``quick``), each of the kind's algorithms that can run here on the family's dataset prepared as the
+    kind's rule policy prepares it (the kind's own profile and preparation steps), at each of the kind's
+    sizes (:data:`KIND_SIZES_OF`, when its spec has a :func:`size_field`), and (not when ``quick``) at
+    half a CPU (the CPU limit's stretch). The table kinds' points are the ones sweeps measured before
+    the other kinds joined (same ids)."""
     from mlsandbox.data.spec import TabularDataset
     from mlsandbox.scenario import catalog_ids, load_builtin
     from mlsandbox.tasks.registry import DEFAULT_KIND, kind_of
@@ -279,31 +314,33 @@ def kind_points(quick: bool = False) -> list[JobPoint]:
     for sid in catalog_ids():
         sc = load_builtin(sid)
         kind = sc.work()[0]
-        # The table kinds only: the real cleaning code this sweep runs is the tables' (the forecasting,
-        # text and image kinds' jobs are timed by the calibrated algorithm their declaration names).
-        table = isinstance(sc.dataset(sc.goal.dataset), TabularDataset)
-        if kind != DEFAULT_KIND and table and sc.serving is None and not sc.sources:
+        if kind != DEFAULT_KIND and sc.serving is None and not sc.sources:
             by_kind.setdefault(kind, []).append((sc.difficulty, sid))
     points: list[JobPoint] = []
-    for _kind, found in sorted(by_kind.items()):
+    for kind, found in sorted(by_kind.items()):
         for _, sid in sorted(found)[: 1 if quick else 2]:
             sc = load_builtin(sid)
             spec = sc.dataset(sc.goal.dataset)
             task = kind_of(spec)
+            target = task.target(spec)
             generated = task.generate(spec, 0)
             frame = generated.train_table.to_pandas()
-            cleaning = cast(
-                "tuple[Strategy, ...]",
-                tuple(task.policy(profile_frame(frame, task.target(spec))).preparations),
-            )
+            cleaning = tuple(task.policy(task.profile(frame, target)).preparations)
+            sizes = KIND_SIZES_OF.get(kind, KIND_SIZES) if size_field(spec) else (None,)
+            # The raw file as the family stores it: its first format when that is CSV (the table kinds'
+            # points were measured on Parquet, and stay so).
+            csv = not isinstance(spec, TabularDataset) and spec.formats[0] == "csv"
+            ref = DataRef(scenario=sid, dataset=spec.name, fmt="csv" if csv else "parquet", seed=0)
             for algorithm in task.algorithms:
-                for rows in KIND_SIZES:
-                    ref = DataRef(scenario=sid, dataset=spec.name, rows=rows, seed=_seed("kind", sid, rows))
-                    points.append(JobPoint(purpose="kind", data=ref, cleaning=cleaning, algorithm=algorithm))
+                if not _runnable(task, algorithm):
+                    continue
+                for rows in sizes:
+                    at = ref.model_copy(update={"rows": rows, "seed": _seed("kind", sid, rows)})
+                    points.append(JobPoint(purpose="kind", data=at, cleaning=cleaning, algorithm=algorithm))
                 if not quick:
-                    ref = DataRef(scenario=sid, dataset=spec.name, seed=_seed("kind", sid, "cpus"))
+                    at = ref.model_copy(update={"seed": _seed("kind", sid, "cpus")})
                     points.append(
-                        JobPoint(purpose="kind", data=ref, cleaning=cleaning, algorithm=algorithm, cpus=0.5)
+                        JobPoint(purpose="kind", data=at, cleaning=cleaning, algorithm=algorithm, cpus=0.5)
                     )
     return points
 
@@ -407,7 +444,9 @@ __all__ = [
     "CLEANINGS",
     "HYPERPARAMS",
     "KIND_SIZES",
+    "KIND_SIZES_OF",
     "SECTIONS",
+    "SIZE_FIELDS",
     "Algorithm",
     "DataRef",
     "FitPoint",
@@ -417,4 +456,5 @@ __all__ = [
     "ServingPoint",
     "build_plan",
     "kind_points",
+    "size_field",
 ]

@@ -46,6 +46,7 @@ from mlsandbox.backends.protocols import (
 from mlsandbox.calibration import records as R
 from mlsandbox.calibration.datasets import Prepared, prepare
 from mlsandbox.calibration.plan import Algorithm, DataRef, FitPoint, FlowPoint, JobPoint, ServingPoint
+from mlsandbox.data.clean import Strategy
 from mlsandbox.data.formats import to_bytes
 from mlsandbox.data.tabular import GENERATOR_VERSION
 from mlsandbox.scenario import load_builtin
@@ -221,8 +222,9 @@ def run_job(ctx: Context, point: JobPoint) -> dict[str, Any]:
         result["holdout_auc"] = holdout_auc(model, prepared)
         result["grade_s"] = time.perf_counter() - t1
         # The same pipeline fitted in this process on the same rows: the fits' grid must agree with jobs.
-        same = run_fit(FitPoint(data=point.data, cleaning=point.cleaning, algorithm=cast(Algorithm, point.algorithm),
-                                hyperparams=point.hyperparams))  # fmt: skip
+        # (A binary job's steps are the table cleaning strategies.)
+        same = run_fit(FitPoint(data=point.data, cleaning=cast("tuple[Strategy, ...]", point.cleaning),
+                                algorithm=cast(Algorithm, point.algorithm), hyperparams=point.hyperparams))  # fmt: skip
         result["in_process"] = {k: same.get(k) for k in ("metrics", "holdout_auc", "fit_cpu_s", "fit_wall_s")}
     return result
 

@@ -219,7 +219,7 @@ def _stand_in(algorithm: str) -> str:
     return ""
 
 
-def _modelled_columns(table: Any, args: TrainerArgs) -> Any:
+def modelled_columns(table: Any, args: TrainerArgs) -> Any:
     """The columns the calibration's job model reads: all of them for a table, the target and the numeric
     columns for a task with a learner of its own (a date or a document is not one-hot encoded there: a
     forecaster builds its own few lag and calendar features, a text model a sparse TF-IDF whose linear
@@ -333,7 +333,7 @@ def plan_trainer(
         "memory_mb": float(memory_mb),
     }
     if table is not None:
-        read = _modelled_columns(table, args)
+        read = modelled_columns(table, args)
         features.update(
             _cached(
                 ("features", data_key, args.target, args.task), lambda: feature_summary(read, args.target)
@@ -616,6 +616,7 @@ __all__ = [
     "TrainerArgs",
     "UsageError",
     "hyperparameter_problem",
+    "modelled_columns",
     "parse_trainer",
     "plan_burn",
     "plan_trainer",
