@@ -4,19 +4,25 @@ test starts on 127.0.0.1."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import psutil
 import pytest
 from tests.helpers import ok
+from tests.workspace_attacks import (
+    CONNECT,
+    FILL_DISK,
+    FORK_BOMB,
+    OTHER_BUCKET,
+    READ_OTHER_BUCKET,
+    listener,
+    run,
+    stopped_at,
+    train_register_and_submit,
+)
 
-from mlsandbox.agents.code_agent import training_script
 from mlsandbox.backends.local.workspaces import unavailable_reason
 from mlsandbox.gateway import Gateway
 from mlsandbox.scenario import load_builtin
@@ -41,20 +47,6 @@ def gw(runtime: Any, sandbox: Any) -> Iterator[Gateway]:
     g.start()
     yield g
     g.close()
-
-
-def run(gw: Gateway, code: str, *args: str, timeout_s: float = 60) -> tuple[str, str]:
-    """Run ``code`` in the workspace; its final state and its log."""
-    job = ok(gw, {"type": "run_python", "code": code, "args": list(args), "timeout_s": timeout_s})["job_id"]
-    deadline = time.monotonic() + timeout_s + 60
-    while (state := ok(gw, {"type": "get_job", "job_id": job})["state"]) not in (
-        "succeeded",
-        "failed",
-        "cancelled",
-    ):
-        assert time.monotonic() < deadline
-        ok(gw, {"type": "wait", "seconds": 2})
-    return state, "\n".join(ok(gw, {"type": "get_logs", "target": job, "tail": 200})["lines"])
 
 
 def intact(runtime: Any) -> None:
@@ -91,97 +83,38 @@ for pid in minio + [gw]:
 
 
 def test_another_bucket_cannot_be_read_or_written(gw: Gateway, s3: Any) -> None:
-    s3.create_bucket(Bucket="ws-attack-other")
-    s3.put_object(Bucket="ws-attack-other", Key="secret.txt", Body=b"not yours")
-    code = """
-import boto3, os
-s3 = boto3.client("s3")
-print("buckets", [b["Name"] for b in s3.list_buckets()["Buckets"]])
-for name, call in [("get", lambda: s3.get_object(Bucket="ws-attack-other", Key="secret.txt")),
-                   ("put", lambda: s3.put_object(Bucket="ws-attack-other", Key="x", Body=b"x")),
-                   ("list", lambda: s3.list_objects_v2(Bucket="ws-attack-other")),
-                   ("artifacts", lambda: s3.list_objects_v2(Bucket="mlflow-artifacts")),
-                   ("create", lambda: s3.create_bucket(Bucket="ws-attack-new"))]:
-    try: call(); print("LEAK", name)
-    except Exception as e: print("refused", name, type(e).__name__)
-s3.put_object(Bucket=os.environ["MLSANDBOX_BUCKET"], Key="scratch/ok.txt", Body=b"mine")
-print("own bucket ok")
-"""
-    state, log = run(gw, code)
+    s3.create_bucket(Bucket=OTHER_BUCKET)
+    s3.put_object(Bucket=OTHER_BUCKET, Key="secret.txt", Body=b"not yours")
+    state, log = run(gw, READ_OTHER_BUCKET)
     assert state == "succeeded" and "LEAK" not in log and "own bucket ok" in log, log
-    assert "ws-attack-other" not in log.split("buckets", 1)[1].splitlines()[0]
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket="ws-attack-other")["Contents"]] == ["secret.txt"]
-    s3.delete_object(Bucket="ws-attack-other", Key="secret.txt")
-    s3.delete_bucket(Bucket="ws-attack-other")
+    assert OTHER_BUCKET not in log.split("buckets", 1)[1].splitlines()[0]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=OTHER_BUCKET)["Contents"]] == ["secret.txt"]
+    s3.delete_object(Bucket=OTHER_BUCKET, Key="secret.txt")
+    s3.delete_bucket(Bucket=OTHER_BUCKET)
 
 
 def test_a_listener_outside_the_sandbox_is_unreachable(gw: Gateway, runtime: Any) -> None:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(0.5)
-    accepted: list[Any] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                accepted.append(server.accept())
-
-    threading.Thread(target=accept, daemon=True).start()
-    prefect = runtime.flows  # noqa: F841  (Prefect's port is the sandbox's, and not forwarded either)
-    code = """
-import socket, sys
-for port in sys.argv[1:]:
-    try: socket.create_connection(("127.0.0.1", int(port)), timeout=2); print("LEAK", port)
-    except OSError as e: print("refused", port, type(e).__name__)
-"""
     from urllib.parse import urlsplit
 
+    # Prefect's port is the sandbox's, and not forwarded either
     prefect_port = str(urlsplit(runtime._endpoints.prefect_api_url).port)
-    try:
-        state, log = run(gw, code, str(server.getsockname()[1]), prefect_port)
-    finally:
-        stop.set()
-        server.close()
+    with listener("127.0.0.1") as (port, accepted):
+        state, log = run(gw, CONNECT, f"127.0.0.1:{port}", f"127.0.0.1:{prefect_port}")
     assert state == "succeeded" and "LEAK" not in log, log
     assert accepted == []
 
 
 def test_a_fork_bomb_is_stopped_and_the_sandbox_lives(gw: Gateway, runtime: Any) -> None:
-    code = """
-import os, time
-n = 0
-while True:
-    try:
-        if os.fork() == 0:
-            time.sleep(30); os._exit(0)
-        n += 1
-    except OSError as e:
-        print("stopped after", n, type(e).__name__, flush=True); break
-"""
-    _, log = run(gw, code, timeout_s=20)
-    assert "stopped after" in log, log
+    _, log = run(gw, FORK_BOMB, timeout_s=20)
+    stopped_at(log, "stopped after")
     intact(runtime)
     assert run(gw, "print('alive')")[1].strip().endswith("alive")
 
 
 def test_filling_the_disk_stops_at_the_quota_and_nothing_is_lost(gw: Gateway, runtime: Any) -> None:
     ok(gw, {"type": "write_file", "path": "keep.txt", "content": "kept"})
-    code = """
-import os
-written = 0
-try:
-    with open("junk.bin", "wb") as f:
-        while True:
-            f.write(b"x" * (1 << 20)); written += 1
-except OSError as e:
-    print("stopped at", written, "MiB", type(e).__name__)
-os.remove("junk.bin")
-"""
-    _, log = run(gw, code)
-    assert "stopped at" in log, log
-    assert int(log.split("stopped at")[1].split()[0]) <= 256
+    _, log = run(gw, FILL_DISK)
+    assert stopped_at(log, "stopped at") <= 256
     assert ok(gw, {"type": "read_file", "path": "keep.txt"})["content"] == "kept"
     intact(runtime)
 
@@ -223,26 +156,5 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(gw: Gateway) -> None:
 
 
 def test_the_episode_then_trains_registers_and_succeeds(gw: Gateway) -> None:
-    import json
-
-    name = gw.scenario.goal.model_name
-    datasets = [d["name"] for d in ok(gw, {"type": "list_datasets"})["datasets"]]
-    dataset = sorted(datasets, key=lambda n: (not n.endswith(".parquet"), not n.startswith("raw/"), n))[0]
-    script = training_script(dataset, ok(gw, {"type": "check_data_quality", "dataset": dataset})["profile"])
-    assert script is not None
-    ok(gw, {"type": "write_file", "path": "train.py", "content": script})
-    job = ok(gw, {"type": "run_python", "path": "train.py", "resources": {"cpus": 1, "memory_mb": 2048}})
-    deadline = time.monotonic() + 600
-    while (st := ok(gw, {"type": "get_job", "job_id": job["job_id"]}))["state"] not in (
-        "succeeded",
-        "failed",
-    ):
-        assert time.monotonic() < deadline
-        ok(gw, {"type": "wait", "seconds": 10})
-    lines = ok(gw, {"type": "get_logs", "target": job["job_id"], "tail": 50})["lines"]
-    assert st["state"] == "succeeded", lines
-    run_id = json.loads([line for line in lines if line.startswith("{")][-1])["run_id"]
-    ok(gw, {"type": "register_model", "run_id": run_id, "name": name})
-    res = gw.step({"type": "submit"})
-    grade = res.info["grade"]
+    grade = train_register_and_submit(gw, deadline_s=600)
     assert grade["success"], grade

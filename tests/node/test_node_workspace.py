@@ -8,18 +8,23 @@ address, the cluster's service addresses): nothing leaves the machine.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from tests.helpers import ok
+from tests.workspace_attacks import (
+    CONNECT,
+    FILL_DISK,
+    FORK_BOMB,
+    OTHER_BUCKET,
+    READ_OTHER_BUCKET,
+    listener,
+    stopped_at,
+    train_register_and_submit,
+)
+from tests.workspace_attacks import run as run_in_workspace
 
-from mlsandbox.agents.code_agent import training_script
 from mlsandbox.backends.common.workspaces import uid_of
 from mlsandbox.backends.kube import manifests as M
 from mlsandbox.scenario import load_builtin
@@ -49,18 +54,9 @@ def gw(node_sandbox: NodeSandbox) -> Iterator[Gateway]:
     g.close()
 
 
-def run(gw: Gateway, code: str, *args: str, timeout_s: float = 60) -> tuple[str, str]:
-    """Run ``code`` in the workspace; its final state and its log."""
-    job = ok(gw, {"type": "run_python", "code": code, "args": list(args), "timeout_s": timeout_s})["job_id"]
-    deadline = time.monotonic() + timeout_s + 240
-    while (state := ok(gw, {"type": "get_job", "job_id": job})["state"]) not in (
-        "succeeded",
-        "failed",
-        "cancelled",
-    ):
-        assert time.monotonic() < deadline, f"{job} still {state}"
-        ok(gw, {"type": "wait", "seconds": 2})
-    return state, "\n".join(ok(gw, {"type": "get_logs", "target": job, "tail": 200})["lines"])
+def run(gw: Gateway, code: str, *args: str, **kw: Any) -> tuple[str, str]:
+    """A script's run in the workspace, with room for a pod's start on a loaded node."""
+    return run_in_workspace(gw, code, *args, grace_s=240, **kw)
 
 
 def intact(gw: Gateway) -> None:
@@ -128,102 +124,41 @@ for pid in (1, 2, 10, 100):
 
 def test_another_bucket_cannot_be_read_or_written(gw: Gateway) -> None:
     store = gw.runtime.object_store
-    store.create_bucket("ws-attack-other")
-    store.put_object("ws-attack-other", "secret.txt", b"not yours")
-    code = """
-import boto3, os
-s3 = boto3.client("s3")
-for name, call in [("get", lambda: s3.get_object(Bucket="ws-attack-other", Key="secret.txt")),
-                   ("put", lambda: s3.put_object(Bucket="ws-attack-other", Key="x", Body=b"x")),
-                   ("list", lambda: s3.list_objects_v2(Bucket="ws-attack-other")),
-                   ("artifacts", lambda: s3.list_objects_v2(Bucket="mlflow-artifacts")),
-                   ("create", lambda: s3.create_bucket(Bucket="ws-attack-new"))]:
-    try: call(); print("LEAK", name)
-    except Exception as e: print("refused", name, type(e).__name__)
-s3.put_object(Bucket=os.environ["MLSANDBOX_BUCKET"], Key="scratch/ok.txt", Body=b"mine")
-print("own bucket ok")
-"""
+    store.create_bucket(OTHER_BUCKET)
+    store.put_object(OTHER_BUCKET, "secret.txt", b"not yours")
     try:
-        state, log = run(gw, code)
+        state, log = run(gw, READ_OTHER_BUCKET)
         assert state == "succeeded" and "LEAK" not in log and "own bucket ok" in log, log
-        assert [o.key for o in store.list_objects("ws-attack-other")] == ["secret.txt"]
+        assert OTHER_BUCKET not in log.split("buckets", 1)[1].splitlines()[0]
+        assert [o.key for o in store.list_objects(OTHER_BUCKET)] == ["secret.txt"]
         assert not store.bucket_exists("ws-attack-new")
     finally:
-        store.delete_bucket("ws-attack-other")
+        store.delete_bucket(OTHER_BUCKET)
 
 
 def test_nothing_but_minio_and_mlflow_is_reachable(gw: Gateway, node_sandbox: NodeSandbox) -> None:
-    server = socket.socket()
-    server.bind(("0.0.0.0", 0))
-    server.listen(8)
-    server.settimeout(0.5)
-    accepted: list[Any] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                accepted.append(server.accept())
-
-    threading.Thread(target=accept, daemon=True).start()
     node_ip = node_sandbox.cluster.cp.node_ip
-    port = str(server.getsockname()[1])
-    code = """
-import os, socket, sys
+    reach = """
+import os, socket
 from urllib.parse import urlsplit
-for host, port in [a.split(":") for a in sys.argv[1:]]:
-    try: socket.create_connection((host, int(port)), timeout=3); print("LEAK", host, port)
-    except OSError as e: print("refused", host, port, type(e).__name__)
 for url in (os.environ["AWS_ENDPOINT_URL_S3"], os.environ["MLFLOW_TRACKING_URI"]):
     u = urlsplit(url)
     socket.create_connection((u.hostname, u.port), timeout=10); print("reached", u.hostname)
 """
-    targets = [f"{node_ip}:{port}", f"127.0.0.1:{port}", "10.96.0.1:443", f"{node_ip}:6443"]
-    try:
-        state, log = run(gw, code, *targets)
-    finally:
-        stop.set()
-        server.close()
+    with listener("0.0.0.0") as (port, accepted):
+        targets = [f"{node_ip}:{port}", f"127.0.0.1:{port}", "10.96.0.1:443", f"{node_ip}:6443"]
+        state, log = run(gw, CONNECT + reach, *targets)
     assert state == "succeeded" and "LEAK" not in log, log
-    assert log.count("reached") == 2, log
+    assert log.count("refused") == len(targets) and log.count("reached") == 2, log
     assert accepted == []
 
 
 def test_a_fork_bomb_and_a_full_disk_stop_at_their_limits(gw: Gateway) -> None:
-    bomb = """
-import os, time
-n = 0
-while True:
-    try:
-        if os.fork() == 0:
-            time.sleep(30); os._exit(0)
-        n += 1
-    except OSError as e:
-        print("stopped after", n, type(e).__name__, flush=True); break
-"""
-    _, log = run(gw, bomb, timeout_s=20)
-    assert "stopped after" in log, log
-    assert int(log.split("stopped after")[1].split()[0]) < 300, log
+    _, log = run(gw, FORK_BOMB, timeout_s=20)
+    assert stopped_at(log, "stopped after") < 300, log
     ok(gw, {"type": "write_file", "path": "keep.txt", "content": "kept"})
-    fill = """
-import os
-written = 0
-try:
-    with open("junk.bin", "wb") as f:
-        while True:
-            f.write(b"x" * (1 << 20)); f.flush(); written += 1
-except OSError as e:
-    print("stopped at", written, "MiB", type(e).__name__, flush=True)
-os.remove("junk.bin")
-"""
-    job = ok(gw, {"type": "run_python", "code": fill, "resources": {"cpus": 1, "memory_mb": 1024}})["job_id"]
-    deadline = time.monotonic() + 300
-    while ok(gw, {"type": "get_job", "job_id": job})["state"] not in ("succeeded", "failed"):
-        assert time.monotonic() < deadline
-        ok(gw, {"type": "wait", "seconds": 2})
-    log = "\n".join(ok(gw, {"type": "get_logs", "target": job, "tail": 50})["lines"])
-    assert "stopped at" in log, log
-    assert int(log.split("stopped at")[1].split()[0]) <= 256, log
+    _, log = run(gw, FILL_DISK, resources={"cpus": 1, "memory_mb": 1024})
+    assert stopped_at(log, "stopped at") <= 256, log
     assert ok(gw, {"type": "read_file", "path": "keep.txt"})["content"] == "kept"
     intact(gw)
     assert run(gw, "print('alive')")[1].strip().splitlines()[-1].endswith("alive")
@@ -248,25 +183,7 @@ def test_a_timeout_kills_the_script_and_the_episode_then_succeeds_with_a_script(
 ) -> None:
     state, log = run(gw, "import time\nwhile True: time.sleep(1)", timeout_s=5)
     assert state == "failed" and "timed out" in log, log
-    name = gw.scenario.goal.model_name
-    datasets = [d["name"] for d in ok(gw, {"type": "list_datasets"})["datasets"]]
-    dataset = sorted(datasets, key=lambda n: (not n.endswith(".parquet"), not n.startswith("raw/"), n))[0]
-    script = training_script(dataset, ok(gw, {"type": "check_data_quality", "dataset": dataset})["profile"])
-    assert script is not None
-    ok(gw, {"type": "write_file", "path": "train.py", "content": script})
-    job = ok(gw, {"type": "run_python", "path": "train.py", "resources": {"cpus": 1, "memory_mb": 2048}})
-    deadline = time.monotonic() + 900
-    while (st := ok(gw, {"type": "get_job", "job_id": job["job_id"]}))["state"] not in (
-        "succeeded",
-        "failed",
-    ):
-        assert time.monotonic() < deadline
-        ok(gw, {"type": "wait", "seconds": 10})
-    lines = ok(gw, {"type": "get_logs", "target": job["job_id"], "tail": 50})["lines"]
-    assert st["state"] == "succeeded", lines
-    run_id = json.loads([line for line in lines if line.startswith("{")][-1])["run_id"]
-    ok(gw, {"type": "register_model", "run_id": run_id, "name": name})
-    grade = gw.step({"type": "submit"}).info["grade"]
+    grade = train_register_and_submit(gw)
     assert grade["success"], grade
     # every run's Secret of scoped credentials went with its Job; the Jobs go at the episode's end
     cluster = node_sandbox.backend().cluster

@@ -186,6 +186,16 @@ TORCH_ALGORITHMS = ("cnn",)
 CNN; a unit test holds this equal to :data:`mlsandbox.workloads.image_classifier.TORCH_ALGORITHMS`)."""
 
 
+def torch_algorithm(workload: str, args: list[str]) -> str | None:
+    """The algorithm of a trainer job's command line when it trains with PyTorch (None otherwise): what a
+    backend whose trainers have no PyTorch refuses."""
+    if workload != "trainer" or "--algorithm" not in args:
+        return None
+    position = args.index("--algorithm") + 1
+    algorithm = args[position] if position < len(args) else ""
+    return algorithm if algorithm in TORCH_ALGORITHMS else None
+
+
 class _ImportBlocker:
     """A meta-path finder that refuses :data:`BLOCKED_IMPORTS` (and leaves ``sys.modules`` untouched)."""
 

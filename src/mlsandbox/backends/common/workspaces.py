@@ -15,7 +15,7 @@ import zlib
 from pathlib import PurePosixPath
 from typing import Any
 
-from mlsandbox.backends.protocols import Endpoints, WorkspaceError
+from mlsandbox.backends.protocols import MAX_FILE_BYTES, Endpoints, WorkspaceError
 from mlsandbox.errors import BackendError
 
 UID_BASE = 61000
@@ -54,6 +54,25 @@ def clean_path(path: str) -> tuple[str, ...]:
     if any(len(x) > 255 for x in parts) or len(parts) > 32:
         raise WorkspaceError("invalid_parameters", f"{path!r}: path too long")
     return parts
+
+
+def file_path(path: str, data: bytes | None = None) -> tuple[str, ...]:
+    """The components of a file's path (:func:`clean_path`, and not the workspace itself); with ``data``,
+    also :class:`WorkspaceError` for a file over :data:`MAX_FILE_BYTES`."""
+    parts = clean_path(path)
+    if not parts:
+        raise WorkspaceError("invalid_parameters", "give a file path, not the workspace itself")
+    if data is not None and len(data) > MAX_FILE_BYTES:
+        raise WorkspaceError(
+            "invalid_parameters",
+            f"{path!r}: {len(data)} bytes is over the {MAX_FILE_BYTES} byte limit of a file",
+        )
+    return parts
+
+
+def quota_error(quota_bytes: int) -> WorkspaceError:
+    """What a write past the workspace's quota is answered."""
+    return WorkspaceError("quota_exceeded", f"the workspace is full ({quota_bytes} bytes)")
 
 
 def bucket_policy(bucket: str) -> dict[str, Any]:
@@ -107,6 +126,8 @@ __all__ = [
     "bucket_policy",
     "check_id",
     "clean_path",
+    "file_path",
+    "quota_error",
     "scoped_credentials",
     "uid_of",
 ]

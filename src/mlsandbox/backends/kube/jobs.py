@@ -355,13 +355,10 @@ TORCH_REFUSAL = (
 
 def _refuse_torch(spec: JobSpec) -> None:
     """:class:`Unsupported` for a trainer job whose algorithm trains with PyTorch (not in the image)."""
-    from mlsandbox.workloads.trainer import TORCH_ALGORITHMS
+    from mlsandbox.workloads.trainer import torch_algorithm
 
-    if spec.workload != "trainer" or "--algorithm" not in spec.args:
-        return
-    position = spec.args.index("--algorithm") + 1
-    algorithm = spec.args[position] if position < len(spec.args) else ""
-    if algorithm in TORCH_ALGORITHMS:
+    algorithm = torch_algorithm(spec.workload, spec.args)
+    if algorithm is not None:
         raise Unsupported(f"jobs.{algorithm}", BACKEND, TORCH_REFUSAL)
 
 

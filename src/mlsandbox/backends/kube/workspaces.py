@@ -19,7 +19,14 @@ from __future__ import annotations
 
 import threading
 
-from mlsandbox.backends.common.workspaces import MAX_LISTED, check_id, clean_path, scoped_credentials
+from mlsandbox.backends.common.workspaces import (
+    MAX_LISTED,
+    check_id,
+    clean_path,
+    file_path,
+    quota_error,
+    scoped_credentials,
+)
 from mlsandbox.backends.protocols import (
     MAX_FILE_BYTES,
     QUOTA_BYTES,
@@ -74,14 +81,7 @@ class KubeWorkspaces:
 
     def write_file(self, workspace_id: str, path: str, data: bytes) -> int:
         bucket = self.bucket_of(workspace_id)
-        parts = clean_path(path)
-        if not parts:
-            raise WorkspaceError("invalid_parameters", "give a file path, not the workspace itself")
-        if len(data) > MAX_FILE_BYTES:
-            raise WorkspaceError(
-                "invalid_parameters",
-                f"{path!r}: {len(data)} bytes is over the {MAX_FILE_BYTES} byte limit of a file",
-            )
+        parts = file_path(path, data)
         files = self._objects(bucket)
         rel = "/".join(parts)
         for i in range(1, len(parts)):
@@ -92,15 +92,13 @@ class KubeWorkspaces:
         if any(p.startswith(rel + "/") for p in files):
             raise WorkspaceError("invalid_parameters", f"{path!r}: cannot write: Is a directory")
         if sum(files.values()) - files.get(rel, 0) + len(data) > self.quota_bytes:
-            raise WorkspaceError("quota_exceeded", f"the workspace is full ({self.quota_bytes} bytes)")
+            raise quota_error(self.quota_bytes)
         self.store.put_object(bucket, WORKSPACE_PREFIX + rel, data)
         return len(data)
 
     def read_file(self, workspace_id: str, path: str, max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes, int]:
         bucket = self.bucket_of(workspace_id)
-        parts = clean_path(path)
-        if not parts:
-            raise WorkspaceError("invalid_parameters", "give a file path, not the workspace itself")
+        parts = file_path(path)
         rel = "/".join(parts)
         try:
             data = self.store.get_object(bucket, WORKSPACE_PREFIX + rel)

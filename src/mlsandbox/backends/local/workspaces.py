@@ -56,6 +56,8 @@ from mlsandbox.backends.common.workspaces import (
     MAX_PROCS,
     check_id,
     clean_path,
+    file_path,
+    quota_error,
     scoped_credentials,
     uid_of,
 )
@@ -228,16 +230,9 @@ class LocalWorkspaces:
 
     def write_file(self, workspace_id: str, path: str, data: bytes) -> int:
         ws = self._space(workspace_id)
-        parts = clean_path(path)
-        if not parts:
-            raise WorkspaceError("invalid_parameters", "give a file path, not the workspace itself")
-        if len(data) > MAX_FILE_BYTES:
-            raise WorkspaceError(
-                "invalid_parameters",
-                f"{path!r}: {len(data)} bytes is over the {MAX_FILE_BYTES} byte limit of a file",
-            )
+        parts = file_path(path, data)
         if self.usage(workspace_id).used_bytes + len(data) > self.quota_bytes:
-            raise WorkspaceError("quota_exceeded", f"the workspace is full ({self.quota_bytes} bytes)")
+            raise quota_error(self.quota_bytes)
         with _beneath(ws.files, parts[:-1], create=True, uid=ws.uid) as dfd:
             tmp = f".{parts[-1]}.partial"
             try:
@@ -260,9 +255,7 @@ class LocalWorkspaces:
 
     def read_file(self, workspace_id: str, path: str, max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes, int]:
         ws = self._space(workspace_id)
-        parts = clean_path(path)
-        if not parts:
-            raise WorkspaceError("invalid_parameters", "give a file path, not the workspace itself")
+        parts = file_path(path)
         with _beneath(ws.files, parts[:-1], create=False, uid=None) as dfd:
             try:
                 fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)

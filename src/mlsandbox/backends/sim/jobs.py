@@ -666,20 +666,17 @@ def _parse(data: bytes, kind: str) -> Any:
 
 TORCH_REFUSAL = (
     "the simulator fits every model for real in its own process on one core, and a network trained with "
-    "PyTorch takes minutes there; train it on the local or kube backend"
+    "PyTorch takes minutes there; train it on the local backend (with PyTorch installed)"
 )
 
 
 def _refuse_torch(spec: JobSpec) -> None:
     """:class:`~mlsandbox.errors.Unsupported` for a trainer job whose algorithm trains with PyTorch."""
     from mlsandbox.errors import Unsupported
-    from mlsandbox.workloads.trainer import TORCH_ALGORITHMS
+    from mlsandbox.workloads.trainer import torch_algorithm
 
-    if spec.workload != "trainer" or "--algorithm" not in spec.args:
-        return
-    position = spec.args.index("--algorithm") + 1
-    algorithm = spec.args[position] if position < len(spec.args) else ""
-    if algorithm in TORCH_ALGORITHMS:
+    algorithm = torch_algorithm(spec.workload, spec.args)
+    if algorithm is not None:
         raise Unsupported(f"jobs.{algorithm}", "sim", TORCH_REFUSAL)
 
 
