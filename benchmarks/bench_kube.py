@@ -35,6 +35,7 @@ from machine import describe as describe_machine
 from rich.console import Console
 from rich.table import Table
 
+from mlsandbox.k8s_operator.resources import EPISODE_LABEL
 from mlsandbox.k8s_operator.testbed import OPERATOR_USER, testbed
 
 OUT = Path(__file__).resolve().parents[1] / ".bench" / "kube.json"
@@ -208,7 +209,7 @@ def real_node() -> dict[str, Any]:
                 ready.append(cluster.wait_phase("team-a", name, "Ready", timeout=180))
             ns = "sbx-team-a-bench-0"
             for episode in range(1, RESETS + 1):
-                labels = {"mlsandbox.episode": f"ep-{episode}"}
+                labels = {EPISODE_LABEL: f"ep-{episode}"}
                 batch.create_namespaced_job(ns, node_job(f"train-{episode}", labels))
                 cluster.wait(
                     "the episode's pod running", lambda ns=ns: pods_running(cluster, ns), timeout=180
@@ -225,7 +226,7 @@ def real_node() -> dict[str, Any]:
             for i in range(1, NODE_SANDBOXES):
                 cluster.delete_sandbox("team-a", f"bench-{i}")
             # One sandbox left, with one episode pod running: the memory figure.
-            batch.create_namespaced_job(ns, node_job("train-last", {"mlsandbox.episode": "ep-last"}))
+            batch.create_namespaced_job(ns, node_job("train-last", {EPISODE_LABEL: "ep-last"}))
             cluster.wait("the last episode's pod", lambda: pods_running(cluster, ns), timeout=180)
             for i in range(1, NODE_SANDBOXES):
                 cluster.wait(
