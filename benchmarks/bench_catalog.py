@@ -34,7 +34,7 @@ CHEAP = ("do-nothing", "repeat-cheap")
 console = Console(stderr=True)
 
 
-def _save(backend: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _save(backend: str, rows: list[dict[str, Any]]) -> None:
     """Merge this run's families into the record of ``backend`` (a family played again replaces its
     earlier row; families not played keep theirs), then recount it and the sim/local agreement."""
     OUT.parent.mkdir(exist_ok=True)
@@ -51,7 +51,6 @@ def _save(backend: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     old["agreement"] = agreement(old)
     old["machine"] = describe_machine()
     OUT.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
-    return old
 
 
 def agreement(record: dict[str, Any]) -> dict[str, Any]:

@@ -14,13 +14,12 @@ from mlsandbox.calibration.datasets import prepare, scaled_spec
 from mlsandbox.calibration.fit import _task_features, fit_task_resources
 from mlsandbox.calibration.model import Calibration
 from mlsandbox.calibration.plan import (
-    KIND_SIZES,
-    KIND_SIZES_OF,
     SECTIONS,
     DataRef,
     JobPoint,
     build_plan,
     kind_points,
+    size_field,
 )
 from mlsandbox.calibration.shipped import default_path
 from mlsandbox.scenario import load_builtin
@@ -72,13 +71,39 @@ def test_the_kinds_section_covers_every_kind_but_binary_with_its_runnable_algori
     for p in points:
         kind = kinds()[_kind(p)]
         assert set(p.cleaning) <= set(kind.preparations)
-        assert p.data.rows in KIND_SIZES_OF.get(kind.name, KIND_SIZES)
+        assert p.data.rows in kind.calibration_sizes
     cleanings = {_kind(p): p.cleaning for p in points}
     assert "fill_gaps" in cleanings["timeseries_forecasting"]
     assert "drop_empty" in cleanings["text_classification"]
     assert "drop_unreadable" in cleanings["image_classification"]
     ids = [p.id() for p in points]
     assert len(set(ids)) == len(ids)
+
+
+def test_every_kind_declares_a_size_field_its_spec_has_and_sizes_a_data_ref_takes() -> None:
+    """The sweep resizes a kind's dataset in the field its kind declares (``TaskKind.size_field``), to the
+    sizes it declares (``TaskKind.calibration_sizes``): the field is one of its spec's, and each size is
+    the family's own (None) or a size a :class:`DataRef` accepts."""
+    smallest = DataRef.model_fields["rows"].metadata[0].ge
+    for name, kind in kinds().items():
+        assert kind.size_field is not None and kind.size_field in kind.spec.model_fields, name
+        assert size_field(kind.spec) == kind.size_field, name
+        assert kind.calibration_sizes and kind.calibration_sizes[0] is None, name
+        assert all(s is None or (isinstance(s, int) and s >= smallest) for s in kind.calibration_sizes), name
+    # what the sweep has measured: each kind's sizes and field as they were when the sweep had them in
+    # tables of its own (a change here changes the points' ids, and a sweep no longer resumes)
+    declared = {n: (k.size_field, k.calibration_sizes) for n, k in kinds().items() if n in OTHER_KINDS}
+    assert declared == {
+        "tabular_multiclass": ("rows", (None, 6000)),
+        "tabular_regression": ("rows", (None, 6000)),
+        "timeseries_forecasting": ("history_days", (None, 2100)),
+        "text_classification": ("rows", (None, 6000)),
+        "image_classification": ("rows", (None, 3000)),
+    }
+    assert kinds()[DEFAULT_KIND].size_field == "rows"
+    # a spec instance is resized in its kind's field too
+    forecast = load_builtin("forecast-web-visits-basic").datasets[0]
+    assert size_field(forecast) == "history_days"
 
 
 def test_the_table_kinds_points_are_the_ones_measured_before_the_other_kinds_joined() -> None:
@@ -180,3 +205,17 @@ def test_task_resources_are_fitted_from_the_kind_jobs_and_the_sim_reads_them() -
         cal.jobs.algorithms["logistic_regression"].resources.fit_cpu_s.intercept
     )
     assert model.fit_cpu_s.mean(x) == pytest.approx(0.2, rel=1e-6)
+
+
+def test_the_modelled_columns_are_a_tables_all_and_an_own_learners_target_and_numbers() -> None:
+    """What the sim's job model (and the fit, through ``_task_features``) reads of a job's rows, by the
+    trainer's task and the target alone."""
+    import pyarrow as pa
+
+    from mlsandbox.backends.sim.surrogate import modelled_columns
+
+    table = pa.table({"date": ["2024-01-01"], "text": ["a b"], "x": [1.0], "n": [2]})
+    for task in ("binary", "multiclass", "regression"):
+        assert modelled_columns(table, task, "n") is table
+    assert modelled_columns(table, "forecasting", "n").column_names == ["x", "n"]
+    assert modelled_columns(table, "text", "text").column_names == ["text", "x", "n"]

@@ -1167,15 +1167,11 @@ def _task_features(point: JobPoint, task: str, defaults: dict[str, float]) -> di
     model reads for that task (``surrogate.modelled_columns``: for a task with a learner of its own, the
     target and the numeric columns, not the dates, documents or images)."""
     from mlsandbox.backends.sim.proxy import as_table, feature_summary
-    from mlsandbox.backends.sim.surrogate import TrainerArgs, modelled_columns
+    from mlsandbox.backends.sim.surrogate import modelled_columns
 
     prepared = prepare(point.data, point.cleaning)
-    args = TrainerArgs(
-        bucket="", key=prepared.key, target=prepared.target, algorithm=point.algorithm,
-        hyperparams=dict(point.hyperparams), experiment_id="", run_name=None, seed=point.data.seed,
-        config_prefix=None, task=task,
-    )  # fmt: skip
-    out = dict(feature_summary(modelled_columns(as_table(prepared.frame), args), prepared.target))
+    read = modelled_columns(as_table(prepared.frame), task, prepared.target)
+    out = dict(feature_summary(read, prepared.target))
     out.update(one=1.0, cpus=point.cpus, threads=float(max(1, math.floor(point.cpus))))
     out["memory_mb"] = float(point.memory_mb)
     for name, default in defaults.items():

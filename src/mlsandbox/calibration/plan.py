@@ -265,28 +265,20 @@ def failure_points(base: DataRef, ready: tuple[Strategy, ...], quick: bool) -> l
     return points
 
 
-KIND_SIZES: tuple[int | None, ...] = (None, 6000)
-"""Row counts of the table kinds' ``kind`` points (None: the family's own), so the fit sees the size
-dependence."""
-KIND_SIZES_OF: dict[str, tuple[int | None, ...]] = {
-    "timeseries_forecasting": (None, 2100),
-    "text_classification": (None, 6000),
-    "image_classification": (None, 3000),
-}
-"""Sizes of the other kinds' ``kind`` points in their spec's size field (:func:`size_field`), by kind
-(default :data:`KIND_SIZES`): a series' days of history (the families': about 700; 2100 is six years),
-a text's documents, an image set's images (the families': 1200; the CNN's epochs take about 5 s of one
-core on those and 9 s on 3,000, so the whole section stays within half an hour)."""
-SIZE_FIELDS: tuple[str, ...] = ("rows", "history_days")
-"""The fields a dataset spec may have its size in (the first it has is its :func:`size_field`)."""
-
-
 def size_field(spec: Any) -> str | None:
-    """The field of a dataset spec (model or class) holding its size (rows, or days of history), or None
-    when it has none (then a :class:`DataRef` of it cannot be resized)."""
+    """The field of a dataset spec (model or class) holding its size, as its kind declares it
+    (``TaskKind.size_field``: rows, or a series' days of history), or None when it has none (then a
+    :class:`DataRef` of it cannot be resized)."""
+    from mlsandbox.tasks.registry import DEFAULT_KIND, get
+
     model = spec if isinstance(spec, type) else type(spec)
     fields = getattr(model, "model_fields", {})
-    return next((f for f in SIZE_FIELDS if f in fields), None)
+    if isinstance(spec, type):
+        kind = fields["kind"].default if "kind" in fields else DEFAULT_KIND
+    else:
+        kind = getattr(spec, "kind", DEFAULT_KIND)
+    field = get(str(kind)).size_field
+    return field if field in fields else None
 
 
 def _runnable(task: Any, algorithm: str) -> bool:
@@ -303,9 +295,9 @@ def kind_points(quick: bool = False) -> list[JobPoint]:
     per kind, its built-in families without production traffic or lake sources (two; one when
     ``quick``), each of the kind's algorithms that can run here on the family's dataset prepared as the
     kind's rule policy prepares it (the kind's own profile and preparation steps), at each of the kind's
-    sizes (:data:`KIND_SIZES_OF`, when its spec has a :func:`size_field`), and (not when ``quick``) at
-    half a CPU (the CPU limit's stretch). The table kinds' points are the ones sweeps measured before
-    the other kinds joined (same ids)."""
+    sizes (``TaskKind.calibration_sizes``, when its spec has a :func:`size_field`), and (not when
+    ``quick``) at half a CPU (the CPU limit's stretch). The table kinds' points are the ones sweeps
+    measured before the other kinds joined (same ids)."""
     from mlsandbox.data.spec import TabularDataset
     from mlsandbox.scenario import catalog_ids, load_builtin
     from mlsandbox.tasks.registry import DEFAULT_KIND, kind_of
@@ -317,7 +309,7 @@ def kind_points(quick: bool = False) -> list[JobPoint]:
         if kind != DEFAULT_KIND and sc.serving is None and not sc.sources:
             by_kind.setdefault(kind, []).append((sc.difficulty, sid))
     points: list[JobPoint] = []
-    for kind, found in sorted(by_kind.items()):
+    for _kind, found in sorted(by_kind.items()):
         for _, sid in sorted(found)[: 1 if quick else 2]:
             sc = load_builtin(sid)
             spec = sc.dataset(sc.goal.dataset)
@@ -326,7 +318,7 @@ def kind_points(quick: bool = False) -> list[JobPoint]:
             generated = task.generate(spec, 0)
             frame = generated.train_table.to_pandas()
             cleaning = tuple(task.policy(task.profile(frame, target)).preparations)
-            sizes = KIND_SIZES_OF.get(kind, KIND_SIZES) if size_field(spec) else (None,)
+            sizes = task.calibration_sizes if size_field(spec) else (None,)
             # The raw file as the family stores it: its first format when that is CSV (the table kinds'
             # points were measured on Parquet, and stay so).
             csv = not isinstance(spec, TabularDataset) and spec.formats[0] == "csv"
@@ -443,10 +435,7 @@ __all__ = [
     "ALGORITHMS",
     "CLEANINGS",
     "HYPERPARAMS",
-    "KIND_SIZES",
-    "KIND_SIZES_OF",
     "SECTIONS",
-    "SIZE_FIELDS",
     "Algorithm",
     "DataRef",
     "FitPoint",

@@ -16,7 +16,9 @@ in one package (``mlsandbox.tasks.<kind>``, or a plug-in's own) that names:
 - ``metrics``: the metrics a goal may name (the first is the default), each with its direction, and
   :meth:`TaskKind.score` / :meth:`TaskKind.baseline`: how the grader computes them on the hidden holdout;
 - ``calibration_stand_ins``: its sim surrogate's timing of an algorithm not calibrated on its own (the sim's
-  fit is the real one: :mod:`mlsandbox.backends.sim.realfit` runs the trainer's ``fit_task``);
+  fit is the real one: :mod:`mlsandbox.backends.sim.realfit` runs the trainer's ``fit_task``), and
+  ``size_field`` / ``calibration_sizes``: the spec field holding its data's size and the sizes the
+  calibration sweep trains its families at;
 - :meth:`TaskKind.predictions` and ``serving``: the serving request/response shape;
 - :meth:`TaskKind.policy`: the rule agent's choice (preparation, algorithm, hyperparameters) from what
   the agent observed;
@@ -154,6 +156,14 @@ class TaskKind(ABC):
     calibration_stand_ins: ClassVar[Mapping[str, str]] = {}
     """Algorithms of this kind without a calibration of their own, each timed in ``sim`` as the named
     calibrated algorithm (durations, CPU-seconds and memory; the fit itself is always real)."""
+    size_field: ClassVar[str | None] = "rows"
+    """The field of the dataset spec holding its size (a table's rows, a text set's documents, an image
+    set's images; a series' days of history), which the calibration sweep sets to resize a dataset of this
+    kind; None (or a field the spec has not): its datasets cannot be resized."""
+    calibration_sizes: ClassVar[tuple[int | None, ...]] = (None, 6000)
+    """The sizes (values of :attr:`size_field`) the calibration sweep's ``kind`` points train this kind's
+    families at, so the fit sees how a job's cost grows with its data (None: the family's own size; only
+    None when the spec has no size field)."""
     serving: ClassVar[Serving] = Serving("rows of feature columns", "a label and its probability per row")
     rl_train_slots: ClassVar[tuple[TrainSlot, ...] | None] = None
     """What the RL action space's ``train_model`` positions train, in order (at most

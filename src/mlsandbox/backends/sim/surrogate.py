@@ -219,18 +219,19 @@ def _stand_in(algorithm: str) -> str:
     return ""
 
 
-def modelled_columns(table: Any, args: TrainerArgs) -> Any:
-    """The columns the calibration's job model reads: all of them for a table, the target and the numeric
-    columns for a task with a learner of its own (a date or a document is not one-hot encoded there: a
-    forecaster builds its own few lag and calendar features, a text model a sparse TF-IDF whose linear
-    fit costs about what a logistic regression on the table's numbers does)."""
+def modelled_columns(table: Any, task: str, target: str) -> Any:
+    """The columns of ``table`` the calibration's job model reads for the trainer's ``task`` (its
+    ``--task``) with the ``target`` column: all of them for a table, the target and the numeric columns
+    for a task with a learner of its own (a date or a document is not one-hot encoded there: a forecaster
+    builds its own few lag and calendar features, a text model a sparse TF-IDF whose linear fit costs
+    about what a logistic regression on the table's numbers does)."""
     from mlsandbox.workloads.trainer import OWN_LEARNERS
 
-    if args.task not in OWN_LEARNERS:
+    if task not in OWN_LEARNERS:
         return table
     from mlsandbox.backends.sim.proxy import is_numeric_type
 
-    keep = [n for n in table.column_names if n == args.target or is_numeric_type(table.schema.field(n).type)]
+    keep = [n for n in table.column_names if n == target or is_numeric_type(table.schema.field(n).type)]
     return table.select(keep)
 
 
@@ -333,7 +334,7 @@ def plan_trainer(
         "memory_mb": float(memory_mb),
     }
     if table is not None:
-        read = modelled_columns(table, args)
+        read = modelled_columns(table, args.task, args.target)
         features.update(
             _cached(
                 ("features", data_key, args.target, args.task), lambda: feature_summary(read, args.target)

@@ -46,6 +46,8 @@ class TextClassification(TaskKind):
         "linear_svc": "logistic_regression",
         "naive_bayes": "logistic_regression",
     }
+    calibration_sizes = (None, 6000)
+    """Documents: the families' own and 6,000."""
     serving = Serving("documents (text)", "a label per document", None)  # linear_svc has no probabilities
 
     def generate(self, spec: Any, seed: int) -> Generated:

@@ -41,6 +41,9 @@ class TimeseriesForecasting(TaskKind):
         "seasonal_naive": "logistic_regression",
         "ridge": "logistic_regression",
     }
+    size_field = "history_days"
+    calibration_sizes = (None, 2100)
+    """Days of history: the families' own (about 700) and six years."""
     serving = Serving("dates to forecast (a horizon)", "a forecast value per date", "number")
 
     def generate(self, spec: Any, seed: int) -> Generated:
