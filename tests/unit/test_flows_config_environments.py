@@ -241,7 +241,7 @@ def test_environment_actions_go_through_the_runtime() -> None:
     gw.close()
 
 
-def test_kube_refuses_named_environments() -> None:
+def test_kube_named_environments_need_the_sandboxs_object_store() -> None:
     rt = MemoryRuntime(environments=KubeEnvironments())
     gw = Gateway(rt, load_builtin("tabular-quality-basic"), seed=3)  # type: ignore[arg-type]
     gw.start()

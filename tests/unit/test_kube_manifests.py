@@ -7,8 +7,9 @@ version and the Chaos Mesh CRD schemas in chaos/schemas (offline; a missing tool
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -374,3 +375,139 @@ def test_a_cnn_training_job_is_refused_as_unsupported_before_anything_is_made() 
     with pytest.raises(Unsupported, match="no PyTorch") as e:
         jobs.submit(JobSpec(job_id="ep-1-job-1", workload="trainer", args=args))
     assert e.value.capability == "jobs.cnn" and e.value.backend == "kube"
+
+
+# ------------------------------------------------------------------------ script submission on a cluster
+
+SCRIPT_NS = "sbx-demo"
+
+
+class MemoryCluster:
+    """The calls :class:`KubeJobs` makes for a script job, on objects in memory, as the API server answers:
+    409 on creating what exists, ``None`` on getting what does not; ``refuse`` maps a kind to the
+    :class:`ApiRefused` its next create raises (once)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        self.refuse: dict[str, Exception] = {}
+        self.deleted: list[tuple[str, str]] = []
+        self._uids = 0
+
+    def put(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        self._uids += 1
+        obj = copy.deepcopy(manifest)
+        obj["metadata"]["uid"] = f"uid-{self._uids}"
+        meta = obj["metadata"]
+        self.objects[(obj["kind"], meta["name"], meta.get("namespace"))] = obj
+        return obj
+
+    def made(self) -> dict[tuple[str, str, str | None], dict[str, Any]]:
+        """The Secrets and Jobs (not the scripts' NetworkPolicy, made on the first script job)."""
+        return copy.deepcopy({key: o for key, o in self.objects.items() if key[0] != "NetworkPolicy"})
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        from mlsandbox.backends.kube.cluster import ApiRefused
+
+        if manifest["kind"] in self.refuse:
+            raise self.refuse.pop(manifest["kind"])
+        meta = manifest["metadata"]
+        if (manifest["kind"], meta["name"], meta.get("namespace")) in self.objects:
+            raise ApiRefused(409, f"{manifest['kind']} {meta['name']!r} already exists")
+        return copy.deepcopy(self.put(manifest))
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
+        return copy.deepcopy(self.objects.get((kind, name, namespace)))
+
+    def patch(self, api_version: str, kind: str, name: str, namespace: str | None, patch: Any) -> Any:
+        obj = self.objects[(kind, name, namespace)]
+        obj["metadata"].update(patch["metadata"])
+        return copy.deepcopy(obj)
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, **kw: Any) -> bool:
+        self.deleted.append((kind, name))
+        return self.objects.pop((kind, name, namespace), None) is not None
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, selector: str | None = None
+    ) -> list[Any]:
+        return []  # no pods: the job is queued
+
+
+def script_setup() -> tuple[MemoryCluster, Any, JobSpec]:
+    from mlsandbox.backends.kube.jobs import KubeJobs
+    from mlsandbox.backends.kube.workspaces import KubeWorkspaces
+
+    class Workspaces(KubeWorkspaces):
+        def credentials(self, workspace_id: str, timeout_s: float | None) -> dict[str, str]:
+            self.bucket_of(workspace_id)
+            return {"AccessKeyId": "AKIA", "SecretAccessKey": "new", "SessionToken": "t"}
+
+    cluster = MemoryCluster()
+    unused: Any = object()
+    jobs = KubeJobs(
+        cast(Any, cluster),
+        namespace=SCRIPT_NS,
+        sandbox="demo",
+        image="i",
+        endpoints=ENDPOINTS,
+        secret=unused,
+        control_namespace="mlsandbox",
+    )
+    jobs.workspaces = Workspaces(unused, ENDPOINTS)
+    jobs.workspaces.open("7-abc", "ep-7-abc")
+    script = JobSpec(
+        job_id="ep-7-abc-job-2", workload="script", args=["train.py"], workspace="7-abc", timeout_s=60
+    )
+    return cluster, jobs, script
+
+
+def test_a_leftover_script_secret_is_replaced_but_a_live_jobs_or_a_foreign_one_stands() -> None:
+    """A crashed submission's Secret (no Job of the id, this sandbox's script labels) does not block the
+    id: it is replaced by the new credentials and owned by the new Job. With the Job there, or a Secret of
+    the same name that is not ours, the submission is "already exists" and nothing is deleted."""
+    from mlsandbox.backends.kube import workspace_manifests as W
+
+    old = {"AccessKeyId": "AKIA", "SecretAccessKey": "old", "SessionToken": "t"}
+    name = job_name("ep-7-abc-job-2")
+
+    cluster, jobs, script = script_setup()
+    cluster.put(W.credentials_secret(script, SCRIPT_NS, old, "demo"))  # the leftover
+    assert jobs.submit(script).state == "queued"
+    secret = cluster.objects[("Secret", f"{name}-creds", SCRIPT_NS)]
+    job = cluster.objects[("Job", name, SCRIPT_NS)]
+    assert secret["stringData"]["AWS_SECRET_ACCESS_KEY"] == "new"
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
+
+    # the Job is there: the id is taken, its Secret stays as it is
+    before = cluster.made()
+    cluster.deleted.clear()
+    with pytest.raises(ValueError, match="already exists"):
+        jobs.submit(script)
+    assert cluster.made() == before and cluster.deleted == []
+
+    # a Secret of that name with other labels (another sandbox's, or not a script's) is not ours to delete
+    for labels in ({}, {**W.script_labels(script, "other")}):
+        cluster, jobs, script = script_setup()
+        foreign = W.credentials_secret(script, SCRIPT_NS, old, "demo")
+        foreign["metadata"]["labels"] = labels
+        cluster.put(foreign)
+        before = cluster.made()
+        with pytest.raises(ValueError, match="already exists"):
+            jobs.submit(script)
+        assert cluster.made() == before and cluster.deleted == []
+        assert ("Job", name, SCRIPT_NS) not in cluster.objects
+
+
+@pytest.mark.parametrize("status", [422, 403])
+def test_a_refused_script_job_leaves_no_secret_and_the_id_can_be_retried(status: int) -> None:
+    from mlsandbox.backends.kube.cluster import ApiRefused
+
+    cluster, jobs, script = script_setup()
+    cluster.refuse["Job"] = ApiRefused(status, "refused")
+    with pytest.raises(ValueError, match="refused by the cluster"):
+        jobs.submit(script)
+    assert cluster.made() == {}  # no Secret, no Job
+    assert jobs.submit(script).state == "queued"
+    secret = cluster.objects[("Secret", f"{job_name(script.job_id)}-creds", SCRIPT_NS)]
+    job = cluster.objects[("Job", job_name(script.job_id), SCRIPT_NS)]
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]

@@ -185,4 +185,4 @@ def test_kube_support_no_longer_refuses_the_api_and_postgres_sources() -> None:
     support = KubeBackend("t1", api_client=object()).support()
     assert support.reason("sources.api") is None and support.reason("sources.postgres") is None
     assert support.reason("sources.lake") is None and support.reason("sources") is None
-    assert support.reason("environments.build") and support.reason("flows.environment")
+    assert support.reason("environments.build") is None and support.reason("flows.environment")

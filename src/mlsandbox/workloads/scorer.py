@@ -3,6 +3,9 @@ scikit-learn release) and asked for the positive class's probability of each row
 
 ``python scorer.py --model-uri models:/NAME/VERSION --features rows.parquet --out proba.json``
 
+``--features`` and ``--out`` may be ``s3://bucket/key`` objects (read and written with boto3 and the
+standard S3 environment variables): how the kube backend runs it as a Job.
+
 The grader runs it with the environment's interpreter, with nothing but the tracking server's address:
 the model is downloaded through the server (artifacts are proxied), the rows come from a file and the
 probabilities go to one. A model that cannot be loaded or cannot predict in this environment ends the
@@ -49,6 +52,19 @@ def load(model_uri: str) -> Any:
         return mlflow.sklearn.load_model(local)
 
 
+def _s3_parts(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    if not bucket or not key:
+        raise SystemExit(f"not an s3://bucket/key address: {uri!r}")
+    return bucket, key
+
+
+def _s3() -> Any:
+    import boto3
+
+    return boto3.client("s3")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-uri", required=True)
@@ -59,10 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     model = load(args.model_uri)
-    rows = pd.read_parquet(args.features)
+    with tempfile.TemporaryDirectory(prefix="mlsandbox-rows-") as tmp:
+        features = args.features
+        if features.startswith("s3://"):
+            bucket, key = _s3_parts(features)
+            features = f"{tmp}/rows.parquet"
+            _s3().download_file(bucket, key, features)
+        rows = pd.read_parquet(features)
     proba = np.asarray(model.predict_proba(rows))[:, 1]
-    with open(args.out, "w") as f:
-        json.dump([float(v) for v in proba], f)
+    text = json.dumps([float(v) for v in proba])
+    if args.out.startswith("s3://"):
+        bucket, key = _s3_parts(args.out)
+        _s3().put_object(Bucket=bucket, Key=key, Body=text.encode())
+    else:
+        with open(args.out, "w") as f:
+            f.write(text)
     import sklearn
 
     print(f"scored {len(rows)} rows with scikit-learn {sklearn.__version__}")

@@ -604,9 +604,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"config from the config store ({args.config_prefix}*): "
                 f"s3={config['s3_endpoint_url']} mlflow={config['mlflow_tracking_uri']}"
             )
+        from importlib.metadata import version
+
         import mlflow
 
         log(f"starting run {args.run_name or '(unnamed)'} in experiment {args.experiment_id}")
+        log(f"scikit-learn {version('scikit-learn')}, Python {sys.version.split()[0]}")
         # A failure inside the block ends the run as FAILED before the exception propagates.
         with mlflow.start_run(experiment_id=args.experiment_id, run_name=args.run_name) as run:
             result = train(args, run)

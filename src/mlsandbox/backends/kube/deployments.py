@@ -61,6 +61,7 @@ from .control_listener import (
     running_pod,
     unregister_http_target,
 )
+from .environments import SERVING_REASON
 from .secret import S3Secret
 from .serving import (
     COMPONENT,
@@ -89,7 +90,7 @@ from .serving import (
 DEPLOYMENT_API = ("apps/v1", "Deployment")
 SERVICE_API = ("v1", "Service")
 BACKEND = "kube"
-ENVIRONMENT_REFUSAL = "replicas run the model-server image"
+ENVIRONMENT_REFUSAL = SERVING_REASON
 """Why ``serving.environment`` is refused on this backend (what ``support()`` says)."""
 LOG_TAIL_LINES = 8
 

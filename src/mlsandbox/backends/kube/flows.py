@@ -4,7 +4,8 @@ Each flow run is a Job that the chart's Prefect worker creates in the sandbox's 
 image (which has the flows), with the in-cluster endpoints and the episode's labels on it (plus
 :data:`FLOW_COMPONENT` and :data:`FLOW_SANDBOX_LABEL`, not the sandbox label the agent's jobs carry).
 Closing an episode's flows deletes its flow-run Jobs; ``down`` deletes every flow-run Job of the sandbox.
-Named environments are refused (``flows.environment``): the runs are Jobs of the trainer image.
+Named environments are refused (``flows.environment``): the runs are Jobs of the trainer image's own
+interpreter (training jobs run in named environments, see :mod:`.environments`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ FLOW_COMPONENT = "flow-run"
 FLOW_SANDBOX_LABEL = "mlsandbox.dev/flow-sandbox"
 """The sandbox of a flow-run Job (not the sandbox label: the agent's jobs are the Jobs carrying that)."""
 ENVIRONMENT_REASON = (
-    "flow runs are Jobs in the trainer image: named environments exist on the local backend only"
+    "flow runs are Jobs in the trainer image's own interpreter: on this backend, named environments are "
+    "for training jobs"
 )
 
 

@@ -44,8 +44,7 @@ from mlsandbox.workloads.contract import RESULT_PREFIX
 from . import manifests as M
 from . import workspace_manifests as W
 from .cluster import ApiRefused, Cluster, TransientApiError
-from .environments import BACKEND
-from .environments import REASON as ENVIRONMENTS_REASON
+from .environments import BACKEND, KubeEnvironments
 from .secret import S3Secret
 from .workspaces import KubeWorkspaces
 
@@ -83,6 +82,8 @@ class KubeJobs:
         self.workspaces: KubeWorkspaces | None = None
         """Where ``script`` jobs' files live (set by the runtime; without it they are refused)."""
         self._script_policy = False
+        self.environments: KubeEnvironments | None = None
+        """The sandbox's built environments (set by the runtime; without them a named one is refused)."""
 
     def __repr__(self) -> str:
         return f"KubeJobs(namespace={self.namespace!r}, sandbox={self.sandbox!r})"
@@ -94,10 +95,22 @@ class KubeJobs:
         if spec.cpus <= 0 or spec.memory_mb <= 0:
             raise ValueError("cpus and memory_mb must be positive")
         if spec.environment not in (None, DEFAULT_KEY):
-            raise Unsupported("environments.build", BACKEND, ENVIRONMENTS_REASON)
+            if spec.workload == W.SCRIPT_WORKLOAD:
+                raise ValueError("a workspace script runs in the image's interpreter, not an environment")
+            if self.environments is None:
+                raise Unsupported("environments.build", BACKEND, "this client has no object store")
+            self.environments.get(str(spec.environment))  # KeyError: not built
         if spec.workload == W.SCRIPT_WORKLOAD:
             return self._submit_script(spec)
         _refuse_torch(spec)
+        return self._create(spec)
+
+    def submit_module(self, spec: JobSpec, module: str) -> JobStatus:
+        """A Job running the workload module ``module`` (not an agent's: the sandbox's own, such as the
+        production scorer of :meth:`KubeEnvironments.score`), otherwise as :meth:`submit`."""
+        return self._create(spec, module)
+
+    def _create(self, spec: JobSpec, module: str | None = None) -> JobStatus:
         self.secret.ensure()
         manifest = M.sandbox_job(
             spec,
@@ -107,6 +120,7 @@ class KubeJobs:
             endpoints=self.endpoints,
             s3_secret=M.S3_SECRET_NAME,
             image_pull_policy=self.image_pull_policy,
+            module=module,
         )
         try:
             self.cluster.create(manifest)
@@ -145,15 +159,39 @@ class KubeJobs:
             quota_bytes=self.workspaces.quota_bytes,
             image_pull_policy=self.image_pull_policy,
         )
+        made_secret = False
         try:
-            self.cluster.create(secret)
+            self._create_script_secret(spec.job_id, secret)
+            made_secret = True
             job = self.cluster.create(manifest)
         except ApiRefused as exc:
+            if made_secret:  # the Job was refused: its Secret must not be left to block the id
+                self.cluster.delete("v1", "Secret", secret["metadata"]["name"], self.namespace)
             if exc.status == 409:
                 raise ValueError(f"job {spec.job_id!r} already exists") from None
             raise ValueError(f"job {spec.job_id!r} was refused by the cluster: {exc}") from None
         self.cluster.patch("v1", "Secret", secret["metadata"]["name"], self.namespace, W.owned_by(job))
         return self.get(spec.job_id)
+
+    def _create_script_secret(self, job_id: str, secret: dict[str, Any]) -> None:
+        """Create a script job's Secret of credentials. A Secret of that name already there while no Job of
+        the id exists is a leftover of a submission that stopped between the two (a gateway that crashed
+        after creating the Secret): it is replaced, so it does not block the id. With the Job there, or a
+        Secret that is not this sandbox's script Secret of the same id, the 409 stands."""
+        name = secret["metadata"]["name"]
+        try:
+            self.cluster.create(secret)
+            return
+        except ApiRefused as exc:
+            if exc.status != 409 or self.cluster.get(*JOB_API, M.job_name(job_id), self.namespace):
+                raise
+            found = self.cluster.get("v1", "Secret", name, self.namespace) or {}
+            labels = (found.get("metadata") or {}).get("labels") or {}
+            ours = secret["metadata"]["labels"]
+            if any(labels.get(k) != ours.get(k) for k in (M.WORKLOAD_LABEL, M.SANDBOX_LABEL, M.JOB_ID_LABEL)):
+                raise
+        self.cluster.delete("v1", "Secret", name, self.namespace)
+        self.cluster.create(secret)
 
     def get(self, job_id: str) -> JobStatus:
         """Raise :class:`KeyError` for an unknown job."""
@@ -261,6 +299,10 @@ class KubeJobs:
         if spec is None:
             raise KeyError(f"job {job_id!r} carries no spec")
         return spec.cpus, spec.memory_mb
+
+    def delete(self, job_id: str) -> bool:
+        """Delete one Job and its pod (background propagation); False when there was none."""
+        return self.cluster.delete(*JOB_API, M.job_name(job_id), self.namespace)
 
     def delete_all(self) -> int:
         """Delete every Job (and pod) of this sandbox: what ``down`` does. Returns how many Jobs."""

@@ -118,6 +118,59 @@ def job_env(spec: JobSpec, endpoints: Endpoints, s3_secret: str | None) -> list[
     return container_env(endpoints, spec.cpus, s3_secret, {"MLSANDBOX_JOB_ID": spec.job_id}, spec.env)
 
 
+ENV_BUCKET = "mlsandbox-environments"
+"""The bucket of the sandbox's MinIO holding built environments (``<key>/site.tar``, ``<key>/info.json``)."""
+ENV_DIR = "/opt/mlsandbox-env"
+"""Where a job's environment is unpacked (read-only for the workload)."""
+ENV_VOLUME = "environment"
+ENV_SIZE_LIMIT = "2Gi"
+ENV_FETCH = """\
+import sys, tarfile, time
+import boto3
+bucket, key, root = sys.argv[1:4]
+t0 = time.monotonic()
+body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"]
+with tarfile.open(fileobj=body, mode="r|") as tar:
+    try:
+        tar.extractall(root, filter="data")
+    except TypeError:  # a Python without extraction filters (the archive is the backend's own)
+        tar.extractall(root)
+print(f"[mlsandbox] environment {key} unpacked in {time.monotonic() - t0:.1f} s", flush=True)
+"""
+"""The init container's program: stream the environment's archive from the object store into ``root``."""
+ENV_BOOT = (
+    "import runpy, site, sys; site.addsitedir(sys.argv.pop(1)); "
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+)
+"""Run a workload module on an environment's packages alone: ``python -S`` leaves the image's own
+site-packages out, :func:`site.addsitedir` adds the environment's (with its ``.pth`` files), as a venv."""
+
+
+def environment_object(key: str) -> str:
+    """The object (in :data:`ENV_BUCKET`) holding environment ``key``'s packages."""
+    return f"{key}/site.tar"
+
+
+def environment_init(
+    key: str,
+    image: str,
+    image_pull_policy: str,
+    env: list[dict[str, Any]],
+    resources: Mapping[str, str],
+) -> dict[str, Any]:
+    """The init container unpacking environment ``key`` into the job's :data:`ENV_DIR` volume."""
+    return {
+        "name": "environment",
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["python", "-I", "-c", ENV_FETCH, ENV_BUCKET, environment_object(key), ENV_DIR],
+        "env": env,
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": ENV_VOLUME, "mountPath": ENV_DIR}],
+        "securityContext": container_security(),
+    }
+
+
 def training_job(
     spec: JobSpec,
     *,
@@ -126,26 +179,48 @@ def training_job(
     endpoints: Endpoints,
     s3_secret: str | None = None,
     image_pull_policy: str = "IfNotPresent",
+    module: str | None = None,
 ) -> Manifest:
-    """A ``batch/v1`` Job running ``spec`` once (no retries), killed after ``timeout_s`` if set."""
+    """A ``batch/v1`` Job running ``spec`` once (no retries), killed after ``timeout_s`` if set.
+
+    ``module`` (a module of :mod:`mlsandbox.workloads`) overrides ``spec.workload``'s. With
+    ``spec.environment`` naming a built environment (not ``default``), an init container unpacks its
+    packages (:func:`environment_init`) and the workload runs on them alone (:data:`ENV_BOOT`)."""
     name = job_name(spec.job_id)
+    workload = module or spec.workload
     labels = {
         **check_labels(spec.labels),
         "app.kubernetes.io/part-of": "mlsandbox",
-        COMPONENT_LABEL: spec.workload,
-        WORKLOAD_LABEL: spec.workload,
+        COMPONENT_LABEL: workload,
+        WORKLOAD_LABEL: workload,
         JOB_ID_LABEL: name,
     }
     resources = {"cpu": cpu_quantity(spec.cpus), "memory": memory_quantity(spec.memory_mb)}
+    env = job_env(spec, endpoints, s3_secret)
+    mounts: list[dict[str, Any]] = [
+        {"name": "work", "mountPath": "/work"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "work", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+    ]
+    command = ["python", "-m", f"mlsandbox.workloads.{workload}", *spec.args]
+    init: list[dict[str, Any]] = []
+    if spec.environment not in (None, "default"):
+        init.append(environment_init(str(spec.environment), image, image_pull_policy, env, resources))
+        mounts.append({"name": ENV_VOLUME, "mountPath": ENV_DIR, "readOnly": True})
+        volumes.append({"name": ENV_VOLUME, "emptyDir": {"sizeLimit": ENV_SIZE_LIMIT}})
+        command = ["python", "-S", "-c", ENV_BOOT, ENV_DIR, f"mlsandbox.workloads.{workload}", *spec.args]
     container = {
         "name": spec.workload,
         "image": image,
         "imagePullPolicy": image_pull_policy,
-        "command": ["python", "-m", f"mlsandbox.workloads.{spec.workload}", *spec.args],
-        "env": job_env(spec, endpoints, s3_secret),
+        "command": command,
+        "env": env,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "workingDir": "/work",
-        "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
         "securityContext": container_security(),
     }
     job_spec: dict[str, Any] = {
@@ -158,11 +233,9 @@ def training_job(
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
                 "securityContext": pod_security(),
+                **({"initContainers": init} if init else {}),
                 "containers": [container],
-                "volumes": [
-                    {"name": "work", "emptyDir": {}},
-                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-                ],
+                "volumes": volumes,
             },
         },
     }
@@ -289,6 +362,7 @@ def sandbox_job(
     endpoints: Endpoints,
     s3_secret: str | None = None,
     image_pull_policy: str = "IfNotPresent",
+    module: str | None = None,
 ) -> Manifest:
     """:func:`training_job` labelled with the sandbox (Job and pod) and carrying its spec (annotation), so
     that any process can read the job back, list it and clean it up from the cluster alone."""
@@ -299,6 +373,7 @@ def sandbox_job(
         endpoints=endpoints,
         s3_secret=s3_secret,
         image_pull_policy=image_pull_policy,
+        module=module,
     )
     for meta in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
         meta["labels"][SANDBOX_LABEL] = check_labels({SANDBOX_LABEL: sandbox})[SANDBOX_LABEL]

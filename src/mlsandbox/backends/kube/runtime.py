@@ -35,6 +35,7 @@ from . import sources as kube_sources
 from .cluster import Cluster
 from .deployments import ENVIRONMENT_REFUSAL, KubeServing
 from .environments import KubeEnvironments
+from .flows import ENVIRONMENT_REASON as FLOWS_ENVIRONMENT_REASON
 from .flows import KubeFlows
 from .jobs import KubeJobs
 from .secret import S3Secret
@@ -47,7 +48,7 @@ STATIC_UNSUPPORTED: dict[str, str] = {
     **{f"fault:{kind}": why for kind, why in FAULTS_UNAVAILABLE.items()},
     **kube_sources.UNSUPPORTED,
     **kube_environments.UNSUPPORTED,
-    "flows.environment": kube_environments.REASON,
+    "flows.environment": FLOWS_ENVIRONMENT_REASON,
     "serving.environment": ENVIRONMENT_REFUSAL,
 }
 """What a kube sandbox refuses whatever its cluster has (capability or ``fault:TYPE`` -> reason)."""
@@ -177,7 +178,7 @@ class KubeRuntime(ServiceClients):
         )
         self._flows: KubeFlows | None = None
         self._config: PrefectConfigStore | None = None
-        self._environments = KubeEnvironments()
+        self._environments: KubeEnvironments | None = None
         self._workspaces: KubeWorkspaces | None = None
 
     def __repr__(self) -> str:
@@ -217,6 +218,7 @@ class KubeRuntime(ServiceClients):
     @property
     def jobs(self) -> KubeJobs:
         workspaces = self.workspaces
+        environments = self.environments
         with self._lock:
             if self._jobs is None:
                 self._jobs = KubeJobs(
@@ -229,6 +231,7 @@ class KubeRuntime(ServiceClients):
                     control_namespace=self.control_namespace,
                 )
                 self._jobs.workspaces = workspaces
+                self._jobs.environments = environments
             return self._jobs
 
     @property
@@ -304,8 +307,13 @@ class KubeRuntime(ServiceClients):
 
     @property
     def environments(self) -> KubeEnvironments:
-        """The images' own interpreter only (``environments.build`` is refused)."""
-        return self._environments
+        """Named environments: pinned packages in the sandbox's object store, unpacked into a job's pod
+        (:mod:`mlsandbox.backends.kube.environments`)."""
+        store = self.object_store  # (takes the clients' lock itself)
+        with self._lock:
+            if self._environments is None:
+                self._environments = KubeEnvironments(store, lambda: self.jobs)
+            return self._environments
 
     @property
     def workspaces(self) -> KubeWorkspaces:

@@ -31,31 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from mlsandbox import paths
+from mlsandbox.backends.common.uv import base_requirements, normalise, uv_binary
+from mlsandbox.backends.common.uv import install as uv_install
+from mlsandbox.backends.common.uv import run as run_uv
 from mlsandbox.backends.protocols.environments import (
     DEFAULT_KEY,
-    EnvironmentBuildError,
     EnvironmentInfo,
     ModelScoreError,
 )
 
-BUILD_TIMEOUT_S = 600.0
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 _KEY_RE = re.compile(r"[0-9a-f]{16}")
-_NETWORK_HINTS = ("Failed to fetch", "dns error", "Could not connect", "error sending request", "timed out")
-
-
-def base_requirements() -> list[str]:
-    """What a job needs besides the task's pins (matching the sandbox's MLflow server)."""
-    return [
-        f"mlflow=={importlib.metadata.version('mlflow')}",
-        "boto3",
-        "pandas",
-        "pyarrow",
-        "skops",
-    ]
 
 
 @dataclass(frozen=True)
@@ -75,35 +62,10 @@ def envs_dir() -> Path:
     return paths.home() / "envs"
 
 
-def uv_binary() -> str:
-    """uv from ``$MLSANDBOX_HOME/tools`` (installed by setup), else from PATH."""
-    local = paths.home() / "tools" / "bin" / "uv"
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    found = shutil.which("uv")
-    if found is None:
-        raise EnvironmentBuildError(f"uv is not installed (expected {local}): run `make setup`")
-    return found
-
-
 def check_name(name: str) -> str:
     if not _NAME_RE.match(name):
         raise ValueError(f"invalid environment name {name!r}: use 1-32 lowercase letters, digits and dashes")
     return name
-
-
-def normalise(requirements: list[str]) -> list[str]:
-    """Parse each requirement (PEP 508 name, extras and version specifiers only: no URLs, no options)."""
-    out = []
-    for text in requirements:
-        if text.strip().startswith("-") or "://" in text or "@" in text:
-            raise ValueError(f"requirement {text!r}: only names with version specifiers are allowed")
-        try:
-            req = Requirement(text)
-        except InvalidRequirement as e:
-            raise ValueError(f"invalid requirement {text!r}: {e}") from None
-        out.append(str(req))
-    return sorted(set(out), key=str.lower)
 
 
 def env_key(requirements: list[str]) -> str:
@@ -136,16 +98,11 @@ def build(requirements: list[str]) -> EnvInfo:
     tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
         python = os.path.realpath(sys.executable)
-        _run([uv, "venv", "--quiet", "--python", python, str(tmp)], "create the venv")
+        run_uv([uv, "venv", "--quiet", "--python", python, str(tmp)], "create the venv")
         install = [uv, "pip", "install", "--quiet", "--python", str(tmp / "bin" / "python")]
         install += ["--link-mode", "hardlink", *reqs, *base_requirements()]
-        try:
-            _run(install, "install the requirements")
-        except EnvironmentBuildError as e:
-            if not any(h in str(e) for h in _NETWORK_HINTS):
-                raise
-            _run([*install, "--offline"], "install the requirements (offline, from the cache)")
-        frozen = _run([uv, "pip", "freeze", "--python", str(tmp / "bin" / "python")], "list packages")
+        uv_install(install)
+        frozen = run_uv([uv, "pip", "freeze", "--python", str(tmp / "bin" / "python")], "list packages")
         packages = dict(line.split("==", 1) for line in frozen.splitlines() if "==" in line)
         meta = {"key": key, "requirements": reqs, "packages": packages, "build_s": time.monotonic() - t0}
         (tmp / "mlsandbox-env.json").write_text(json.dumps(meta, indent=1))
@@ -174,20 +131,6 @@ def _remove_stale_builds() -> None:
             shutil.rmtree(child, ignore_errors=True)
         except (ValueError, PermissionError):
             continue
-
-
-def _run(argv: list[str], what: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "UV_PYTHON")}
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        raise EnvironmentBuildError(
-            f"could not {what}: uv took longer than {BUILD_TIMEOUT_S:.0f} s"
-        ) from None
-    if proc.returncode != 0:
-        message = (proc.stderr or proc.stdout).strip()
-        raise EnvironmentBuildError(f"could not {what}:\n{message[-3000:]}")
-    return proc.stdout
 
 
 def lookup(key: str) -> EnvInfo | None:
