@@ -266,3 +266,24 @@ def test_a_killed_chart_service_is_scaled_to_zero_and_restarted(node_sandbox: No
         restarted = services.restart("prefect-worker", timeout=180)
     assert restarted.healthy, restarted
     assert all(ready(p) for p in pods(cluster, control, selector))
+
+
+def test_the_node_says_which_queueing_disciplines_its_kernel_has(node_sandbox: NodeSandbox) -> None:
+    """The real node labels itself with what a probe of this kernel found (netem for NetworkChaos delay
+    and loss, tbf for bandwidth), and the faults that need a discipline it lacks are refused by name
+    once Chaos Mesh serves (here without it: what its check reads from the labels)."""
+    from mlsandbox.backends.kube.faults.control import QDISCS_NEEDED, without_qdiscs
+    from mlsandbox.backends.kube.manifests import QDISC_LABEL_PREFIX
+    from mlsandbox.backends.kube.node_host import qdiscs
+
+    cluster = node_sandbox.backend().runtime().cluster
+    found = qdiscs()
+    assert set(found) == {"netem", "tbf"}, found
+    (node,) = cluster.list("v1", "Node")
+    labels = node["metadata"]["labels"]
+    for name, ok in found.items():
+        assert labels[f"{QDISC_LABEL_PREFIX}{name}"] == str(ok).lower(), labels
+    refused = without_qdiscs(cluster)
+    lacking = {q for q, ok in found.items() if not ok}
+    assert set(refused) == {f for f, needed in QDISCS_NEEDED.items() if set(needed) & lacking}, refused
+    print(f"this kernel's queueing disciplines: {found}; refused fault types: {sorted(refused)}")

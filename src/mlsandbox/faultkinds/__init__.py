@@ -86,6 +86,14 @@ def made_by(backend: str, via: str) -> tuple[str, ...]:
     )
 
 
+def qdiscs_needed(backend: str) -> dict[str, tuple[str, ...]]:
+    """Fault kind -> the kernel's queueing disciplines ``backend``'s mechanism for it needs (the kinds
+    that need any)."""
+    return {
+        k.name: m.qdiscs for k in KINDS if isinstance(m := k.backends.get(backend), Mechanism) and m.qdiscs
+    }
+
+
 def capabilities_of(fault_type: str, target_kind: str) -> tuple[str, ...]:
     """The runtime capabilities a fault of ``fault_type`` on a ``target_kind`` target acts through, besides
     the backend's mechanism for the fault type itself (``fault:TYPE``): a target reached through a
@@ -131,6 +139,7 @@ __all__ = [
     "TargetKind",
     "capabilities_of",
     "made_by",
+    "qdiscs_needed",
     "refusal",
     "refused_on",
 ]

@@ -43,6 +43,9 @@ class Mechanism:
 
     via: str
     detail: str = ""
+    qdiscs: tuple[str, ...] = ()
+    """Queueing disciplines of the nodes' kernel the mechanism needs (``netem``, ``tbf``): a cluster
+    whose nodes say they have none of one refuses the fault kind (``FaultControl.unavailable``)."""
 
 
 @dataclass(frozen=True)

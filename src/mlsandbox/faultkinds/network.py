@@ -31,7 +31,7 @@ LATENCY = FaultKind(
     network=NetworkEffect("latency", {"latency": "latency_ms", "jitter": "jitter_ms"}),
     backends={
         "local": Mechanism("toxiproxy", 'toxic "latency" on the endpoint\'s proxy'),
-        "kube": Mechanism("chaos-mesh", "NetworkChaos delay on the endpoint's pods"),
+        "kube": Mechanism("chaos-mesh", "NetworkChaos delay on the endpoint's pods", qdiscs=("netem",)),
         "sim": Mechanism("simulated", "latency and jitter added to every request"),
     },
 )
@@ -51,7 +51,7 @@ BANDWIDTH = FaultKind(
     network=NetworkEffect("bandwidth", {"rate": "rate_kbps"}),
     backends={
         "local": Mechanism("toxiproxy", 'toxic "bandwidth" on the endpoint\'s proxy'),
-        "kube": Mechanism("chaos-mesh", "NetworkChaos bandwidth on the endpoint's pods"),
+        "kube": Mechanism("chaos-mesh", "NetworkChaos bandwidth on the endpoint's pods", qdiscs=("tbf",)),
         "sim": Mechanism("simulated", "every byte charged at the capped rate"),
     },
 )
@@ -71,7 +71,7 @@ TIMEOUT = FaultKind(
     network=NetworkEffect("timeout", {"timeout": "timeout_ms"}),
     backends={
         "local": Mechanism("toxiproxy", 'toxic "timeout" on the endpoint\'s proxy'),
-        "kube": Mechanism("chaos-mesh", "NetworkChaos loss 100 % on the endpoint's pods"),
+        "kube": Mechanism("chaos-mesh", "NetworkChaos loss 100 % on the endpoint's pods", qdiscs=("netem",)),
         "sim": Mechanism("simulated", "the connection stops: the client's timeout"),
     },
 )
@@ -110,7 +110,7 @@ ENDPOINT_DOWN = FaultKind(
     network=NetworkEffect(),
     backends={
         "local": Mechanism("toxiproxy", "the endpoint's proxy disabled"),
-        "kube": Mechanism("chaos-mesh", "NetworkChaos loss 100 % on the endpoint's pods"),
+        "kube": Mechanism("chaos-mesh", "NetworkChaos loss 100 % on the endpoint's pods", qdiscs=("netem",)),
         "sim": Mechanism("simulated", "connections refused"),
     },
 )

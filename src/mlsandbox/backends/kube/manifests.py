@@ -118,6 +118,9 @@ def job_env(spec: JobSpec, endpoints: Endpoints, s3_secret: str | None) -> list[
     return container_env(endpoints, spec.cpus, s3_secret, {"MLSANDBOX_JOB_ID": spec.job_id}, spec.env)
 
 
+QDISC_LABEL_PREFIX = "qdisc.mlsandbox.dev/"
+"""A node's labels ``qdisc.mlsandbox.dev/<name>: "true"|"false"``: whether its kernel has that queueing
+discipline (the real node probes it at start; a node without the label is taken to have it)."""
 ENV_BUCKET = "mlsandbox-environments"
 """The bucket of the sandbox's MinIO holding built environments (``<key>/site.tar``, ``<key>/info.json``)."""
 ENV_DIR = "/opt/mlsandbox-env"
@@ -125,19 +128,21 @@ ENV_DIR = "/opt/mlsandbox-env"
 ENV_VOLUME = "environment"
 ENV_SIZE_LIMIT = "2Gi"
 ENV_FETCH = """\
-import sys, tarfile, time
+import subprocess, sys, time
 import boto3
 bucket, key, root = sys.argv[1:4]
 t0 = time.monotonic()
 body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"]
-with tarfile.open(fileobj=body, mode="r|") as tar:
-    try:
-        tar.extractall(root, filter="data")
-    except TypeError:  # a Python without extraction filters (the archive is the backend's own)
-        tar.extractall(root)
+tar = subprocess.Popen(["tar", "-x", "-f", "-", "-C", root, "--no-same-owner"], stdin=subprocess.PIPE)
+for chunk in body.iter_chunks(1 << 20):
+    tar.stdin.write(chunk)
+tar.stdin.close()
+if tar.wait() != 0:
+    sys.exit(f"[mlsandbox] could not unpack environment {key}: tar exited with {tar.returncode}")
 print(f"[mlsandbox] environment {key} unpacked in {time.monotonic() - t0:.1f} s", flush=True)
 """
-"""The init container's program: stream the environment's archive from the object store into ``root``."""
+"""The init container's program: stream the environment's archive from the object store through ``tar``
+(the backend's own archive; tar unpacks it several times faster than Python's tarfile) into ``root``."""
 ENV_BOOT = (
     "import runpy, site, sys; site.addsitedir(sys.argv.pop(1)); "
     "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"

@@ -51,6 +51,7 @@ from mlsandbox.errors import BackendError
 
 from . import controlplane, node_images
 from .controlplane import CA_FILE, SERVICE_CIDR, ControlPlane
+from .manifests import QDISC_LABEL_PREFIX
 from .node_host import (
     CGROUP_BASE,
     CHAIN_PREFIXES,
@@ -63,6 +64,7 @@ from .node_host import (
     env,
     make_cgroups,
     node_binary,
+    qdiscs,
     remove_stale_network,
     runs_dir,
     snapshot,
@@ -464,8 +466,19 @@ def _start_kubelet(node: Node) -> None:
             f"--root-dir={node.root / 'kubelet'}",
             f"--hostname-override={node.name}",
             f"--node-ip={node.ip}",
+            *_qdisc_labels(),
         ],
     )
+
+
+def _qdisc_labels() -> list[str]:
+    """The node says which queueing disciplines its kernel has (label ``qdisc.mlsandbox.dev/<name>``),
+    so that a sandbox refuses the NetworkChaos faults it would need them for before an episode starts."""
+    found = qdiscs()
+    if not found:
+        return []
+    labels = ",".join(f"{QDISC_LABEL_PREFIX}{name}={str(ok).lower()}" for name, ok in sorted(found.items()))
+    return [f"--node-labels={labels}"]
 
 
 def _start_kube_proxy(node: Node) -> None:

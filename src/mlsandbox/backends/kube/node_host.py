@@ -79,6 +79,39 @@ CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "crictl", "coredns")
 
 
+QDISC_PROBES = {
+    "netem": ("netem", "delay", "1ms"),
+    "tbf": ("tbf", "rate", "1mbit", "burst", "32kbit", "latency", "400ms"),
+}
+"""The queueing disciplines Chaos Mesh's NetworkChaos uses (delay and loss: ``netem``; bandwidth: ``tbf``),
+each with a qdisc that exercises it."""
+
+
+def qdiscs() -> dict[str, bool]:
+    """Which of :data:`QDISC_PROBES` this kernel has, each tried as the root qdisc of the loopback link
+    of a network namespace of its own (``unshare --net``: it goes with the process, nothing is left on
+    the host). Empty when ``unshare`` or ``tc`` is missing or no namespace can be made (unknown)."""
+    if not all(shutil.which(t) for t in ("unshare", "tc")):
+        return {}
+    try:
+        subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=15, check=True)
+    except (subprocess.SubprocessError, OSError):
+        return {}
+    found = {}
+    for name, args in QDISC_PROBES.items():
+        try:
+            done = subprocess.run(
+                ["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root", *args],
+                capture_output=True,
+                timeout=15,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            continue
+        found[name] = done.returncode == 0
+    return found
+
+
 # ------------------------------------------------------------------------------------------- tools
 
 

@@ -53,9 +53,10 @@ from mlsandbox.backends.kube.faults.native import (
 )
 from mlsandbox.backends.kube.faults.native import recover_all as recover_all_native
 from mlsandbox.backends.kube.jobs import JOB_API, KubeJobs
+from mlsandbox.backends.kube.manifests import QDISC_LABEL_PREFIX
 from mlsandbox.backends.protocols import Endpoints, HttpFault, NoSuchTarget, ServiceHealth
 from mlsandbox.errors import Unsupported
-from mlsandbox.faultkinds import made_by, refused_on
+from mlsandbox.faultkinds import made_by, qdiscs_needed, refused_on
 
 BACKEND = "kube"
 JOB_LIMITS_ANNOTATION = "mlsandbox.dev/original-limits"
@@ -73,6 +74,8 @@ NO_MODEL_SERVER_HTTP_FAULT = (
 )
 NEEDS_CHAOS_MESH: tuple[str, ...] = made_by(BACKEND, "chaos-mesh")
 """Fault types made real by Chaos Mesh objects (as their declarations say)."""
+QDISCS_NEEDED: dict[str, tuple[str, ...]] = qdiscs_needed(BACKEND)
+"""Fault type -> the kernel's queueing disciplines its Chaos Mesh object needs (as declared)."""
 NO_CHAOS_MESH = (
     "the Chaos Mesh CRDs (chaos-mesh.org) are not installed in the cluster (`mlsandbox cluster up` installs "
     "Chaos Mesh on kind, and on the built-in real node once scripts/build-chaos-mesh.sh has built it)"
@@ -95,7 +98,35 @@ def unavailable_on(cluster: Cluster | None) -> dict[str, str]:
             served = None
     if not served:
         out.update(dict.fromkeys(NEEDS_CHAOS_MESH, NO_CHAOS_MESH if served is False else UNKNOWN_CHAOS_MESH))
+    elif cluster is not None:
+        out.update(without_qdiscs(cluster))
     return out
+
+
+def without_qdiscs(cluster: Cluster) -> dict[str, str]:
+    """Fault types whose Chaos Mesh mechanism needs a queueing discipline that no node's kernel has, as
+    the nodes say (label ``qdisc.mlsandbox.dev/<name>``, which the real node sets from a probe at
+    start; a node without the label is taken to have it), each with the reason."""
+    try:
+        nodes = cluster.list("v1", "Node")
+    except (ApiRefused, TransientApiError):
+        return {}
+    if not nodes:
+        return {}
+    lacking = set()
+    for qdisc in {q for needed in QDISCS_NEEDED.values() for q in needed}:
+        key = f"{QDISC_LABEL_PREFIX}{qdisc}"
+        if all(((n.get("metadata") or {}).get("labels") or {}).get(key) == "false" for n in nodes):
+            lacking.add(qdisc)
+    return {
+        fault: (
+            f"the cluster's nodes have no {'/'.join(sorted(set(needed) & lacking))} queueing discipline in "
+            "their kernel (Chaos Mesh's NetworkChaos needs it; the node's label "
+            f"{QDISC_LABEL_PREFIX}<name> says so)"
+        )
+        for fault, needed in QDISCS_NEEDED.items()
+        if set(needed) & lacking
+    }
 
 
 # --------------------------------------------------------------------------------------- chaos mesh
@@ -302,6 +333,7 @@ class KubeFaultControl:
         self.jobs = jobs
         self._services = KubeServiceControl(self)
         self._chaos_mesh: bool | None = None
+        self._without_qdiscs: dict[str, str] | None = None
         self._contention: dict[str, tuple[str, int, set[str]]] = {}
         """Contention key -> (target, workers, jobs caught)."""
 
@@ -473,6 +505,10 @@ class KubeFaultControl:
         out = dict(UNAVAILABLE)
         if not self.chaos_mesh():
             out.update(dict.fromkeys(NEEDS_CHAOS_MESH, NO_CHAOS_MESH))
+        else:
+            if self._without_qdiscs is None:
+                self._without_qdiscs = without_qdiscs(self.cluster)
+            out.update(self._without_qdiscs)
         return out
 
     # --------------------------------------------------------------------------------- chaos mesh
