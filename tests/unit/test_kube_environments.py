@@ -12,20 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers import ENDPOINTS
 
 from mlsandbox.backends.kube import environments as E
 from mlsandbox.backends.kube import manifests as M
-from mlsandbox.backends.protocols import Endpoints, JobSpec
+from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.backends.protocols.environments import DEFAULT_KEY
 from mlsandbox.errors import Unsupported
-
-ENDPOINTS = Endpoints(
-    s3_url="http://minio:9000",
-    s3_access_key="k",
-    s3_secret_key="s",
-    mlflow_url="http://mlflow:5000",
-    prefect_api_url="http://prefect:4200/api",
-)
 
 
 def job(environment: str | None) -> dict[str, Any]:

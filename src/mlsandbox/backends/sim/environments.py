@@ -20,9 +20,10 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
+from mlsandbox.backends.common.uv import normalise
 from mlsandbox.backends.protocols import (
     DEFAULT_KEY,
     EnvironmentBuildError,
@@ -39,19 +40,6 @@ SERVER_REQUIREMENTS = ("fastapi", "uvicorn", "prometheus-client", "orjson", "mlf
 MODELLED = ("scikit-learn", "numpy", "pandas", "scipy")
 """Libraries whose version changes what a workload does (a named environment may not change them here)."""
 """What the model server adds to an environment (``for_serving``)."""
-
-
-def normalise(requirements: list[str]) -> list[str]:
-    out = []
-    for text in requirements:
-        if text.strip().startswith("-") or "://" in text or "@" in text:
-            raise ValueError(f"requirement {text!r}: only names with version specifiers are allowed")
-        try:
-            req = Requirement(text)
-        except InvalidRequirement as e:
-            raise ValueError(f"invalid requirement {text!r}: {e}") from None
-        out.append(str(req))
-    return sorted(set(out), key=str.lower)
 
 
 class SimEnvironments:
