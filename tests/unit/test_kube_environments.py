@@ -176,3 +176,39 @@ def test_without_a_store_building_is_refused() -> None:
     with pytest.raises(Unsupported) as refused:
         E.KubeEnvironments().build(["scikit-learn==1.5.2"])
     assert refused.value.capability == "environments.build"
+
+
+def test_the_archive_is_built_once_and_a_dead_builders_leftovers_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uv stands in as a function that installs one distribution where ``--target`` says."""
+    import tarfile
+
+    monkeypatch.setattr(E, "archive_dir", lambda: tmp_path)
+    monkeypatch.setattr(E, "uv_binary", lambda: "uv")
+    calls: list[list[str]] = []
+
+    def fake_install(argv: list[str], what: str = "") -> str:
+        calls.append(argv)
+        site = Path(argv[argv.index("--target") + 1])
+        (site / "pinned").mkdir(parents=True)
+        (site / "pinned" / "__init__.py").write_text("")
+        meta = site / "pinned-1.5.2.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text("Name: pinned\nVersion: 1.5.2\n")
+        return ""
+
+    monkeypatch.setattr(E, "uv_install", fake_install)
+    dead = tmp_path / ".0123456789abcdef.999999999.site"  # no such pid
+    dead.mkdir()
+    dead.with_suffix(".tar").write_bytes(b"half")
+    tar, info = E.build_archive(["pinned==1.5.2"], "0123456789abcdef", "x86_64-manylinux_2_36")
+    assert not dead.exists() and not dead.with_suffix(".tar").exists()
+    (argv,) = calls
+    assert argv[argv.index("--python-version") + 1] == E.IMAGE_PYTHON
+    assert argv[argv.index("--python-platform") + 1] == "x86_64-manylinux_2_36"
+    assert info["packages"] == {"pinned": "1.5.2"} and info["bytes"] == tar.stat().st_size
+    with tarfile.open(tar) as t:
+        assert {"pinned/__init__.py", "pinned-1.5.2.dist-info/METADATA"} <= set(t.getnames())
+    assert E.build_archive(["pinned==1.5.2"], "0123456789abcdef") == (tar, info) and len(calls) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0123456789abcdef.json", "0123456789abcdef.tar"]

@@ -128,7 +128,11 @@ def build_archive(
     root.mkdir(parents=True, exist_ok=True)
     uv = uv_binary()
     t0 = time.monotonic()
-    site = root / f".{key}.{os.getpid()}.site"
+    site, tmp = root / f".{key}.{os.getpid()}.site", root / f".{key}.{os.getpid()}.tar"
+    for stale in root.glob(".*.site"):  # half-made by a builder that died (its pid gone)
+        if not _alive(stale.name.split(".")[2]):
+            shutil.rmtree(stale, ignore_errors=True)
+            stale.with_suffix(".tar").unlink(missing_ok=True)
     shutil.rmtree(site, ignore_errors=True)
     try:
         install = [uv, "pip", "install", "--quiet", "--target", str(site)]
@@ -136,7 +140,6 @@ def build_archive(
         install += ["--compile-bytecode", *requirements, *base_requirements()]
         uv_install(install)
         packages = installed_packages(site)
-        tmp = root / f".{key}.{os.getpid()}.tar"
         with tarfile.open(tmp, "w") as tar:
             for child in sorted(site.iterdir()):
                 tar.add(child, arcname=child.name)
@@ -153,7 +156,18 @@ def build_archive(
         info_path.write_text(json.dumps(info, indent=1))
     finally:
         shutil.rmtree(site, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
     return tar_path, info
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class KubeEnvironments:
