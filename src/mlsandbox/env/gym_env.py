@@ -195,6 +195,12 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
             return self._runtime
         if not self._backend.is_alive():
             if not self._start_sandbox:
+                if self._backend.kind == "kube":  # a Sandbox of a cluster: not started from here
+                    raise NotRunningError(
+                        f"sandbox {self.sandbox_name!r} is not ready, or a service of its cluster is not: "
+                        "see `mlsandbox cluster status` (services restarting after a fault come back "
+                        "within a minute)"
+                    )
                 raise NotRunningError(
                     f"sandbox {self.sandbox_name!r} is not running: start it with `mlsandbox up --name {self.sandbox_name}`"
                     " or create the env with start_sandbox=True"
