@@ -146,6 +146,26 @@ def test_a_runner_claims_its_own_sandbox_with_the_kuberay_permissions(control_pl
     print(f"release -> namespace gone: {seconds:.2f} s")
 
 
+def test_a_claim_the_operator_fails_for_good_says_why_at_once_and_leaves_nothing(
+    control_plane: Testbed,
+) -> None:
+    """A Sandbox of a scenario the operator does not know is Failed for good: the claim says so in
+    seconds (not after its timeout) and deletes what it made."""
+    bed = control_plane
+    control, runner_api = _runner_api(bed, "ctl-rlbad")
+    name = claim_name("bad", 1)
+    claim = SandboxClaim(
+        name, scenario="no-such-scenario", control_namespace=control, owner="run-a", api_client=runner_api
+    )
+    t0 = time.monotonic()
+    with pytest.raises(BackendError, match="UnknownScenario: unknown scenario 'no-such-scenario'"):
+        claim.acquire(timeout=300)  # a NotRunningError after 300 s would be the wrong path
+    seconds = time.monotonic() - t0
+    print(f"claim of an unknown scenario refused in {seconds:.1f} s")
+    assert not claim.acquired
+    bed.wait(f"Sandbox {name} deleted", lambda: bed.sandbox(control, name) is None)
+
+
 def test_a_runner_claims_a_ready_sandbox_from_the_warm_pool(control_plane: Testbed) -> None:
     bed = control_plane
     control, runner_api = _runner_api(bed, "ctl-rp")

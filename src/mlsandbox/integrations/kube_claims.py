@@ -148,11 +148,25 @@ class SandboxClaim:
                 backend.up()
                 return str(self.sandbox)
             except NotRunningError as exc:
+                failed = self._failed()
+                if failed is not None:  # the operator will not retry it: say why now, leave nothing
+                    self.release()
+                    raise BackendError(f"claimed Sandbox {self.sandbox!r} failed: {failed}") from exc
                 if time.monotonic() > deadline:
                     raise NotRunningError(
                         f"claimed Sandbox {self.sandbox!r} not Ready after {timeout:.0f} s: {exc}"
                     ) from exc
                 time.sleep(1.0)
+
+    def _failed(self) -> str | None:
+        """The operator's reason when it failed the Sandbox for good (phase ``Failed``: an unknown
+        scenario, an invalid spec, a namespace that is not its own), else None."""
+        sandbox = self.cluster.get(SANDBOX_API_VERSION, "Sandbox", str(self.sandbox), self.control_namespace)
+        status = (sandbox or {}).get("status") or {}
+        if status.get("phase") != "Failed":
+            return None
+        ready = {c.get("type"): c for c in status.get("conditions") or []}.get("Ready") or {}
+        return f"{ready.get('reason')}: {ready.get('message')}"
 
     def _bound(self, deadline: float, timeout: float) -> str:
         """The Sandbox the operator bound the pool claim to (``status.sandbox`` once ``Bound``)."""
