@@ -360,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "claim_pool": args.claim_pool,
     }
     if args.scenario:
-        env_config["scenario"] = args.scenario
+        env_config["scenario"] = fast_scenario() if args.scenario == "rl-fast" else args.scenario
     config = ppo_config(
         env_config=env_config,
         num_env_runners=args.runners,
