@@ -4,7 +4,6 @@ S3 fake. tests/node plays the whole thing on real pods."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -102,41 +101,36 @@ def test_installed_packages_read_the_dist_info(tmp_path: Path) -> None:
     assert E.installed_packages(tmp_path) == {"numpy": "2.1.0", "scikit-learn": "1.5.2"}
 
 
-class _Missing(Exception):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.response = {"Error": {"Code": code}}
-
-
 class FakeS3Client:
-    """The boto3 calls the environments make, over a dict (bucket -> key -> bytes)."""
+    """The boto3 call the store does not wrap (a large file's upload), over the store's dict."""
 
-    def __init__(self) -> None:
-        self.buckets: dict[str, dict[str, bytes]] = {}
-
-    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
-        if Bucket not in self.buckets:
-            raise _Missing("NoSuchBucket")
-        if Key not in self.buckets[Bucket]:
-            raise _Missing("NoSuchKey")
-        return {"Body": io.BytesIO(self.buckets[Bucket][Key])}
-
-    def put_object(self, Bucket: str, Key: str, Body: bytes) -> None:
-        self.buckets[Bucket][Key] = Body
+    def __init__(self, buckets: dict[str, dict[str, bytes]]) -> None:
+        self.buckets = buckets
 
     def upload_file(self, path: str, bucket: str, key: str) -> None:
         self.buckets[bucket][key] = Path(path).read_bytes()
 
-    def delete_object(self, Bucket: str, Key: str) -> None:
-        self.buckets.get(Bucket, {}).pop(Key, None)
-
 
 class FakeStore:
+    """The object store's calls the environments make, over a dict (bucket -> key -> bytes)."""
+
     def __init__(self) -> None:
-        self.client = FakeS3Client()
+        self.buckets: dict[str, dict[str, bytes]] = {}
+        self.client = FakeS3Client(self.buckets)
 
     def create_bucket(self, bucket: str) -> None:
-        self.client.buckets.setdefault(bucket, {})
+        self.buckets.setdefault(bucket, {})
+
+    def put_object(self, bucket: str, key: str, data: bytes) -> None:
+        self.buckets[bucket][key] = data
+
+    def get_object(self, bucket: str, key: str) -> bytes:
+        if key not in self.buckets.get(bucket, {}):
+            raise KeyError(f"object s3://{bucket}/{key} does not exist")
+        return self.buckets[bucket][key]
+
+    def delete_object(self, bucket: str, key: str) -> None:
+        self.buckets.get(bucket, {}).pop(key, None)
 
 
 def test_an_environment_is_built_once_stored_and_found_again(
@@ -155,7 +149,7 @@ def test_an_environment_is_built_once_stored_and_found_again(
     envs = E.KubeEnvironments(store)  # type: ignore[arg-type]
     info = envs.build(["scikit-learn==1.5.2"])
     assert info.packages == {"scikit-learn": "1.5.2"} and built == [info.key]
-    objects = store.client.buckets[M.ENV_BUCKET]
+    objects = store.buckets[M.ENV_BUCKET]
     assert objects[M.environment_object(info.key)] == b"archive"
     assert json.loads(objects[f"{info.key}/info.json"])["key"] == info.key
     assert envs.build(["scikit-learn == 1.5.2"]) == info and built == [info.key]  # normalised, cached

@@ -11,6 +11,7 @@ import importlib.metadata
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -73,6 +74,22 @@ def run(argv: list[str], what: str) -> str:
     return proc.stdout
 
 
+def dead_builds(root: Path, pattern: str) -> list[Path]:
+    """The half-made builds under ``root`` matching ``pattern`` (named ``.<key>.<pid>.<suffix>``) whose
+    builder process is gone (a name without a pid is left alone)."""
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.glob(pattern):
+        try:
+            os.kill(int(child.name.rsplit(".", 2)[-2]), 0)
+        except ProcessLookupError:
+            found.append(child)
+        except (ValueError, PermissionError):
+            continue
+    return found
+
+
 def install(argv: list[str], what: str = "install the requirements") -> str:
     """Run a ``uv pip install``; when the index is out of reach, again from uv's cache (``--offline``)."""
     try:
@@ -83,4 +100,4 @@ def install(argv: list[str], what: str = "install the requirements") -> str:
         return run([*argv, "--offline"], f"{what} (offline, from the cache)")
 
 
-__all__ = ["BUILD_TIMEOUT_S", "base_requirements", "install", "normalise", "run", "uv_binary"]
+__all__ = ["BUILD_TIMEOUT_S", "base_requirements", "dead_builds", "install", "normalise", "run", "uv_binary"]

@@ -21,6 +21,7 @@ Replicas and flow runs in a named environment stay refused (``serving.environmen
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlsandbox import paths
-from mlsandbox.backends.common.uv import base_requirements, normalise, uv_binary
+from mlsandbox.backends.common.uv import base_requirements, dead_builds, normalise, uv_binary
 from mlsandbox.backends.common.uv import install as uv_install
 from mlsandbox.backends.protocols import JobSpec
 from mlsandbox.backends.protocols.environments import (
@@ -100,19 +101,11 @@ def archive_dir() -> Path:
 
 
 def installed_packages(site: Path) -> dict[str, str]:
-    """Distribution name -> version, read from the ``*.dist-info`` folders uv installed."""
-    found: dict[str, str] = {}
-    for meta in site.glob("*.dist-info/METADATA"):
-        name = version = None
-        for line in meta.read_text(errors="replace").splitlines():
-            if line.startswith("Name:"):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("Version:"):
-                version = line.split(":", 1)[1].strip()
-            if not line.strip() or (name and version):
-                break
-        if name and version:
-            found[name.lower().replace("_", "-")] = version
+    """Distribution name -> version of what uv installed in ``site`` (its ``*.dist-info``)."""
+    found = {
+        str(d.metadata["Name"]).lower().replace("_", "-"): d.version
+        for d in importlib.metadata.distributions(path=[str(site)])
+    }
     return dict(sorted(found.items()))
 
 
@@ -129,10 +122,9 @@ def build_archive(
     uv = uv_binary()
     t0 = time.monotonic()
     site, tmp = root / f".{key}.{os.getpid()}.site", root / f".{key}.{os.getpid()}.tar"
-    for stale in root.glob(".*.site"):  # half-made by a builder that died (its pid gone)
-        if not _alive(stale.name.split(".")[2]):
-            shutil.rmtree(stale, ignore_errors=True)
-            stale.with_suffix(".tar").unlink(missing_ok=True)
+    for stale in dead_builds(root, ".*.site"):  # half-made by a builder that died
+        shutil.rmtree(stale, ignore_errors=True)
+        stale.with_suffix(".tar").unlink(missing_ok=True)
     shutil.rmtree(site, ignore_errors=True)
     try:
         install = [uv, "pip", "install", "--quiet", "--target", str(site)]
@@ -158,16 +150,6 @@ def build_archive(
         shutil.rmtree(site, ignore_errors=True)
         tmp.unlink(missing_ok=True)
     return tar_path, info
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class KubeEnvironments:
@@ -206,7 +188,7 @@ class KubeEnvironments:
                     store.create_bucket(M.ENV_BUCKET)
                     store.client.upload_file(str(tar_path), M.ENV_BUCKET, M.environment_object(key))
                     body = json.dumps(info).encode()
-                    store.client.put_object(Bucket=M.ENV_BUCKET, Key=f"{key}/info.json", Body=body)
+                    store.put_object(M.ENV_BUCKET, f"{key}/info.json", body)
                     found = _model(info)
         with self._lock:
             self._known[key] = found
@@ -243,7 +225,7 @@ class KubeEnvironments:
         buf = io.BytesIO()
         rows.to_parquet(buf)
         store.create_bucket(M.ENV_BUCKET)
-        store.client.put_object(Bucket=M.ENV_BUCKET, Key=features, Body=buf.getvalue())
+        store.put_object(M.ENV_BUCKET, features, buf.getvalue())
         spec = JobSpec(
             job_id=f"score-{run}",
             workload="trainer",
@@ -270,12 +252,12 @@ class KubeEnvironments:
                 lines = [ln for ln in log.strip().splitlines() if ln.strip()]
                 errors = [ln for ln in lines if not ln.startswith("[mlsandbox]")]
                 raise ModelScoreError((errors or lines or [f"the scorer ended {status.state}"])[-1])
-            body = store.client.get_object(Bucket=M.ENV_BUCKET, Key=out)["Body"].read()
+            body = store.get_object(M.ENV_BUCKET, out)
             return [float(v) for v in json.loads(body)]
         finally:
             jobs.delete(spec.job_id)
             for obj in (features, out):
-                store.client.delete_object(Bucket=M.ENV_BUCKET, Key=obj)
+                store.delete_object(M.ENV_BUCKET, obj)
 
     # ---------------------------------------------------------------------------------------- helpers
 
@@ -287,13 +269,9 @@ class KubeEnvironments:
     def _read_info(self, key: str) -> EnvironmentInfo | None:
         assert self.store is not None
         try:
-            body = self.store.client.get_object(Bucket=M.ENV_BUCKET, Key=f"{key}/info.json")["Body"]
-        except Exception as exc:  # botocore's NoSuchKey / NoSuchBucket
-            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-            if code in ("NoSuchKey", "NoSuchBucket", "404"):
-                return None
-            raise
-        return _model(json.loads(body.read()))
+            return _model(json.loads(self.store.get_object(M.ENV_BUCKET, f"{key}/info.json")))
+        except KeyError:  # not built (or no bucket yet)
+            return None
 
 
 def _model(info: dict[str, Any]) -> EnvironmentInfo:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mlsandbox import paths
-from mlsandbox.backends.common.uv import base_requirements, normalise, uv_binary
+from mlsandbox.backends.common.uv import base_requirements, dead_builds, normalise, uv_binary
 from mlsandbox.backends.common.uv import install as uv_install
 from mlsandbox.backends.common.uv import run as run_uv
 from mlsandbox.backends.protocols.environments import (
@@ -120,17 +120,8 @@ def build(requirements: list[str]) -> EnvInfo:
 
 def _remove_stale_builds() -> None:
     """Half-built venvs of builders that died (``.<key>.<pid>.tmp`` whose process is gone)."""
-    root = envs_dir()
-    if not root.is_dir():
-        return
-    for child in root.glob(".*.tmp"):
-        try:
-            pid = int(child.name.rsplit(".", 2)[-2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(child, ignore_errors=True)
-        except (ValueError, PermissionError):
-            continue
+    for child in dead_builds(envs_dir(), ".*.tmp"):
+        shutil.rmtree(child, ignore_errors=True)
 
 
 def lookup(key: str) -> EnvInfo | None:
