@@ -39,10 +39,18 @@ CLI = str(Path(sys.executable).parent / "mlsandbox")
 
 
 def episode_objects(cluster: Cluster, namespace: str) -> dict[str, list[str]]:
-    """What episodes leave in the sandbox's namespace: Jobs, Deployments, Services, pods of an episode."""
+    """What episodes leave in the sandbox's namespace: Jobs, Deployments, Services, Secrets, pods of an
+    episode."""
     selector = EPISODE_LABEL
     found = {}
-    for api, kind in (("batch/v1", "Job"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "Pod")):
+    kinds = (
+        ("batch/v1", "Job"),
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "Secret"),
+        ("v1", "Pod"),
+    )
+    for api, kind in kinds:
         names = [o["metadata"]["name"] for o in cluster.list(api, kind, namespace, selector)]
         if names:
             found[kind] = names

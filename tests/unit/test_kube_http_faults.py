@@ -1,5 +1,6 @@
-"""``http_errors`` on the kube backend: the fault hook of the episode's HTTP services (the API sources and
-the feature service), written through a control listener on the pod's loopback address. The pieces that
+"""``http_errors`` on the kube backend: the fault hook of the episode's HTTP services (the API sources, the
+feature service and the model deployments' replicas), written through a control listener on the pod's
+loopback address. The pieces that
 run without a cluster: the control routes the services serve, the feature service's manifests, the hook's
 truthfulness, the fault control's dispatch and refusals (the node tier runs them on real pods)."""
 
@@ -27,7 +28,6 @@ from mlsandbox.backends.kube.control_listener import (
 )
 from mlsandbox.backends.kube.faults import control as K
 from mlsandbox.backends.protocols import HttpFault, NoSuchTarget
-from mlsandbox.errors import Unsupported
 from mlsandbox.faultkinds import Mechanism, refused_on
 from mlsandbox.faultkinds.services import HTTP_ERRORS
 from mlsandbox.workloads.fault_control import create_fault_control_app
@@ -155,7 +155,7 @@ def test_the_fault_control_reaches_the_registered_service_and_refuses_the_rest()
 
         with pytest.raises(NoSuchTarget, match=r"no HTTP service 'orders_api'.*running: feature-service"):
             control.set_http_fault("orders_api", FAULT, episode_id="ep-9")
-        # A model deployment is really there, but its replicas have no control listener: refused, typed.
+        # A model deployment of another episode (or none at all) is no target of this one.
         cluster.apply(
             {
                 "kind": "Deployment",
@@ -166,11 +166,8 @@ def test_the_fault_control_reaches_the_registered_service_and_refuses_the_rest()
                 },
             }
         )
-        with pytest.raises(Unsupported) as refused:
+        with pytest.raises(NoSuchTarget, match="'churn_v2'"):
             control.set_http_fault("churn_v2", FAULT, episode_id="ep-9")
-        assert refused.value.capability == "fault:http_errors" and refused.value.backend == "kube"
-        assert refused.value.reason == K.NO_MODEL_SERVER_HTTP_FAULT
-        assert "model deployment" in refused.value.reason
     finally:
         unregister_http_target("ep-9", "feature-service", target)
     assert http_target("feature-service", "ep-9") is None
@@ -215,3 +212,111 @@ def test_the_control_listener_goes_to_a_running_pod_ready_or_not() -> None:
     assert running_pod([]) is None
     assert running_pod([pod("new", "Pending"), pod("old", "Running", deleting=True)]) is None
     assert running_pod([pod("old", "Running", deleting=True), pod("sick", "Running")]) == "sick"
+
+
+def test_a_model_deployment_is_an_http_target_whose_fault_every_replica_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deployment's fault: its Secret (what a replica started later reads at start), and each running
+    replica's hook; a scale-out's new replica is reached at the next write; clear and undeploy remove it."""
+    from test_kube_serving_episode import spec
+
+    from mlsandbox.backends.kube import deployments as KD
+
+    listeners: dict[str, FakeListener] = {}
+
+    def fake_listener(api: Any, namespace: str, find_pod: Any, port: int, what: str) -> FakeListener:
+        assert port == KS.SERVER_ADMIN_PORT and namespace == "sbx-s1"
+        listeners[find_pod()] = listener = FakeListener()
+        return listener
+
+    monkeypatch.setattr(KD, "ControlListener", fake_listener)
+    cluster = MemoryCluster()
+    cluster.api_client = None  # type: ignore[attr-defined]  # the fake listeners need none
+    episode = serving(cluster, rollout_timeout_s=5.0).open("ep-7", EPISODE)
+    episode.deploy(spec(replicas=2))
+    target = http_target("churn", "ep-7")
+    assert isinstance(target, KD.DeploymentFault) and "churn" in http_targets("ep-7")
+    assert not target.http_fault_active()
+
+    target.set_http_fault(FAULT)
+    secret = cluster.get("v1", "Secret", KS.fault_secret_name("churn"))
+    assert secret is not None and secret["metadata"]["labels"][KS.DEPLOYMENT_LABEL] == KS.server_name("churn")
+    assert json.loads(secret["stringData"][KS.SERVER_FAULT_KEY]) == {
+        "error_rate": 1.0,
+        "status": 503,
+        "delay_ms": 0,
+        "seed": 3,
+    }
+    assert len(listeners) == 2 and all(lst.fault["error_rate"] == 1.0 for lst in listeners.values())
+    assert target.http_fault_active()
+    assert set(target.replicas_faulted().values()) == {True}
+
+    # A replica that starts during the fault mounts the Secret (optional: none, no fault) and copies it.
+    dep = cluster.get("apps/v1", "Deployment", KS.server_name("churn"))
+    assert dep is not None
+    pod = dep["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "fault"]
+    assert volume["secret"] == {"secretName": KS.fault_secret_name("churn"), "optional": True}
+    args = pod["containers"][0]["command"]
+    assert args[args.index("--fault-from") + 1] == f"{KS.SERVER_FAULT_MOUNT}/{KS.SERVER_FAULT_KEY}"
+    assert args[args.index("--admin-port") + 1] == str(KS.SERVER_ADMIN_PORT)
+
+    episode.scale("churn", 3)
+    target.set_http_fault(FAULT)  # written again: the third replica's hook too
+    assert len(listeners) == 3 and all(lst.fault for lst in listeners.values())
+
+    target.clear_http_fault()
+    assert cluster.get("v1", "Secret", KS.fault_secret_name("churn")) is None
+    assert not target.http_fault_active() and not any(lst.fault for lst in listeners.values())
+
+    # A replica that does not answer its listener: the write says so (the Secret still holds the fault).
+    next(iter(listeners.values())).reachable = False
+    with pytest.raises(KD.ServingError, match="control listener"):
+        target.set_http_fault(FAULT)
+    assert target.http_fault_active()
+
+    episode.undeploy("churn")
+    assert http_target("churn", "ep-7") is None
+    assert cluster.get("v1", "Secret", KS.fault_secret_name("churn")) is None
+    assert all(lst.closed for lst in listeners.values())
+    episode.close()
+
+
+def test_the_episodes_close_takes_the_deployments_faults_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_kube_serving_episode import spec
+
+    from mlsandbox.backends.kube import deployments as KD
+
+    made: list[FakeListener] = []
+
+    def fake_listener(*_: Any) -> FakeListener:
+        made.append(FakeListener())
+        return made[-1]
+
+    monkeypatch.setattr(KD, "ControlListener", fake_listener)
+    cluster = MemoryCluster()
+    cluster.api_client = None  # type: ignore[attr-defined]
+    episode = serving(cluster, rollout_timeout_s=5.0).open("ep-8", EPISODE)
+    episode.deploy(spec(replicas=1))
+    http_target("churn", "ep-8").set_http_fault(FAULT)  # type: ignore[union-attr]
+    episode.close()
+    assert http_target("churn", "ep-8") is None and made and all(lst.closed for lst in made)
+    assert cluster.list("v1", "Secret", "sbx-s1", f"{KS.DEPLOYMENT_LABEL}={KS.server_name('churn')}") == []
+
+
+def test_a_replica_starts_with_the_fault_its_deployment_holds(tmp_path: Path) -> None:
+    from mlsandbox.workloads.model_server import parse_args, start_fault
+
+    mounted, hook = tmp_path / "mounted" / "fault.json", tmp_path / "tmp" / "fault.json"
+    assert not start_fault(mounted, hook) and not hook.exists()  # no Secret: the volume is empty
+    mounted.parent.mkdir()
+    mounted.write_text("")
+    assert not start_fault(mounted, hook) and not hook.exists()
+    mounted.write_text(json.dumps({"error_rate": 2.0}))  # not a fault the hook can hold
+    assert not start_fault(mounted, hook) and not hook.exists()
+    mounted.write_text(json.dumps({"error_rate": 0.5, "status": 502, "delay_ms": 10, "seed": 4}))
+    assert start_fault(mounted, hook)
+    assert json.loads(hook.read_text()) == {"error_rate": 0.5, "status": 502, "delay_ms": 10, "seed": 4}
+    with pytest.raises(SystemExit):
+        parse_args(["--model-path", "m", "--fault-from", str(mounted)])  # needs --fault-file

@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from mlsandbox.workloads.fault_hook import clear_fault, write_fault
+from mlsandbox.workloads.fault_hook import clear_fault, write_fault_from
 
 
 def add_fault_routes(app: Any, fault_file: Path) -> None:
@@ -33,14 +33,7 @@ def add_fault_routes(app: Any, fault_file: Path) -> None:
     @app.put("/fault")
     async def put_fault(request: Request) -> Response:
         try:
-            fault = json.loads(await request.body())
-            write_fault(
-                fault_file,
-                error_rate=float(fault.get("error_rate", 0.0)),
-                status=int(fault.get("status", 503)),
-                delay_ms=int(fault.get("delay_ms", 0)),
-                seed=int(fault.get("seed", 0)),
-            )
+            write_fault_from(fault_file, json.loads(await request.body()))
         except (ValueError, TypeError, AttributeError) as e:
             return JSONResponse({"error": f"invalid fault: {e}"}, status_code=400)
         return Response(status_code=204)
@@ -90,4 +83,37 @@ async def serve_beside(server: Any, control_app: Any, admin_port: int, **serve_k
         await admin_task
 
 
-__all__ = ["add_fault_routes", "create_fault_control_app", "serve_beside"]
+def add_fault_arguments(parser: Any) -> None:
+    """A service's ``--admin-port`` and ``--fault-file`` options (an ``argparse`` parser)."""
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="also serve the fault hook's control routes (mlsandbox.workloads.fault_control) on 127.0.0.1:PORT",
+    )
+    parser.add_argument(
+        "--fault-file",
+        default=None,
+        help="the fault hook's control file (default: $MLSANDBOX_FAULT_HOOK_FILE)",
+    )
+
+
+def run_with_control(server: Any, fault_file: Path, admin_port: int | None, **serve_kwargs: Any) -> None:
+    """Run the uvicorn ``server`` until it stops: alone without ``admin_port``, else with the fault hook's
+    control routes over ``fault_file`` on ``127.0.0.1:admin_port`` beside it (:func:`serve_beside`)."""
+    if admin_port is None:
+        server.run(**serve_kwargs)
+        return
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    asyncio.run(serve_beside(server, create_fault_control_app(fault_file), admin_port, **serve_kwargs))
+
+
+__all__ = [
+    "add_fault_arguments",
+    "add_fault_routes",
+    "create_fault_control_app",
+    "run_with_control",
+    "serve_beside",
+]

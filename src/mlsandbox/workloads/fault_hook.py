@@ -75,6 +75,19 @@ def write_fault(
     os.replace(tmp, path)
 
 
+def write_fault_from(path: Path, fault: Any) -> None:
+    """:func:`write_fault` of a fault as the control routes and the kube backend's fault Secret spell it
+    (a mapping of ``error_rate``, ``status``, ``delay_ms``, ``seed``; absent keys take the defaults);
+    ``ValueError``/``TypeError``/``AttributeError`` for one that is not a fault."""
+    write_fault(
+        path,
+        error_rate=float(fault.get("error_rate", 0.0)),
+        status=int(fault.get("status", 503)),
+        delay_ms=int(fault.get("delay_ms", 0)),
+        seed=int(fault.get("seed", 0)),
+    )
+
+
 def clear_fault(path: Path) -> None:
     """Remove the fault (idempotent)."""
     path.unlink(missing_ok=True)

@@ -148,17 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file")
-    p.add_argument(
-        "--admin-port",
-        type=int,
-        default=None,
-        help="also serve the fault hook's control routes (mlsandbox.workloads.fault_control) on 127.0.0.1:PORT",
-    )
-    p.add_argument(
-        "--fault-file",
-        default=None,
-        help="the fault hook's control file (default: $MLSANDBOX_FAULT_HOOK_FILE)",
-    )
+    from mlsandbox.workloads.fault_control import add_fault_arguments
+
+    add_fault_arguments(p)
     args = p.parse_args(argv)
     if args.admin_port is not None and args.fault_file is None:
         p.error("--admin-port needs --fault-file (the file its PUT /fault writes)")
@@ -190,18 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         app, loop="uvloop", http="httptools", lifespan="on", access_log=False, log_level="info"
     )
     server = uvicorn.Server(config)
-    if args.admin_port is None:
-        server.run(sockets=[sock])
-    else:
-        import asyncio
+    from mlsandbox.workloads.fault_control import run_with_control
 
-        import uvloop
-
-        from mlsandbox.workloads.fault_control import create_fault_control_app, serve_beside
-
-        control = create_fault_control_app(Path(args.fault_file))
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        asyncio.run(serve_beside(server, control, args.admin_port, sockets=[sock]))
+    run_with_control(server, Path(args.fault_file or "-"), args.admin_port, sockets=[sock])
     return 0 if server.started else LOAD_FAILED_EXIT
 
 

@@ -62,7 +62,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import Counter, Gauge, Histogram
 
-from mlsandbox.workloads.fault_hook import FaultHookMiddleware
+from mlsandbox.workloads.fault_hook import FaultHookMiddleware, write_fault_from
 from mlsandbox.workloads.http_metrics import HttpMetrics, MetricsMiddleware, metrics_response
 from mlsandbox.workloads.trainer import block_torch
 
@@ -558,7 +558,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--response", choices=RESPONSES, help="the response shape (default: what the model is decides)"
     )
-    return p.parse_args(argv)
+    from mlsandbox.workloads.fault_control import add_fault_arguments
+
+    add_fault_arguments(p)
+    p.add_argument(
+        "--fault-from",
+        default=None,
+        help="a fault to start with: this file's content, when it holds one, is copied to --fault-file at start "
+        "(the kube backend mounts its deployment's fault here, so a replica started during the fault has it)",
+    )
+    args = p.parse_args(argv)
+    if (args.admin_port is not None or args.fault_from is not None) and args.fault_file is None:
+        p.error("--admin-port and --fault-from need --fault-file")
+    return args
+
+
+def start_fault(fault_from: Path, fault_file: Path) -> bool:
+    """Copy the fault ``fault_from`` holds (JSON with an ``error_rate`` or a ``delay_ms``) to ``fault_file``;
+    False, and nothing written, when it holds none (missing, empty or not a fault)."""
+    try:
+        fault = json.loads(fault_from.read_text() or "{}")
+    except (OSError, ValueError):
+        return False
+    if not isinstance(fault, dict) or not (fault.get("error_rate") or fault.get("delay_ms")):
+        return False
+    try:
+        write_fault_from(fault_file, fault)
+    except (TypeError, ValueError) as e:
+        logging.getLogger(__name__).warning("not started with the fault in %s: %s", fault_from, e)
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -570,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
 
     prometheus_client.disable_created_metrics()  # half the scrape size, nothing lost
 
+    if args.fault_from is not None and start_fault(Path(args.fault_from), Path(args.fault_file)):
+        logging.getLogger(__name__).info("started with the deployment's fault from %s", args.fault_from)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
@@ -584,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         port_file=args.port_file,
         port=port,
         response=args.response,
+        fault_file=args.fault_file,
     )
     config = uvicorn.Config(
         app,
@@ -595,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
         timeout_graceful_shutdown=2,
     )
     server = uvicorn.Server(config)
-    server.run(sockets=[sock])
+    from mlsandbox.workloads.fault_control import run_with_control
+
+    run_with_control(server, Path(args.fault_file or "-"), args.admin_port, sockets=[sock])
     if not server.started:
         print(
             f"model server: application start failed (exit {LOAD_FAILED_EXIT})", file=sys.stderr, flush=True

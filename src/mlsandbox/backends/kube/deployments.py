@@ -18,8 +18,12 @@ warm reset and ``KubeBackend.down`` delete them by label too.
   one of its ready pods answers, as any client of the Service gets); scrapes go to each pod
   (``.../pods/<pod>:<port>/proxy/metrics``). The API server's own refusals (no ready endpoint, a pod that
   does not answer) are ``unavailable``. The credentials must allow ``services/proxy`` and ``pods/proxy``.
-- Replicas that die are replaced by the ReplicaSet on its own; CPU and memory per replica are not read
-  (:class:`~mlsandbox.backends.protocols.serving.ReplicaStats` of None).
+- Replicas that die are replaced by the ReplicaSet on its own. A replica's CPU and memory are read from
+  its node's kubelet (:mod:`.replica_metrics`; the credentials need ``nodes/proxy``).
+- An HTTP fault on a deployment (``http:DEPLOYMENT``, :class:`DeploymentFault`) is the fault of every
+  replica, as a local deployment's replicas share one control file: each running replica's fault hook is
+  written through its pod's control listener, and the deployment's fault Secret, mounted in its pods,
+  gives a replica started during the fault (a scale-out, a replacement, a rollout) the fault at start.
 - Named environments for replicas are refused (``serving.environment``): replicas run the model-server
   image.
 """
@@ -62,6 +66,7 @@ from .control_listener import (
     unregister_http_target,
 )
 from .environments import SERVING_REASON
+from .replica_metrics import ResourceMetrics, read_resource_metrics
 from .secret import S3Secret
 from .serving import (
     COMPONENT,
@@ -71,10 +76,13 @@ from .serving import (
     FEATURE_PORT,
     FEATURE_SERVICE_NAME,
     ROLLOUT_TIMEOUT_S,
+    SERVER_ADMIN_PORT,
     SERVER_PORT,
     SPEC_ANNOTATION,
     ModelServerSpec,
     describe,
+    fault_secret,
+    fault_secret_name,
     feature_service_manifests,
     history_of,
     labels_of,
@@ -89,6 +97,7 @@ from .serving import (
 
 DEPLOYMENT_API = ("apps/v1", "Deployment")
 SERVICE_API = ("v1", "Service")
+SECRET_API = ("v1", "Secret")
 BACKEND = "kube"
 ENVIRONMENT_REFUSAL = SERVING_REASON
 """Why ``serving.environment`` is refused on this backend (what ``support()`` says)."""
@@ -151,6 +160,9 @@ class KubeServing:
                 self.cluster.delete(*SERVICE_API, svc["metadata"]["name"], self.namespace)
             for pod in self.cluster.list("v1", "Pod", self.namespace, selector):
                 self.cluster.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, grace_period_s=0)
+            if component == COMPONENT:
+                for secret in self.cluster.list(*SECRET_API, self.namespace, selector):
+                    self.cluster.delete(*SECRET_API, secret["metadata"]["name"], self.namespace)
             count += len(deps) if component == COMPONENT else 0
         return count
 
@@ -197,6 +209,10 @@ class KubeEpisodeServing:
         self._targets: dict[str, list[ReplicaRef]] = {}
         self._read_at = -1.0e9
         self._closed = False
+        self._faults: dict[str, DeploymentFault] = {}
+        self._placed: dict[str, str] = {}
+        """Pod -> its node, as of the last read."""
+        self._usage = ResourceMetrics(lambda node: self._node_metrics(node))
 
     def __repr__(self) -> str:
         return f"KubeEpisodeServing(namespace={self.namespace!r}, episode={self.episode_id!r})"
@@ -243,6 +259,7 @@ class KubeEpisodeServing:
             view = self._settled(
                 spec.deployment, wait, before, undo=lambda: self._apply(old, old_history), what=spec.version
             )
+            self._fault_target(spec.deployment)
             return view, False
         manifest = self.serving.manifest(ms, [spec.version])
         service = model_server_service(
@@ -268,6 +285,7 @@ class KubeEpisodeServing:
             ) from None
         self._read_at = -1.0e9  # the new deployment is a target now
         view = self._settled(spec.deployment, wait, set(), undo=lambda: self._remove(name), what=spec.version)
+        self._fault_target(spec.deployment)
         return view, True
 
     def set_version(self, deployment: str, version: str) -> DeploymentView:
@@ -457,6 +475,10 @@ class KubeEpisodeServing:
         with self._lock:
             client, self._client = self._client, None
             hook, self._feature_hook = self._feature_hook, None
+            faults, self._faults = list(self._faults.values()), {}
+        for fault in faults:
+            unregister_http_target(self.episode_id, fault.deployment, fault)
+            fault.close()
         if client is not None:
             client.close()
         if hook is not None:
@@ -543,8 +565,15 @@ class KubeEpisodeServing:
                 ReplicaRef(target=FEATURE_SERVICE, replica=p["metadata"]["name"], ready=running(p))
                 for p in fpods
             ]
+        placed = {
+            p["metadata"]["name"]: str((p.get("spec") or {}).get("nodeName") or "") for p in [*pods, *fpods]
+        }
         with self._lock:
             self._targets, self._read_at = targets, time.monotonic()
+            self._placed = {k: v for k, v in placed.items() if v}
+        self._usage.forget(
+            {(self.namespace, ref.replica, _container(ref)) for refs in targets.values() for ref in refs}
+        )
         return dict(targets)
 
     def scrape(self, ref: ReplicaRef, *, timeout_s: float) -> str:
@@ -567,8 +596,21 @@ class KubeEpisodeServing:
         return resp.text
 
     def stats(self, ref: ReplicaRef) -> ReplicaStats:
-        """Not read on a cluster (they are in the cluster's metrics, which the sandbox does not read)."""
-        return ReplicaStats()
+        """The replica container's CPU % and working set, from its node's kubelet
+        (:mod:`.replica_metrics`); None for what its node does not say."""
+        with self._lock:
+            node = self._placed.get(ref.replica)
+        if node is None:
+            self._refresh()  # started since the last read?
+            with self._lock:
+                node = self._placed.get(ref.replica)
+        if node is None:
+            return ReplicaStats()
+        cpu, memory = self._usage.usage(node, (self.namespace, ref.replica, _container(ref)))
+        return ReplicaStats(cpu_percent=cpu, memory_mb=memory)
+
+    def _node_metrics(self, node: str) -> str | None:
+        return read_resource_metrics(self.cluster, node)
 
     # ------------------------------------------------------------------------------------ internals
 
@@ -639,6 +681,23 @@ class KubeEpisodeServing:
         self.cluster.delete(*DEPLOYMENT_API, name, self.namespace, propagation="Background")
         self.cluster.delete(*SERVICE_API, name, self.namespace)
         self._read_at = -1.0e9
+        with self._lock:
+            gone = [d for d in self._faults if server_name(d) == name]
+            faults = [self._faults.pop(d) for d in gone]
+        for fault in faults:
+            unregister_http_target(self.episode_id, fault.deployment, fault)
+            fault.close()
+        for deployment in gone:
+            self.cluster.delete(*SECRET_API, fault_secret_name(deployment), self.namespace)
+
+    def _fault_target(self, deployment: str) -> DeploymentFault:
+        """The deployment's ``http:DEPLOYMENT`` fault target, registered for the episode (once)."""
+        with self._lock:
+            fault = self._faults.get(deployment)
+            if fault is None:
+                fault = self._faults[deployment] = DeploymentFault(self, deployment)
+                register_http_target(self.episode_id, deployment, fault)
+            return fault
 
     def _settled(
         self, deployment: str, wait: bool, before: set[str], *, undo: Callable[[], None], what: str
@@ -686,6 +745,126 @@ class KubeEpisodeServing:
 # -------------------------------------------------------------------------------- the request path
 
 
+class DeploymentFault:
+    """The ``http:DEPLOYMENT`` fault target of one model deployment of an episode: the fault of all its
+    replicas (see the module docstring). ``set`` writes the deployment's fault Secret first (so a replica
+    that starts from then on has it), then each running replica's hook through its control listener;
+    ``clear`` deletes the Secret, then clears each running replica; ``active`` is whether the Secret holds
+    a fault (the deployment's fault outlives its replicas, as a local deployment's control file does)."""
+
+    def __init__(self, episode: KubeEpisodeServing, deployment: str) -> None:
+        self.episode = episode
+        self.deployment = deployment
+        self._lock = threading.Lock()
+        self._hooks: dict[str, PodFaultHook] = {}
+
+    def __repr__(self) -> str:
+        return f"DeploymentFault({self.deployment!r})"
+
+    def set_http_fault(self, fault: HttpFault) -> None:
+        ep = self.episode
+        dep = ep._deployment(self.deployment)
+        spec = spec_of(dep)
+        assert spec is not None  # _deployment checks it
+        body = {"error_rate": fault.error_rate, "status": fault.status, "delay_ms": fault.delay_ms}
+        try:
+            ep.cluster.apply(
+                fault_secret(
+                    spec,
+                    namespace=ep.namespace,
+                    sandbox=ep.serving.sandbox,
+                    fault={**body, "seed": fault.seed},
+                )
+            )
+        except ApiRefused as exc:
+            raise ServingError("unavailable", f"the cluster refused the deployment's fault: {exc}") from None
+        failed = []
+        for _, hook in self._replica_hooks(dep):
+            try:
+                hook.set(fault)
+            except ControlUnreachable as e:
+                failed.append(str(e))
+        if failed:
+            raise ServingError("unavailable", "; ".join(failed))
+
+    def clear_http_fault(self) -> None:
+        ep = self.episode
+        ep.cluster.delete(*SECRET_API, fault_secret_name(self.deployment), ep.namespace)
+        dep = ep._deployment(self.deployment, missing_ok=True)
+        for _, hook in self._replica_hooks(dep) if dep is not None else []:
+            hook.clear()
+
+    def http_fault_active(self) -> bool:
+        ep = self.episode
+        try:
+            secret = ep.cluster.get(*SECRET_API, fault_secret_name(self.deployment), ep.namespace)
+        except ApiRefused:
+            return False
+        return secret is not None
+
+    def replicas_faulted(self) -> dict[str, bool | None]:
+        """Each running replica's pod -> whether its fault hook holds a fault now (asked of its listener;
+        None when it does not answer, as before its server listens)."""
+        dep = self.episode._deployment(self.deployment, missing_ok=True)
+        if dep is None:
+            return {}
+        out: dict[str, bool | None] = {}
+        for name, hook in self._replica_hooks(dep):
+            try:
+                answer = hook.listener.request("GET", "/fault", timeout_s=10.0).json()
+            except (ControlUnreachable, ValueError):
+                out[name] = None
+                continue
+            out[name] = bool(isinstance(answer, Mapping) and answer.get("active"))
+        return out
+
+    def close(self) -> None:
+        """Stop the replicas' port-forwards (idempotent)."""
+        with self._lock:
+            hooks, self._hooks = list(self._hooks.values()), {}
+        for hook in hooks:
+            hook.listener.close()
+
+    def _running(self, dep: Mapping[str, Any]) -> builtins.list[str]:
+        return sorted(
+            p["metadata"]["name"]
+            for p in self.episode._pods(dep)
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") == "Running"
+        )
+
+    def _replica_hooks(self, dep: Mapping[str, Any]) -> builtins.list[tuple[str, PodFaultHook]]:
+        """Each running replica's pod and hook (ready or not: a fault makes a replica unready), in pod-name
+        order; the hooks of replicas gone are closed."""
+        names = self._running(dep)
+        with self._lock:
+            gone = [self._hooks.pop(n) for n in list(self._hooks) if n not in names]
+            for name in names:
+                if name not in self._hooks:
+                    listener = ControlListener(
+                        self.episode.cluster.api_client,
+                        self.episode.namespace,
+                        _named(name),
+                        SERVER_ADMIN_PORT,
+                        f"replica {name} of deployment {self.deployment!r}",
+                    )
+                    self._hooks[name] = PodFaultHook(listener)
+            hooks = [(n, self._hooks[n]) for n in names]
+        for hook in gone:
+            hook.listener.close()
+        return hooks
+
+
+def _container(ref: ReplicaRef) -> str:
+    """The server container's name in the replica's pod."""
+    return FEATURE_COMPONENT if ref.target == FEATURE_SERVICE else COMPONENT
+
+
+def _named(pod: str) -> Callable[[], str | None]:
+    """A control listener's pod finder for one replica's pod (a replica replaced is another pod)."""
+    return lambda: pod
+
+
 def proxy_client(api_client: Any, timeout_s: float = 5.0) -> httpx.Client:
     """An HTTP client for the API server of ``api_client`` (its address, credentials and CA), for its
     proxy subresources."""
@@ -728,4 +907,4 @@ def _conforms(serving: KubeServing, episode: KubeEpisodeServing) -> tuple[ModelS
     return serving, episode
 
 
-__all__ = ["ENVIRONMENT_REFUSAL", "KubeEpisodeServing", "KubeServing", "proxy_client"]
+__all__ = ["ENVIRONMENT_REFUSAL", "DeploymentFault", "KubeEpisodeServing", "KubeServing", "proxy_client"]

@@ -49,6 +49,15 @@ FEATURE_ADMIN_PORT = 8082
 FEATURE_FAULT_FILE = "/tmp/mlsandbox-fault/feature-service.json"
 """Its fault hook's control file, in the pod's /tmp emptyDir: a new pod starts without the fault."""
 FEATURE_MODULE = "mlsandbox.workloads.feature_service"
+SERVER_ADMIN_PORT = 8083
+"""A model server's control listener, on its pod's loopback address only (as the feature service's)."""
+SERVER_FAULT_FILE = "/tmp/mlsandbox-fault/model-server.json"
+"""A replica's fault hook's control file, in its pod's /tmp emptyDir."""
+SERVER_FAULT_MOUNT = "/etc/mlsandbox-fault"
+SERVER_FAULT_KEY = "fault.json"
+"""Where a replica finds its deployment's fault at start: the key of the deployment's fault Secret
+(:func:`fault_secret_name`), mounted optional, so a replica started during the fault starts with it, as
+every replica of a local deployment reads its deployment's one control file."""
 FEATURE_CPUS = 0.5
 FEATURE_MEMORY_MB = 512
 """The feature service's limits."""
@@ -143,6 +152,8 @@ def pod_template(
     args = ["--model-uri", f"models:/{spec.registry_name}/{spec.version}"]
     args += ["--feature-url", spec.feature_url] if spec.feature_url else []
     args += ["--response", spec.response] if spec.response else []
+    args += ["--fault-file", SERVER_FAULT_FILE, "--admin-port", str(SERVER_ADMIN_PORT)]
+    args += ["--fault-from", f"{SERVER_FAULT_MOUNT}/{SERVER_FAULT_KEY}"]
     container = _server_container(
         COMPONENT,
         image,
@@ -153,9 +164,41 @@ def pod_template(
         port,
         resources,
     )
+    container["volumeMounts"].append({"name": "fault", "mountPath": SERVER_FAULT_MOUNT, "readOnly": True})
+    pod = _pod_spec(container)
+    pod["volumes"].append(
+        {
+            "name": "fault",
+            "secret": {"secretName": fault_secret_name(spec.deployment), "optional": True},
+        }
+    )
     return {
         "metadata": {"labels": {**_labels(spec, sandbox), VERSION_LABEL: spec.version}},
-        "spec": _pod_spec(container),
+        "spec": pod,
+    }
+
+
+def fault_secret_name(deployment: str) -> str:
+    """The Secret holding the HTTP fault of ``deployment``'s replicas while one is set (a Secret: the
+    agent's role reads ConfigMaps, never Secrets, so it cannot read the fault)."""
+    return f"{server_name(deployment)}-fault"
+
+
+def fault_secret(
+    spec: ModelServerSpec, *, namespace: str, sandbox: str, fault: Mapping[str, Any]
+) -> M.Manifest:
+    """The deployment's fault Secret: ``fault`` (the fault hook's JSON) under :data:`SERVER_FAULT_KEY`,
+    labelled as the deployment (its episode's clean-up selects it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": fault_secret_name(spec.deployment),
+            "namespace": namespace,
+            "labels": _labels(spec, sandbox),
+        },
+        "type": "Opaque",
+        "stringData": {SERVER_FAULT_KEY: json.dumps(dict(fault), sort_keys=True)},
     }
 
 
@@ -501,8 +544,11 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
 
 __all__ = [
     "FEATURE_ADMIN_PORT",
+    "SERVER_ADMIN_PORT",
     "ModelServerSpec",
     "describe",
+    "fault_secret",
+    "fault_secret_name",
     "feature_service_manifests",
     "model_server_deployment",
     "model_server_service",

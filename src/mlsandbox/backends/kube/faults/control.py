@@ -20,10 +20,11 @@ reset_peer            unsupported (Chaos Mesh has no TCP reset action)
 bucket quota          MinIO's admin API on the S3 endpoint (as on ``local``)
 job limits            in-place pod resize (``KubeJobs.set_resources``), originals in an annotation
 cpu contention        StressChaos ``cpu`` stressors on the service's pods, or on each job's pods
-http faults           the fault hook of the episode's HTTP API sources and of its feature service,
-                      written through the pod's loopback control listener over a port-forward
-                      (:mod:`..control_listener`); refused for model deployments (their replicas
-                      have no control listener)
+http faults           the fault hook of the episode's HTTP API sources, of its feature service and
+                      of each replica of a model deployment, written through the pod's loopback
+                      control listener over a port-forward (:mod:`..control_listener`); a
+                      deployment's fault is also in its fault Secret, which a replica started
+                      during the fault reads at start
 ====================  ==========================================================================
 
 Without the Chaos Mesh CRDs in the cluster, what needs them raises
@@ -68,10 +69,6 @@ PROXIED = ("minio", "mlflow")
 UNAVAILABLE: dict[str, str] = refused_on(BACKEND)
 """Fault types the kube backend refuses whatever its cluster has (as their declarations say)."""
 NO_RESET_PEER = UNAVAILABLE["reset_peer"]
-NO_MODEL_SERVER_HTTP_FAULT = (
-    "a model deployment's replicas have no fault-hook control listener on kube (the episode's HTTP API "
-    "sources and its feature service have one); HTTPChaos cannot fail a share of the requests with a status"
-)
 NEEDS_CHAOS_MESH: tuple[str, ...] = made_by(BACKEND, "chaos-mesh")
 """Fault types made real by Chaos Mesh objects (as their declarations say)."""
 QDISCS_NEEDED: dict[str, tuple[str, ...]] = qdiscs_needed(BACKEND)
@@ -385,15 +382,13 @@ class KubeFaultControl:
         )
 
     def set_http_fault(self, target: str, fault: HttpFault, *, episode_id: str) -> None:
-        """The episode's HTTP service ``target`` (an API source, the feature service) answers as ``fault``
-        says: its fault hook, written through its pod's control listener. A model deployment is refused
-        (:class:`Unsupported`); a name the episode has no service of is :class:`NoSuchTarget`."""
+        """The episode's HTTP service ``target`` (an API source, the feature service, a model deployment's
+        replicas) answers as ``fault`` says: its fault hook, written through its pods' control listeners; a
+        name the episode has no service of is :class:`NoSuchTarget`."""
         from mlsandbox.backends.kube.control_listener import http_target, http_targets
 
         found = http_target(target, episode_id)
         if found is None:
-            if self._is_model_deployment(target):
-                raise Unsupported("fault:http_errors", BACKEND, NO_MODEL_SERVER_HTTP_FAULT)
             known = ", ".join(http_targets(episode_id)) or "none"
             raise NoSuchTarget(
                 f"episode {episode_id} runs no HTTP service {target!r} with a fault hook (running: {known})"
@@ -414,17 +409,6 @@ class KubeFaultControl:
 
         found = http_target(target, episode_id)
         return found is not None and found.http_fault_active()
-
-    def _is_model_deployment(self, target: str) -> bool:
-        """Whether ``target`` names a model deployment of this sandbox (a Deployment of the model server)."""
-        from mlsandbox.backends.kube.serving import COMPONENT, server_name
-
-        try:
-            dep = self.cluster.get("apps/v1", "Deployment", server_name(target), self.namespace)
-        except (ApiRefused, TransientApiError):
-            return False
-        labels = ((dep or {}).get("metadata") or {}).get("labels") or {}
-        return labels.get(C.COMPONENT_LABEL) == COMPONENT
 
     def start_contention(self, key: str, target: str, workers: int, *, pin: bool = True) -> None:
         """StressChaos ``cpu`` stressors (``workers`` of them, full load) in the pods of a service
