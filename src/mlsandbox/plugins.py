@@ -338,9 +338,26 @@ def reward_terms() -> dict[str, RewardTerm]:
 
 
 def services() -> dict[str, ServiceSpec]:
-    """The plug-in services by entry-point name (started by the local backend, see
-    :mod:`mlsandbox.backends.local.plugin_services`)."""
+    """The plug-in services by entry-point name (started by the local backend as processes, see
+    :mod:`mlsandbox.backends.local.plugin_services`, and by the kube backend as pods)."""
     return {r.name: r.checked() for r in loaded("mlsandbox.services")}
+
+
+def start_up_services(specs: dict[str, ServiceSpec], ensure: Callable[[str], object]) -> dict[str, str]:
+    """``ensure(name)`` for each ``start: up`` service of ``specs``: ``{name: "running" | <why it failed>}``.
+    A failure is logged as a warning naming the service, never raised: a broken plug-in service is left
+    out, and the sandbox and the other services keep working."""
+    out: dict[str, str] = {}
+    for name, spec in specs.items():
+        if spec.start != "up":
+            continue
+        try:
+            ensure(name)
+            out[name] = "running"
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"
+            log.warning("plug-in service %r left out: %s", name, out[name])
+    return out
 
 
 def fault_types() -> dict[str, type]:
@@ -383,4 +400,5 @@ __all__ = [
     "reward_terms",
     "scenario_dirs",
     "services",
+    "start_up_services",
 ]

@@ -73,9 +73,8 @@ def _install(src: Path, target: Path) -> None:
     subprocess.run(cmd, check=True, env=env, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base = tmp_path_factory.mktemp("plugins")
+def install_plugins(base: Path) -> str:
+    """The example plug-in and the broken one installed under ``base``: the ``PYTHONPATH`` holding them."""
     work = base / "src"
     shutil.copytree(EXAMPLE, work / "example", ignore=shutil.ignore_patterns("build", "*.egg-info"))
     broken = work / "broken"
@@ -85,7 +84,12 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     good, bad = base / "good", base / "bad"
     _install(work / "example", good)
     _install(broken, bad)
-    yield f"{good}{os.pathsep}{bad}"
+    return f"{good}{os.pathsep}{bad}"
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield install_plugins(tmp_path_factory.mktemp("plugins"))
 
 
 def run(args: list[str], pythonpath: str, **kw: Any) -> subprocess.CompletedProcess[str]:

@@ -148,8 +148,14 @@ class KubeBackend:
 
     def up(self, ephemeral: bool = False, timeout: float = 0.0) -> None:
         """Check that the cluster answers and the sandbox is ready (waiting up to ``timeout`` seconds);
-        :class:`NotRunningError` saying what is missing otherwise. Nothing is installed here, and
-        ``ephemeral`` changes nothing: the sandbox lives as long as its ``Sandbox`` object."""
+        :class:`NotRunningError` saying what is missing otherwise. Then start the plug-ins' ``start: up``
+        services as pods of the sandbox (:mod:`.plugin_services`; one that fails is left out with a
+        warning). Nothing else is installed here, and ``ephemeral`` changes nothing: the sandbox lives as
+        long as its ``Sandbox`` object."""
+        self._wait_ready(timeout)
+        self._runtime(check=False).plugin_services.start_up()
+
+    def _wait_ready(self, timeout: float = 0.0) -> None:
         deadline = time.monotonic() + timeout
         while (problem := self._problem()) is not None:
             if time.monotonic() >= deadline:
@@ -167,6 +173,7 @@ class KubeBackend:
         runtime.faults.recover_all()
         runtime.serving.cleanup()
         runtime.sources.cleanup()
+        runtime.plugin_services.cleanup()
         runtime.flows.delete_jobs()
         runtime.jobs.delete_all()
         try:  # the episodes' config variables a crashed client left on the chart's Prefect
@@ -178,7 +185,7 @@ class KubeBackend:
         """The sandbox is ready and every service's Deployment has its replicas ready."""
         if self._problem() is not None:
             return False
-        return all(s.state == "running" for s in self.status())
+        return all(s.state == "running" for s in self.status() if s.name in SERVICES)
 
     def status(self) -> list[ServiceStatus]:
         """One row per service of the chart: its Deployment's readiness in the control namespace."""
@@ -190,7 +197,12 @@ class KubeBackend:
             ((d.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL): d for d in deployments
         }
         pods = self._service_pods()
-        nodes = {str((p.get("spec") or {}).get("nodeName") or "") for ps in pods.values() for p in ps}
+        plugins = self._plugin_deployments()
+        nodes = {
+            str((p.get("spec") or {}).get("nodeName") or "")
+            for ps in [*pods.values(), *(ps for _, ps in plugins.values())]
+            for p in ps
+        }
         memory = self._pod_memory(nodes - {""})
         urls = self._urls()
         rows = []
@@ -204,7 +216,33 @@ class KubeBackend:
                     **_pod_facts(pods.get(name, []), memory),
                 )
             )
+        for name, (dep, ppods) in sorted(plugins.items()):
+            rows.append(ServiceStatus(name=name, state=_deployment_state(dep), **_pod_facts(ppods, memory)))
         return rows
+
+    def _plugin_deployments(self) -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """The plug-in services of the sandbox: name -> (its Deployment, its running pods)."""
+        from .plugin_services import COMPONENT as PLUGIN_COMPONENT
+        from .plugin_services import SERVICE_LABEL
+
+        selector = f"{COMPONENT_LABEL}={PLUGIN_COMPONENT}"
+        try:
+            deps = self.cluster.list("apps/v1", "Deployment", self.namespace, selector)
+            pods = self.cluster.list("v1", "Pod", self.namespace, selector)
+        except (TransientApiError, ApiRefused):
+            return {}
+        out = {}
+        for dep in deps:
+            name = ((dep.get("metadata") or {}).get("labels") or {}).get(SERVICE_LABEL)
+            if name:
+                mine = [
+                    p
+                    for p in pods
+                    if ((p.get("metadata") or {}).get("labels") or {}).get(SERVICE_LABEL) == name
+                    and (p.get("status") or {}).get("phase") == "Running"
+                ]
+                out[name] = (dep, mine)
+        return out
 
     def _service_pods(self) -> dict[str, list[dict[str, Any]]]:
         """The chart's running pods by component."""
@@ -220,26 +258,15 @@ class KubeBackend:
         return out
 
     def _pod_memory(self, nodes: set[str]) -> dict[str, int]:
-        """Working-set bytes of each pod (``namespace/name``) on ``nodes``, from each kubelet's summary
-        (``/stats/summary`` through the API server); {} where a kubelet does not answer (kwok)."""
-        import json
+        """Working-set bytes of each pod (``namespace/name``) on ``nodes``, from each kubelet's resource
+        metrics (:mod:`.replica_metrics`); {} where a kubelet does not answer (kwok)."""
+        from .replica_metrics import pod_memory, read_resource_metrics
 
         out: dict[str, int] = {}
         for node in sorted(nodes):
-            try:
-                response: Any = self.cluster.core.connect_get_node_proxy_with_path(
-                    node, "stats/summary", _preload_content=False, _request_timeout=5
-                )
-                summary = json.loads(response.data)
-            except Exception:  # no kubelet behind the node, no permission: no figures
-                continue
-            for pod in summary.get("pods") or []:
-                ref = pod.get("podRef") or {}
-                used = sum(
-                    int((c.get("memory") or {}).get("workingSetBytes") or 0)
-                    for c in pod.get("containers") or []
-                )
-                out[f"{ref.get('namespace')}/{ref.get('name')}"] = used
+            text = read_resource_metrics(self.cluster, node)
+            if text is not None:
+                out.update(pod_memory(text))
         return out
 
     def runtime(self) -> KubeRuntime:
@@ -277,7 +304,7 @@ class KubeBackend:
 
     def _runtime(self, *, check: bool) -> KubeRuntime:
         if check:
-            self.up()
+            self._wait_ready()
         credentials = self._credentials()
         endpoints = self._endpoints or client_endpoints(credentials, defaults=self._recorded_endpoints)
         services = self._service_names()

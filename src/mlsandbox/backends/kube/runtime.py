@@ -38,6 +38,7 @@ from .environments import KubeEnvironments
 from .flows import ENVIRONMENT_REASON as FLOWS_ENVIRONMENT_REASON
 from .flows import KubeFlows
 from .jobs import KubeJobs
+from .plugin_services import KubePluginServices
 from .secret import S3Secret
 from .serving import FEATURE_PORT, SERVER_PORT
 from .sources import KubeSourceHosting
@@ -180,6 +181,7 @@ class KubeRuntime(ServiceClients):
         self._config: PrefectConfigStore | None = None
         self._environments: KubeEnvironments | None = None
         self._workspaces: KubeWorkspaces | None = None
+        self._plugin_services: KubePluginServices | None = None
 
     def __repr__(self) -> str:
         return f"KubeRuntime(sandbox={self.sandbox_name!r}, namespace={self.namespace!r})"
@@ -274,6 +276,14 @@ class KubeRuntime(ServiceClients):
     def sources(self) -> KubeSourceHosting:
         """The HTTP API source and PostgreSQL as pods of the episode, reached over port-forwards."""
         return self._sources
+
+    @property
+    def plugin_services(self) -> KubePluginServices:
+        """The plug-ins' services as pods of the sandbox (:mod:`.plugin_services`), in the gateway image."""
+        if self._plugin_services is None:
+            image = os.environ.get(API_SOURCE_IMAGE_ENV) or DEFAULT_API_SOURCE_IMAGE
+            self._plugin_services = KubePluginServices(self, image=image)
+        return self._plugin_services
 
     @property
     def flows(self) -> KubeFlows:

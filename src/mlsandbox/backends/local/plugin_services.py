@@ -12,7 +12,6 @@ port is chosen free at its first start and kept for later starts (its URL stays 
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 
 from mlsandbox import plugins
@@ -30,8 +29,6 @@ from .sandbox import (
     sandbox_lock,
     write_state,
 )
-
-log = logging.getLogger(__name__)
 
 
 class PluginServices:
@@ -159,16 +156,7 @@ def start_plugin_services(backend: LocalSandbox) -> dict[str, str]:
     specs = {n: s for n, s in plugins.services().items() if s.start == "up"}
     if not specs:
         return {}
-    services = PluginServices(backend, specs)
-    out: dict[str, str] = {}
-    for name in specs:
-        try:
-            services.ensure(name)
-            out[name] = "running"
-        except Exception as e:  # a broken plug-in service is left out, never fatal to the sandbox
-            out[name] = f"{type(e).__name__}: {e}"
-            log.warning("plug-in service %r left out: %s", name, out[name])
-    return out
+    return plugins.start_up_services(specs, PluginServices(backend, specs).ensure)
 
 
 __all__ = ["PluginServices", "start_plugin_services"]
