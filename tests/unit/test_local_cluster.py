@@ -185,7 +185,8 @@ def _fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_exit: int)
         'case "$1" in\n'
         "  info) echo '[\"name=seccomp,profile=builtin\"]';;\n"
         "  images) echo 'debian:bookworm-slim';;\n"
-        f"  run) echo 'docker: Error response from daemon: privileged mode refused.' >&2; exit {run_exit};;\n"
+        f'  run) echo "$@" > {tmp_path}/run-args; '
+        f"echo 'docker: Error response from daemon: privileged mode refused.' >&2; exit {run_exit};;\n"
         "esac\n"
     )
     script.chmod(0o755)
@@ -203,6 +204,10 @@ def test_the_privileged_probe_passes_when_docker_runs_it(
 ) -> None:
     _fake_docker(tmp_path, monkeypatch, run_exit=0)
     assert lc.docker_privileged() == (True, "docker answers and runs privileged containers")
+    # As root, as kind's node runs: an image of a non-root user applies no capabilities and would pass.
+    assert (tmp_path / "run-args").read_text().split() == [
+        "run", "--rm", "--privileged", "--user", "0", "--entrypoint", "true", "debian:bookworm-slim",
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------- the owner

@@ -44,6 +44,9 @@ from mlsandbox.paths import default_sandbox_name
 from mlsandbox.scenario import Scenario, load_scenario
 from mlsandbox.world.episode import EpisodeState
 
+KUBE_READY_WAIT_S = 90.0
+"""How long a kube env waits for its sandbox's services to be ready again before it says they are not."""
+
 
 class MLSandboxEnv(gym.Env[dict[str, Any], str]):
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
@@ -193,14 +196,18 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
     def _ensure_runtime(self) -> Runtime:
         if self._runtime is not None:
             return self._runtime
-        if not self._backend.is_alive():
+        alive = self._backend.is_alive()
+        if not alive and not self._start_sandbox and self._backend.kind == "kube":
+            # A Sandbox of a cluster, not started from here: a service restarting after the last
+            # episode's fault is waited for, within a bound.
+            alive = self._kube_comes_back()
+            if not alive:
+                raise NotRunningError(
+                    f"sandbox {self.sandbox_name!r} is not ready, or a service of its cluster is not "
+                    f"(waited {KUBE_READY_WAIT_S:.0f} s): see `mlsandbox cluster status`"
+                )
+        if not alive:
             if not self._start_sandbox:
-                if self._backend.kind == "kube":  # a Sandbox of a cluster: not started from here
-                    raise NotRunningError(
-                        f"sandbox {self.sandbox_name!r} is not ready, or a service of its cluster is not: "
-                        "see `mlsandbox cluster status` (services restarting after a fault come back "
-                        "within a minute)"
-                    )
                 raise NotRunningError(
                     f"sandbox {self.sandbox_name!r} is not running: start it with `mlsandbox up --name {self.sandbox_name}`"
                     " or create the env with start_sandbox=True"
@@ -209,6 +216,16 @@ class MLSandboxEnv(gym.Env[dict[str, Any], str]):
             self._owns_sandbox = True
         self._runtime = self._backend.runtime()
         return self._runtime
+
+    def _kube_comes_back(self) -> bool:
+        """Whether the kube sandbox is alive within :data:`KUBE_READY_WAIT_S`: a service the last episode's
+        fault stopped is scaled back at its end, and its pod takes a while to be ready again."""
+        deadline = time.monotonic() + KUBE_READY_WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(2.0)
+            if self._backend.is_alive():
+                return True
+        return False
 
     def _end_episode(self) -> None:
         if self.gateway is not None:

@@ -5,7 +5,7 @@ sandbox-up``/``sandbox-down``) and the real-node test tier, which brings its clu
 Two engines, chosen by :func:`choose_engine` (which says why):
 
 - **kind**, when Docker answers and runs privileged containers (probed each time: ``docker run --rm
-  --privileged`` of an image present locally) and kind is installed: a kind cluster, Chaos Mesh from its
+  --privileged --user 0`` of an image present locally) and kind is installed: a kind cluster, Chaos Mesh from its
   Helm repository, the workload images built by Docker and loaded into kind, the chart;
 - **the built-in real node** otherwise (root needed): a control plane of this machine's own processes
   (:mod:`mlsandbox.backends.kube.controlplane`), a real node (:mod:`mlsandbox.backends.kube.node`:
@@ -125,8 +125,11 @@ def _run(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[st
 
 
 def _first_line(text: str) -> str:
+    """The line of a command's output that says what went wrong: the first naming an error, else the
+    last (``docker run`` ends with a hint to read ``--help``, after its error)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no output"
+    said = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
+    return said[:200]
 
 
 def kind_binary() -> str | None:
@@ -139,8 +142,10 @@ def kind_binary() -> str | None:
 
 def docker_privileged() -> tuple[bool, str]:
     """Whether this machine's Docker answers and runs privileged containers (kind's nodes are), probed
-    now: ``docker run --rm --privileged`` of an image present locally, or, with no image at hand, what
-    ``docker info`` says of its security options (rootless, user namespaces)."""
+    now: ``docker run --rm --privileged --user 0`` of an image present locally (as root, as kind's node
+    runs: an image whose user is not root starts with no capabilities to apply, so it would pass where
+    kind's node cannot), or, with no image at hand, what ``docker info`` says of its security options
+    (rootless, user namespaces)."""
     docker = shutil.which("docker")
     if docker is None:
         return False, "docker is not installed"
@@ -156,7 +161,9 @@ def docker_privileged() -> tuple[bool, str]:
             True,
             "docker answers (no local image to probe --privileged with; its security options allow it)",
         )
-    probe = _run([docker, "run", "--rm", "--privileged", "--entrypoint", "true", image], timeout=60)
+    probe = _run(
+        [docker, "run", "--rm", "--privileged", "--user", "0", "--entrypoint", "true", image], timeout=60
+    )
     if probe.returncode != 0:
         return False, f"docker refuses privileged containers ({_first_line(probe.stderr)})"
     return True, "docker answers and runs privileged containers"
