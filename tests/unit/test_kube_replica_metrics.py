@@ -63,9 +63,20 @@ def test_cpu_is_the_share_of_a_core_between_two_readings_and_memory_the_working_
     assert metrics.usage("n1", ("sbx", "gone", "model-server")) == (None, None)
 
 
-def test_a_node_that_does_not_answer_says_nothing() -> None:
-    metrics = ResourceMetrics(lambda node: None)
+def test_a_node_that_does_not_answer_says_nothing_and_is_asked_again_later() -> None:
+    asked: list[str] = []
+    now = [0.0]
+
+    def read(node: str) -> None:
+        asked.append(node)
+
+    metrics = ResourceMetrics(read, max_age_s=1.0, retry_s=30.0, clock=lambda: now[0])
     assert metrics.usage("n1", KEY) == (None, None)
+    now[0] = 10.0
+    assert metrics.usage("n1", KEY) == (None, None) and asked == ["n1"]  # not asked again within 30 s
+    now[0] = 31.0
+    metrics.usage("n1", KEY)
+    assert asked == ["n1", "n1"]
     garbled = ResourceMetrics(lambda node: "container_cpu_usage_seconds_total{ 1 2 3")
     assert garbled.usage("n1", KEY) == (None, None)
 

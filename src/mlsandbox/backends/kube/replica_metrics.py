@@ -9,9 +9,10 @@ node proxy (``/api/v1/nodes/<node>/proxy/metrics/resource``; the credentials nee
   timestamps of those readings; the first reading of a container gives its average since it started
   (``container_start_time_seconds``).
 - One read of a node serves every replica on it for ``max_age_s`` (a second by default): a scrape round
-  over N replicas reads each node once. A node that does not answer (no right, no endpoint) gives None,
-  which is what the protocol's :class:`~mlsandbox.backends.protocols.serving.ReplicaStats` says for
-  "not read".
+  over N replicas reads each node once. A node that does not answer (no right, no kubelet behind it, as
+  under kwok) gives None, which is what the protocol's
+  :class:`~mlsandbox.backends.protocols.serving.ReplicaStats` says for "not read", and is asked again
+  only after ``retry_s`` (30 s by default), so the monitor's ticks do not wait on it.
 """
 
 from __future__ import annotations
@@ -95,10 +96,12 @@ class ResourceMetrics:
         read_node: Callable[[str], str | None],
         *,
         max_age_s: float = 1.0,
+        retry_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read_node = read_node
         self.max_age_s = max_age_s
+        self.retry_s = retry_s
         self._clock = clock
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[float, Mapping[Key, ContainerUsage] | None]] = {}
@@ -126,7 +129,9 @@ class ResourceMetrics:
         now = self._clock()
         with self._lock:
             cached = self._nodes.get(node)
-        if cached is not None and now - cached[0] < self.max_age_s:
+        if cached is not None and now - cached[0] < (
+            self.max_age_s if cached[1] is not None else self.retry_s
+        ):
             return cached[1]
         text = self._read_node(node)
         try:
