@@ -188,7 +188,8 @@ class KubeBackend:
         return all(s.state == "running" for s in self.status() if s.name in SERVICES)
 
     def status(self) -> list[ServiceStatus]:
-        """One row per service of the chart: its Deployment's readiness in the control namespace."""
+        """One row per service of the chart (its Deployment's readiness in the control namespace), then one
+        per plug-in service of the sandbox (:mod:`.plugin_services`)."""
         try:
             deployments = self.cluster.list("apps/v1", "Deployment", self.control_namespace)
         except (TransientApiError, ApiRefused, NotRunningError):
