@@ -6,14 +6,27 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlsandbox.agents import training
-from mlsandbox.agents.curriculum import DEFAULT_STAGES, Curriculum, Loosening, loosen, stage_scenarios
+from mlsandbox.agents.curriculum import (
+    DEFAULT_STAGES,
+    INSTANCE_STAGES,
+    Curriculum,
+    EasiestShare,
+    Loosening,
+    Ranked,
+    instance_stages,
+    loosen,
+    stage_scenarios,
+)
 from mlsandbox.agents.transfer import transfer_env
+from mlsandbox.instances.models import materialize
 from mlsandbox.scenario import Scenario, load_builtin
 from mlsandbox.tasks.registry import kind_of
 
@@ -197,3 +210,102 @@ def test_training_plays_the_stage_and_evaluation_only_the_declared_family(
         assert s.goal == declared.goal and s.max_steps == declared.max_steps
         assert s.budget == declared.budget and s.datasets == declared.datasets
         assert s.seed >= declared.seed + training.HELD_OUT_OFFSET
+
+
+# ---------------------------------------------------------------- a curriculum over generated instances
+
+
+def _ranked(family_id: str, n: int, estimates: list[float]) -> list[Ranked]:
+    """``n`` instances of the family from its own parameter space (not gated: only their order matters
+    here), with the given difficulty estimates."""
+    family = load_builtin(family_id)
+    assert family.space is not None
+    rng = random.Random(family_id)
+    return [
+        Ranked(family_id, materialize(family, family.space.draw(rng)), estimate)
+        for _, estimate in zip(range(n), estimates, strict=True)
+    ]
+
+
+def test_instance_stages_go_from_the_easiest_loosened_to_every_instance_as_generated() -> None:
+    churn = _ranked("churn-clean-small", 6, [0.9, 0.1, 0.5, 0.0, 0.7, 0.3])
+    forecast = _ranked("forecast-web-visits-basic", 3, [0.6, 0.2, 0.4])
+    stages = instance_stages(churn + forecast)
+    assert len(stages) == len(INSTANCE_STAGES) == 3
+    by_id = {r.scenario.id: r for r in churn + forecast}
+
+    def ids(stage: list[Scenario]) -> list[str]:
+        return [s.id for s in stage]
+
+    # the easiest third of each family (at least one), lowest estimate first
+    assert [by_id[i].estimate for i in ids(stages[0])] == [0.0, 0.1, 0.2]
+    assert [by_id[i].estimate for i in ids(stages[1])] == [0.0, 0.1, 0.3, 0.5, 0.2, 0.4]
+    assert sorted(ids(stages[2])) == sorted(by_id)
+    # easier stages are loosened; the last is every instance exactly as generated
+    for s in stages[0]:
+        assert s.max_steps == math.ceil(by_id[s.id].scenario.max_steps * 2)
+        assert _defects(s) == 0
+    for s in stages[2]:
+        assert s == by_id[s.id].scenario
+
+
+def test_instance_stages_must_end_with_every_instance_and_get_harder() -> None:
+    ranked = _ranked("churn-clean-small", 3, [0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="last stage"):
+        instance_stages(ranked, [EasiestShare(0.5)])
+    with pytest.raises(ValueError, match="last stage"):
+        instance_stages(ranked, [EasiestShare(1.0, Loosening(bar=1.5))])
+    with pytest.raises(ValueError, match="strictly harder"):
+        instance_stages(ranked, [EasiestShare(0.5), EasiestShare(0.5), EasiestShare(1.0)])
+    with pytest.raises(ValueError, match="strictly harder"):  # more instances but looser than the next
+        instance_stages(ranked, [EasiestShare(0.6, Loosening(bar=1.2)), EasiestShare(0.5, Loosening(bar=1.5)),
+                                 EasiestShare(1.0)])  # fmt: skip
+    with pytest.raises(ValueError, match="no generated instance"):
+        instance_stages([])
+    with pytest.raises(ValueError):
+        EasiestShare(0.0)
+
+
+def test_training_on_generated_instances_plays_them_at_their_own_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    from mlsandbox.env.gym_env import MLSandboxEnv
+
+    declared = load_builtin("churn-clean-small")
+    ranked = _ranked("churn-clean-small", 6, [0.9, 0.1, 0.5, 0.0, 0.7, 0.3])
+    played: list[Scenario] = []
+    reset = MLSandboxEnv.reset
+
+    def spy(self: MLSandboxEnv, **kwargs: Any) -> Any:
+        out = reset(self, **kwargs)
+        played.append(self.scenario)
+        return out
+
+    monkeypatch.setattr(MLSandboxEnv, "reset", spy)
+    curriculum = Curriculum(stages=INSTANCE_STAGES, window=1_000, threshold=1.0, max_share=1.0)
+    training.train_policy(
+        [declared], steps=256, out=tmp_path, seed=0, curriculum=curriculum, generated=ranked,
+        settings={"n_steps": 128, "batch_size": 64, "n_epochs": 1},
+    )  # fmt: skip
+    easiest = {r.scenario.id: r.scenario for r in ranked if r.estimate <= 0.1}
+    assert played and {s.id for s in played} <= set(easiest)
+    for s in played:
+        assert s.seed == easiest[s.id].seed  # the instance's own data, not a seed drawn near it
+        assert s.max_steps == math.ceil(easiest[s.id].max_steps * 2)
+    summary = json.loads((tmp_path / "training.json").read_text())
+    assert {g["id"] for g in summary["generated"]} == {r.scenario.id for r in ranked}
+    assert summary["curriculum"]["stages"][0]["easiest_share"] == round(1 / 3, 4)
+    # a curriculum's stages must match what is trained on
+    with pytest.raises(ValueError, match="EasiestShare"):
+        training.train_policy(
+            [declared], steps=128, out=tmp_path / "x", curriculum=Curriculum(), generated=ranked
+        )
+    with pytest.raises(ValueError, match="Loosening"):
+        training.train_policy(
+            [declared], steps=128, out=tmp_path / "y", curriculum=Curriculum(stages=INSTANCE_STAGES)
+        )
+    with pytest.raises(ValueError, match="not trained on"):
+        training.train_policy(
+            [load_builtin("tabular-quality-basic")], steps=128, out=tmp_path / "z", generated=ranked
+        )

@@ -97,6 +97,39 @@ def test_the_command_refuses_an_unknown_family(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
+def test_the_command_trains_on_generated_instances_and_evaluates_on_the_test_split(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    out = tmp_path / "gen"
+    res = CliRunner().invoke(
+        app,
+        ["train", "churn-clean-small", "--generated", "3", "--steps", "512", "--eval-episodes", "2",
+         "--no-baselines", "--gate-workers", "1", "--out", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "training.json").read_text())
+    family = load_builtin("churn-clean-small")
+    generated = summary["generated"]
+    assert len(generated) == 3 and all(g["family"] == family.id for g in generated)
+    sets = json.loads((out / "instances.json").read_text())
+    assert {g["id"] for g in sets["train"]} == {g["id"] for g in generated}
+    assert len(sets["test"]) == 2 and not {g["id"] for g in sets["test"]} & {g["id"] for g in generated}
+    assert [st["easiest_share"] for st in summary["curriculum"]["stages"]] == [0.3333, 0.6667, 1.0]
+    rows = json.loads((out / "evaluation.json").read_text())
+    assert {r["policy"] for r in rows} == {"ppo", "ppo-greedy"}
+    assert all(r["episodes"] == 2 for r in rows)  # two test-split instances, each played once
+    assert "held-out generated instances (test split)" in res.output
+    assert "train: 3 generated instances" in res.output and "test: 2 generated instances" in res.output
+
+
+def test_the_command_refuses_generated_instances_of_a_family_without_a_space(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        app, ["train", str(RL_FAST), "--generated", "2", "--steps", "10", "--out", str(tmp_path / "x")]
+    )
+    assert res.exit_code == 1
+    assert "--generated needs a parameter space" in res.output and "rl-fast" in res.output
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_policy_over_several_kinds_reads_the_kind() -> None:
     binary, forecast = load_builtin("tabular-quality-basic"), load_builtin("forecast-web-visits-basic")
     assert not training.several_kinds([binary, load_builtin("churn-clean-small")])

@@ -26,6 +26,13 @@ the rest). An episode under way at a change finishes in the stage it began in (a
 stage's window). The reward, its potential-based shaping included, is the same in every stage. Success in
 a stage is graded by the stage's own goal; the observation never says which stage an episode belongs to,
 and evaluation always plays the declared family (see :func:`~mlsandbox.agents.training.evaluate`).
+
+A curriculum can also run over a family's *generated instances* (``mlsandbox train --generated N``: the
+family's ``space:`` drawn and each draw gated in ``sim``, see :mod:`mlsandbox.instances.gates`). Its stages
+are :class:`EasiestShare`: the easiest share of each family's instances by their difficulty estimate (the
+reference agent's margin and whether the rule agent succeeds), each loosened too: :data:`INSTANCE_STAGES`
+go from the easiest third, loosened as the first default stage, to every instance as generated
+(:func:`instance_stages`). The same :class:`Curriculum` decides when to move on.
 """
 
 from __future__ import annotations
@@ -78,6 +85,77 @@ DEFAULT_STAGES: tuple[Loosening, ...] = (
     Loosening(),
 )
 """The stages ``mlsandbox train --curriculum`` goes through, easiest first; the last is the family."""
+
+
+@dataclass(frozen=True)
+class EasiestShare:
+    """A stage of a curriculum over generated instances: the easiest ``share`` of each family's instances
+    by their difficulty estimate, each made easier by ``loosening`` (``EasiestShare(1.0)``: all of them,
+    as generated)."""
+
+    share: float
+    loosening: Loosening = Loosening()
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share <= 1:
+            raise ValueError(f"share is in (0, 1], got {self.share}")
+
+    @property
+    def declared(self) -> bool:
+        return self.share == 1 and self.loosening.declared
+
+    def at_least_as_easy_as(self, other: EasiestShare) -> bool:
+        return self.share <= other.share and self.loosening.at_least_as_easy_as(other.loosening)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"easiest_share": round(self.share, 4), **self.loosening.as_dict()}
+
+
+INSTANCE_STAGES: tuple[EasiestShare, ...] = (
+    EasiestShare(1 / 3, DEFAULT_STAGES[0]),
+    EasiestShare(2 / 3, DEFAULT_STAGES[1]),
+    EasiestShare(1.0),
+)
+"""The stages of ``mlsandbox train --generated``: each family's easiest third loosened as the first of
+:data:`DEFAULT_STAGES`, its easiest two thirds loosened as the second, then every instance as generated."""
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A generated instance as a curriculum ranks it: its family, its scenario and its difficulty
+    estimate (0 easy, 1 hard: :class:`~mlsandbox.instances.models.Difficulty`)."""
+
+    family: str
+    scenario: Scenario
+    estimate: float
+
+
+def instance_stages(
+    instances: Sequence[Ranked], stages: Sequence[EasiestShare] = INSTANCE_STAGES
+) -> list[list[Scenario]]:
+    """The scenarios of each stage, easiest first: per family, its instances sorted by difficulty estimate
+    (then id, so ties keep one order), of which a stage keeps the first ``ceil(share * n)`` (at least
+    one), each loosened by the stage's :class:`Loosening`. The last stage must be (and is) every instance
+    as generated."""
+    if not instances:
+        raise ValueError("no generated instance to train on")
+    if not stages or not stages[-1].declared:
+        raise ValueError("a curriculum's last stage holds every instance as generated: EasiestShare(1.0)")
+    for easier, harder in itertools.pairwise(stages):
+        if not easier.at_least_as_easy_as(harder) or easier == harder:
+            raise ValueError(f"stages must get strictly harder: {easier} then {harder}")
+    families: dict[str, list[Ranked]] = {}
+    for r in instances:
+        families.setdefault(r.family, []).append(r)
+    ordered = {f: sorted(rs, key=lambda r: (r.estimate, r.scenario.id)) for f, rs in families.items()}
+    return [
+        [
+            loosen(r.scenario, stage.loosening)
+            for rs in ordered.values()
+            for r in rs[: max(1, math.ceil(stage.share * len(rs)))]
+        ]
+        for stage in stages
+    ]
 
 
 def _metric_direction(scenario: Scenario) -> str:
@@ -159,7 +237,7 @@ class Curriculum:
     """When to move to the next stage: the success rate over the last ``window`` episodes finished in the
     current stage reaches ``threshold``, or the stage has used ``max_share`` of ``total_steps``."""
 
-    stages: Sequence[Loosening] = DEFAULT_STAGES
+    stages: Sequence[Loosening | EasiestShare] = DEFAULT_STAGES
     window: int = 50
     threshold: float = 0.6
     max_share: float = 0.25
@@ -217,9 +295,13 @@ class Curriculum:
 
 __all__ = [
     "DEFAULT_STAGES",
+    "INSTANCE_STAGES",
     "MAX_STEPS_LIMIT",
     "Curriculum",
+    "EasiestShare",
     "Loosening",
+    "Ranked",
+    "instance_stages",
     "loosen",
     "stage_scenarios",
 ]

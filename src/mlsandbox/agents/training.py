@@ -16,7 +16,10 @@ unchanged. Evaluation never uses shaping: it reports success, and the return of 
 
 With a :class:`~mlsandbox.agents.curriculum.Curriculum` (``mlsandbox train``'s default), training episodes
 start on easier variants of each family and end on the family as declared (see
-:mod:`mlsandbox.agents.curriculum`); the reward and its shaping are the same in every stage.
+:mod:`mlsandbox.agents.curriculum`); the reward and its shaping are the same in every stage. Trained on
+*generated* instances instead (``generated``: each a draw of the family's ``space:`` that passed the gates,
+played at its own seed), the curriculum's stages are the easiest shares of them by difficulty estimate, and
+evaluation plays other generated instances, of the test split (``evaluate(..., as_given=True)``).
 
 :func:`train_policy` saves checkpoints, the final policy, the learning curve (JSON and a PNG: success rate,
 return and episode length against env-steps) under an output directory. :func:`evaluate` plays held-out
@@ -37,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mlsandbox.agents.curriculum import Curriculum, stage_scenarios
+from mlsandbox.agents.curriculum import (
+    Curriculum,
+    EasiestShare,
+    Loosening,
+    Ranked,
+    instance_stages,
+    stage_scenarios,
+)
 from mlsandbox.agents.transfer import (
     PPO_SETTINGS,
     Outcome,
@@ -117,6 +127,8 @@ class TrainResult:
     settings: dict[str, Any] | None = None
     n_envs: int = 1
     """Envs stepped at once (worker processes when above 1)."""
+    generated: Sequence[Ranked] = ()
+    """The generated instances trained on (none: ``instances`` seeds of each family)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -130,6 +142,11 @@ class TrainResult:
             "ppo_settings": ppo_settings(self.settings, self.n_envs),
             "n_envs": self.n_envs,
             "curriculum": self.curriculum.summary() if self.curriculum is not None else None,
+            "generated": [
+                {"family": r.family, "id": r.scenario.id, "seed": r.scenario.seed, "difficulty": r.estimate}
+                for r in self.generated
+            ]
+            or None,
             "steps": self.steps,
             "wall_s": round(self.wall_s, 1),
             "steps_per_s": round(self.steps_per_s, 1),
@@ -151,6 +168,7 @@ def train_policy(
     on_point: Callable[[CurvePoint], None] | None = None,
     curriculum: Curriculum | None = None,
     n_envs: int = 1,
+    generated: Sequence[Ranked] = (),
 ) -> TrainResult:
     """Train MaskablePPO from scratch in sim on ``instances`` seeds of each scenario (see the module
     docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``.
@@ -181,16 +199,32 @@ def train_policy(
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(exist_ok=True)
-    shaped = [with_shaping(s, shaping) for s in scenarios]
+    stages: list[list[Scenario]] | None = None
+    if generated:
+        unknown = {r.family for r in generated} - {s.id for s in scenarios}
+        if unknown:
+            raise ValueError(f"generated instances of families not trained on: {', '.join(sorted(unknown))}")
+        ranked = [Ranked(r.family, with_shaping(r.scenario, shaping), r.estimate) for r in generated]
+        shaped = [r.scenario for r in ranked]
+        if curriculum is not None:
+            if not all(isinstance(st, EasiestShare) for st in curriculum.stages):
+                raise ValueError("a curriculum over generated instances has EasiestShare stages")
+            stages = instance_stages(ranked, [st for st in curriculum.stages if isinstance(st, EasiestShare)])
+    else:
+        shaped = [with_shaping(s, shaping) for s in scenarios]
+        if curriculum is not None:
+            if not all(isinstance(st, Loosening) for st in curriculum.stages):
+                raise ValueError("a curriculum over a declared family has Loosening stages")
+            stages = stage_scenarios(shaped, [st for st in curriculum.stages if isinstance(st, Loosening)])
     if curriculum is not None:
         curriculum.total_steps = curriculum.total_steps or steps
     make = functools.partial(
         _training_env,
         shaped,
-        instances=instances,
+        instances=1 if generated else instances,
         kind_features=several_kinds(scenarios),
         time_features=timed(scenarios),
-        stages=stage_scenarios(shaped, curriculum.stages) if curriculum is not None else None,
+        stages=stages,
     )
     ppo = ppo_settings(settings, n_envs)
     if n_envs == 1:
@@ -261,6 +295,7 @@ def train_policy(
         curriculum=curriculum,
         settings=settings,
         n_envs=n_envs,
+        generated=list(generated),
     )
     (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
     plot_curve(
@@ -389,10 +424,15 @@ def evaluate(
     greedy: bool = True,
     seed: int = 0,
     on_episode: Callable[[Outcome], None] | None = None,
+    as_given: bool = False,
+    kinds_of: Sequence[Scenario] | None = None,
     **env_kwargs: Any,
 ) -> Evaluation:
     """The trained policy (and, with ``baselines``, the random policy and the rule agent) on ``episodes``
-    held-out seeds of each scenario, on ``backend``, without shaping.
+    held-out seeds of each scenario, on ``backend``, without shaping. With ``as_given`` each scenario is
+    played once, at its own seed (held-out generated instances; ``episodes`` is then unused).
+    ``kinds_of``: the scenarios the policy was trained on, whose kinds of work and time features its
+    observation carries (default: ``scenarios``).
 
     ``ppo`` is the policy as it was trained: each action drawn from its distribution over the valid slots
     (torch seeded with ``seed``). ``ppo-greedy`` (with ``greedy``) takes the most likely slot instead; early in
@@ -403,12 +443,13 @@ def evaluate(
     from mlsandbox.agents import make_agent
     from mlsandbox.env.gym_env import MLSandboxEnv
 
-    tests = held_out(scenarios, episodes)
+    tests = list(scenarios) if as_given else held_out(scenarios, episodes)
+    trained = kinds_of if kinds_of is not None else scenarios
     env = transfer_env(
         tests,
         backend=backend,
-        kind_features=several_kinds(scenarios),
-        time_features=timed(scenarios),
+        kind_features=several_kinds(trained),
+        time_features=timed(trained),
         **env_kwargs,
     )
     outcomes: dict[str, list[Outcome]] = {}

@@ -1,5 +1,9 @@
 """``mlsandbox train``: MaskablePPO from scratch in sim on families' training instances, then evaluated on
-held-out seeds in sim (and, with ``--local N``, on the real local backend) beside random and rule."""
+held-out seeds in sim (and, with ``--local N``, on the real local backend) beside random and rule.
+
+With ``--generated N`` the training instances are N generated instances of each family (its ``space:``
+drawn, each draw gated in sim, of the train split) with a curriculum over them by difficulty estimate, and
+the held-out episodes are generated instances of the test split."""
 
 from __future__ import annotations
 
@@ -91,12 +95,26 @@ def register(app: typer.Typer) -> None:
         baselines: Annotated[
             bool, typer.Option("--baselines/--no-baselines", help="Random and rule beside the policy.")
         ] = True,
+        generated: Annotated[
+            int,
+            typer.Option(
+                "--generated",
+                min=0,
+                help="Train on this many generated instances of each family (its space: drawn, gated in "
+                "sim, train split), the curriculum going from the easiest third by difficulty estimate, "
+                "loosened, to all as generated; evaluate on generated test-split instances "
+                "(--eval-episodes, --local per family).",
+            ),
+        ] = 0,
+        gate_workers: Annotated[
+            int, typer.Option("--gate-workers", min=1, help="--generated: worker processes for the gates.")
+        ] = 2,
     ) -> None:
         """Train MaskablePPO from scratch (no demonstrations) in sim, save checkpoints and the learning
         curve (PNG and JSON), then evaluate on held-out seeds with random and rule beside it."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from mlsandbox.agents.curriculum import Curriculum
+        from mlsandbox.agents.curriculum import DEFAULT_STAGES, INSTANCE_STAGES, Curriculum
         from mlsandbox.errors import MLSandboxError
         from mlsandbox.scenario import load_scenario
 
@@ -109,6 +127,26 @@ def register(app: typer.Typer) -> None:
         except ImportError as e:  # pragma: no cover - the rl extra
             raise _fail(e) from None
         directory = out or Path("runs") / time.strftime("train-%Y%m%d-%H%M%S")
+        train_set: list[Any] = []
+        test_set: list[Any] = []
+        if generated:
+            train_set, test_set = _generate(
+                scenarios, generated, max(eval_episodes, local), seed, gate_workers
+            )
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "instances.json").write_text(
+                json.dumps(
+                    {
+                        split: [
+                            {"family": r.family, "id": r.scenario.id, "seed": r.scenario.seed,
+                             "difficulty": r.estimate}
+                            for r in ranked
+                        ]
+                        for split, ranked in (("train", train_set), ("test", test_set))
+                    },
+                    indent=2,
+                )
+            )  # fmt: skip
         progress = Progress(
             TextColumn("[bold]training"),
             BarColumn(),
@@ -132,9 +170,14 @@ def register(app: typer.Typer) -> None:
                 result = training.train_policy(
                     scenarios, steps=steps, out=directory, instances=instances, seed=seed, shaping=shaping,
                     on_point=point,
-                    curriculum=Curriculum(window=stage_window, threshold=stage_threshold) if curriculum else None,
+                    curriculum=(
+                        Curriculum(stages=INSTANCE_STAGES if generated else DEFAULT_STAGES, window=stage_window,
+                                   threshold=stage_threshold)
+                        if curriculum else None
+                    ),
                     settings={"ent_coef": ent_coef} if ent_coef is not None else None,
                     n_envs=n_envs,
+                    generated=train_set,
                 )  # fmt: skip
             except ImportError as e:
                 raise _fail(e) from None
@@ -150,18 +193,30 @@ def register(app: typer.Typer) -> None:
             f"{directory / 'curve.png'}"
         )
         rows: list[dict[str, Any]] = []
+
+        def tests(per_family: int) -> list[Any]:
+            return [
+                r.scenario for f in scenarios for r in [t for t in test_set if t.family == f.id][:per_family]
+            ]
+
         if eval_episodes:
             rows += training.evaluate(
-                result.model, scenarios, episodes=eval_episodes, backend="sim", baselines=baselines,
-                sandbox=f"train-eval-sim-{seed}",
+                result.model, tests(eval_episodes) if generated else scenarios, episodes=eval_episodes,
+                backend="sim", baselines=baselines, sandbox=f"train-eval-sim-{seed}", as_given=bool(generated),
+                kinds_of=scenarios,
             ).table()  # fmt: skip
         if local:
             rows += training.evaluate(
-                result.model, scenarios, episodes=local, backend="local", baselines=baselines,
-                sandbox=sandbox, start_sandbox=True,
+                result.model, tests(local) if generated else scenarios, episodes=local, backend="local",
+                baselines=baselines, sandbox=sandbox, start_sandbox=True, as_given=bool(generated),
+                kinds_of=scenarios,
             ).table()  # fmt: skip
         if rows:
-            table = Table(title=f"held-out seeds (from each family's seed + {training.HELD_OUT_OFFSET:,})")
+            table = Table(
+                title="held-out generated instances (test split)"
+                if generated
+                else f"held-out seeds (from each family's seed + {training.HELD_OUT_OFFSET:,})"
+            )
             for col in ("policy", "backend", "episodes", "success [95% CI]", "mean return"):
                 table.add_column(col, justify="left" if col in ("policy", "backend") else "right")
             for r in rows:
@@ -174,3 +229,63 @@ def register(app: typer.Typer) -> None:
                 )
             console.print(table)
             (directory / "evaluation.json").write_text(json.dumps(rows, indent=2))
+
+
+def _generate(
+    scenarios: list[Any], train: int, test: int, seed: int, workers: int
+) -> tuple[list[Any], list[Any]]:
+    """``train`` gated instances of the train split and ``test`` of the test split of each family, ranked
+    by difficulty estimate (:class:`~mlsandbox.agents.curriculum.Ranked`); exits with the reason when a
+    family declares no space or gives too few valid instances."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mlsandbox.agents.curriculum import Ranked
+    from mlsandbox.instances.generate import Gates, generate
+    from mlsandbox.instances.models import Instance, materialize
+    from mlsandbox.instances.splits import in_split
+
+    missing = [s.id for s in scenarios if s.space is None]
+    if missing:
+        raise _fail(
+            f"--generated needs a parameter space (a `space:` section), none in: {', '.join(missing)}"
+        )
+    out: dict[str, list[Ranked]] = {"train": [], "test": []}
+    progress = Progress(
+        TextColumn("[bold]gating instances"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    )
+    with progress, Gates(workers) as gates:
+        bar = progress.add_task("gate", total=(train + test) * len(scenarios), status="")
+        for family in scenarios:
+            for split, n in (("train", train), ("test", test)):
+                if not n:
+                    continue
+
+                def on_result(r: Any, family: Any = family, split: str = split) -> None:
+                    ok = isinstance(r, Instance)
+                    progress.update(bar, advance=int(ok), status=f"{family.id} {split} · {r.id[-12:]}")
+
+                accept = in_split("train") if split == "train" else in_split("test")
+                g = generate(family, n, gates=gates, seed=seed, accept=accept, on_result=on_result)
+                if not g.complete:
+                    reasons = "; ".join(f"{r.gate}: {r.reason}" for r in g.rejected[:3])
+                    raise _fail(
+                        f"{family.id}: {len(g.instances)} valid {split} instances of {n} "
+                        f"({len(g.rejected)} rejected{': ' + reasons if reasons else ''})"
+                    )
+                out[split] += [
+                    Ranked(family.id, materialize(family, i.params), i.difficulty.estimate)
+                    for i in g.instances
+                ]
+    for split, ranked in out.items():
+        if ranked:
+            estimates = [r.estimate for r in ranked]
+            console.print(
+                f"{split}: {len(ranked)} generated instances, difficulty estimate "
+                f"{min(estimates):.2f}-{max(estimates):.2f} (mean {sum(estimates) / len(estimates):.2f})"
+            )
+    return out["train"], out["test"]
