@@ -12,19 +12,22 @@ action and the overhead over in-process (p50 difference, median over actions).
 EnvRunner actors (``rl-fast``): on local every env runs on the same sandbox (12 env steps per runner per
 iteration), on sim each env is an in-process sandbox in its EnvRunner (``--sim-fragment`` steps per runner
 per iteration, default 256), with a new seed each episode and on a train split of ``--sim-instances``
-seeds (whose fits the fit store serves again). After a warm-up iteration, env steps
+seeds (whose fits the fit store serves again), with 1 and ``--sim-envs-per-runner`` envs in each EnvRunner
+(a vector env: the policy's forward pass and RLlib's connectors run once for all of them; the steps per
+runner per iteration stay ``--sim-fragment``, split among its envs). After a warm-up iteration, env steps
 sampled per second of wall time over the measured iterations (the learner's update is part of each
 iteration, as in training), and the share of an iteration spent sampling.
 
 Saves ``.bench/integrations.json`` and the figure ``.bench/integrations.png``.
 
 Usage: ``python benchmarks/bench_integrations.py [--sandbox NAME] [--steps N] [--iterations N] [--only
-openenv rllib] [--backends local sim] [--sim-fragment N] [--sim-instances N ...]`` (an ephemeral local sandbox is started when none is named).
+openenv rllib] [--backends local sim] [--sim-fragment N] [--sim-instances N ...] [--sim-envs-per-runner N]`` (an ephemeral local sandbox is started when none is named).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -133,7 +136,10 @@ def rllib_throughput(
     fragment: int = 12,
     instances: int | None = None,
     warmup: int = 1,
+    envs_per_runner: int = 1,
 ) -> dict[str, Any]:
+    """PPO's env steps/s; ``fragment`` env steps per runner per iteration, split among its
+    ``envs_per_runner`` envs."""
     from mlsandbox.integrations.rllib import ppo_config
 
     algo = ppo_config(
@@ -141,7 +147,8 @@ def rllib_throughput(
         backend=backend,
         sandbox=sandbox,
         num_env_runners=runners,
-        rollout_fragment_length=fragment,
+        num_envs_per_env_runner=envs_per_runner,
+        rollout_fragment_length=max(1, fragment // envs_per_runner),
         minibatch_size=min(128, fragment),
         seed=1,
     ).build_algo()
@@ -160,6 +167,7 @@ def rllib_throughput(
         "backend": backend,
         "env_runners": runners,
         "rollout_fragment_length": fragment,
+        "envs_per_runner": envs_per_runner,
         "instances": instances,
         "iterations": iterations,
         "env_steps": int(steps),
@@ -198,14 +206,31 @@ def figure(figures: dict[str, Any]) -> None:
         axes[0].legend(fontsize=8)
     rl = figures.get("rllib")
     if rl:
-        backends = sorted({r["backend"] for r in rl})
-        width = 0.8 / len(backends)
-        for k, name in enumerate(backends):
-            rows = [r for r in rl if r["backend"] == name]
-            xs = [r["env_runners"] + (k - (len(backends) - 1) / 2) * width for r in rows]
+
+        def series(r: dict[str, Any]) -> str:
+            split = (
+                f", {r['instances']} seeds"
+                if r.get("instances")
+                else (", new seeds" if r["backend"] == "sim" else "")
+            )
+            envs = f", {r.get('envs_per_runner', 1)} envs/runner" if r["backend"] == "sim" else ""
+            return f"{r['backend']}{split}{envs}"
+
+        names = list(dict.fromkeys(series(r) for r in rl))
+        width = 0.8 / len(names)
+        for k, name in enumerate(names):
+            rows = [r for r in rl if series(r) == name]
+            xs = [r["env_runners"] + (k - (len(names) - 1) / 2) * width for r in rows]
             axes[1].bar(xs, [r["env_steps_per_s"] for r in rows], width, label=name, color=f"C{2 + k}")
             for x, r in zip(xs, rows, strict=True):
-                axes[1].text(x, r["env_steps_per_s"], f"{r['env_steps_per_s']:.1f}", ha="center", va="bottom")
+                axes[1].text(
+                    x,
+                    r["env_steps_per_s"],
+                    f"{r['env_steps_per_s']:.0f}",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
         axes[1].set_xticks(sorted({r["env_runners"] for r in rl}))
         axes[1].set_yscale("log")
         axes[1].set_xlabel("EnvRunners (Ray actors)")
@@ -264,6 +289,12 @@ def main() -> None:
         default=[0, 16],
         help="sim rows: seeds of a train split (0: a new seed each episode; default 0 16)",
     )
+    parser.add_argument(
+        "--sim-envs-per-runner",
+        type=int,
+        default=8,
+        help="sim rows: also measured with this many envs in each EnvRunner (default 8; 1: only one)",
+    )
     args = parser.parse_args()
 
     backend = LocalBackend(args.sandbox or f"bench-int-{os.getpid()}")
@@ -287,24 +318,25 @@ def main() -> None:
                 figures["rllib"] = []
                 for kind in args.backends:
                     splits = [n or None for n in args.sim_instances] if kind == "sim" else [None]
-                    for instances in splits:
-                        for runners in (1, 2):
-                            console.print(
-                                f"measuring RLlib with {runners} EnvRunner(s) on {kind}"
-                                + (f", a train split of {instances}" if instances else "")
-                                + " ..."
-                            )
-                            row = rllib_throughput(
-                                kind,
-                                sandboxes[kind],
-                                runners,
-                                args.iterations,
-                                fragment=args.sim_fragment if kind == "sim" else 12,
-                                instances=instances,
-                                warmup=2 if kind == "sim" else 1,
-                            )
-                            row["load_average_1m"] = round(os.getloadavg()[0], 2)
-                            figures["rllib"].append(row)
+                    vectors = sorted({1, args.sim_envs_per_runner}) if kind == "sim" else [1]
+                    for instances, envs, runners in itertools.product(splits, vectors, (1, 2)):
+                        console.print(
+                            f"measuring RLlib with {runners} EnvRunner(s) of {envs} env(s) on {kind}"
+                            + (f", a train split of {instances}" if instances else "")
+                            + " ..."
+                        )
+                        row = rllib_throughput(
+                            kind,
+                            sandboxes[kind],
+                            runners,
+                            args.iterations,
+                            fragment=args.sim_fragment if kind == "sim" else 12,
+                            instances=instances,
+                            warmup=2 if kind == "sim" else 1,
+                            envs_per_runner=envs,
+                        )
+                        row["load_average_1m"] = round(os.getloadavg()[0], 2)
+                        figures["rllib"].append(row)
             finally:
                 ray.shutdown()
     finally:
@@ -330,6 +362,7 @@ def main() -> None:
         for col in (
             "backend",
             "EnvRunners",
+            "envs / runner",
             "steps / runner / iteration",
             "train split",
             "env steps",
@@ -340,7 +373,8 @@ def main() -> None:
         ):
             table.add_column(col, justify="right")
         for r in figures["rllib"]:
-            table.add_row(r["backend"], str(r["env_runners"]), str(r.get("rollout_fragment_length", 12)),
+            table.add_row(r["backend"], str(r["env_runners"]), str(r.get("envs_per_runner", 1)),
+                          str(r.get("rollout_fragment_length", 12)),
                           str(r.get("instances") or "new seeds"), str(r["env_steps"]), f"{r['wall_s']:.1f}",
                           f"{r['env_steps_per_s']:.2f}", f"{r['sampling_share']:.0%}",
                           f"{r['episode_return_mean']:+.3f}")  # fmt: skip
