@@ -32,6 +32,7 @@ from mlsandbox import paths
 from mlsandbox.backends.kube.faults.control import SERVICES, KubeFaultControl
 from mlsandbox.backends.protocols import BackendConfig, BackendType, Endpoints, ServiceStatus, Support
 from mlsandbox.errors import BackendError, NotRunningError
+from mlsandbox.plugins import services as plugin_specs
 
 from . import cluster_state
 from .cluster import ApiRefused, Cluster, TransientApiError
@@ -153,7 +154,8 @@ class KubeBackend:
         warning). Nothing else is installed here, and ``ephemeral`` changes nothing: the sandbox lives as
         long as its ``Sandbox`` object."""
         self._wait_ready(timeout)
-        self._runtime(check=False).plugin_services.start_up()
+        if any(spec.start == "up" for spec in plugin_specs().values()):  # else no runtime is needed
+            self._runtime(check=False).plugin_services.start_up()
 
     def _wait_ready(self, timeout: float = 0.0) -> None:
         deadline = time.monotonic() + timeout
