@@ -117,6 +117,11 @@ def test_the_command_trains_on_generated_instances_and_evaluates_on_the_test_spl
     rows = json.loads((out / "evaluation.json").read_text())
     assert {r["policy"] for r in rows} == {"ppo", "ppo-greedy"}
     assert all(r["episodes"] == 2 for r in rows)  # two test-split instances, each played once
+    by_family = json.loads((out / "evaluation-by-family.json").read_text())
+    assert [(r["policy"], r["family"], r["episodes"]) for r in by_family] == [
+        ("ppo", family.id, 2),
+        ("ppo-greedy", family.id, 2),
+    ]
     assert "held-out generated instances (test split)" in res.output
     assert "train: 3 generated instances" in res.output and "test: 2 generated instances" in res.output
 
@@ -143,3 +148,37 @@ def test_a_policy_over_several_kinds_reads_the_kind() -> None:
     finally:
         one.close()
         both.close()
+
+
+def test_the_evaluation_is_broken_down_by_family() -> None:
+    from mlsandbox.agents.transfer import Outcome, family_of
+    from mlsandbox.cli.training import _family_table
+
+    def outcome(policy: str, scenario: str, success: bool) -> Outcome:
+        return Outcome(policy=policy, scenario=scenario, family=family_of(load_builtin("churn-clean-small").model_copy(
+            update={"id": scenario})), seed=1, success=success, holdout_auc=None, reason="", steps=3,
+            total_reward=1.0 if success else -1.0, credits_used=0.0, wall_s=0.1)  # fmt: skip
+
+    generated = "churn-clean-small-0123456789ab"
+    assert (
+        family_of(load_builtin("churn-clean-small").model_copy(update={"id": generated}))
+        == "churn-clean-small"
+    )
+    evaluation = training.Evaluation(
+        backend="sim",
+        outcomes={
+            "ppo": [outcome("ppo", generated, True), outcome("ppo", "forecast-web-visits-basic", False)],
+            "rule": [outcome("rule", generated, True), outcome("rule", "forecast-web-visits-basic", True)],
+        },
+    )
+    rows = {(r["policy"], r["family"]): (r["successes"], r["episodes"]) for r in evaluation.by_family()}
+    assert rows == {
+        ("ppo", "churn-clean-small"): (1, 1),
+        ("ppo", "forecast-web-visits-basic"): (0, 1),
+        ("rule", "churn-clean-small"): (1, 1),
+        ("rule", "forecast-web-visits-basic"): (1, 1),
+    }
+    assert [r["successes"] for r in evaluation.table()] == [1, 2]
+    table = _family_table(evaluation.by_family())
+    assert [c.header for c in table.columns] == ["family", "ppo (sim)", "rule (sim)"]
+    assert table.row_count == 2

@@ -394,24 +394,34 @@ class Evaluation:
     """Policy or agent name -> one outcome per held-out episode."""
 
     def table(self) -> list[dict[str, Any]]:
-        from mlsandbox.evaluation.stats import wilson
+        """One row per policy: its success rate with a 95 % Wilson interval and its mean return."""
+        return [_row(self.backend, name, res) for name, res in self.outcomes.items()]
 
+    def by_family(self) -> list[dict[str, Any]]:
+        """One row per policy and family (a family's generated instances count as the family)."""
         rows = []
         for name, res in self.outcomes.items():
-            k = sum(o.success for o in res)
-            ci = wilson(k, len(res))
-            rows.append(
-                {
-                    "policy": name,
-                    "backend": self.backend,
-                    "episodes": len(res),
-                    "successes": k,
-                    "success_rate": round(k / len(res), 4) if res else float("nan"),
-                    "ci95": [round(ci.low, 4), round(ci.high, 4)],
-                    "mean_return": round(float(np.mean([o.total_reward for o in res])), 4) if res else None,
-                }
-            )
+            families: dict[str, list[Outcome]] = {}
+            for o in res:
+                families.setdefault(o.family, []).append(o)
+            rows += [{"family": f, **_row(self.backend, name, os)} for f, os in families.items()]
         return rows
+
+
+def _row(backend: str, name: str, res: Sequence[Outcome]) -> dict[str, Any]:
+    from mlsandbox.evaluation.stats import wilson
+
+    k = sum(o.success for o in res)
+    ci = wilson(k, len(res))
+    return {
+        "policy": name,
+        "backend": backend,
+        "episodes": len(res),
+        "successes": k,
+        "success_rate": round(k / len(res), 4) if res else float("nan"),
+        "ci95": [round(ci.low, 4), round(ci.high, 4)],
+        "mean_return": round(float(np.mean([o.total_reward for o in res])), 4) if res else None,
+    }
 
 
 def evaluate(

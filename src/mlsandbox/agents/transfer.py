@@ -23,6 +23,7 @@ every ``eval_every`` steps).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -230,9 +231,13 @@ class Outcome:
 
 
 def family_of(scenario: Scenario) -> str:
-    """The family a suite variant belongs to (the longest family id its id starts with)."""
+    """The family a suite variant belongs to (the longest family id its id starts with), or a generated
+    instance (its id is the family's and 12 hex digits of its parameters' hash)."""
     found = [f for f in FAMILIES if scenario.id == f or scenario.id.startswith(f + "-")]
-    return max(found, key=len) if found else scenario.id
+    if found:
+        return max(found, key=len)
+    generated = re.fullmatch(r"(.+)-[0-9a-f]{12}", scenario.id)
+    return generated.group(1) if generated else scenario.id
 
 
 def _outcome(name: str, scenario: Scenario, seed: int, info: dict[str, Any], **kw: Any) -> Outcome:

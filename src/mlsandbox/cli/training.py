@@ -193,24 +193,28 @@ def register(app: typer.Typer) -> None:
             f"{directory / 'curve.png'}"
         )
         rows: list[dict[str, Any]] = []
+        per_family: list[dict[str, Any]] = []
 
         def tests(per_family: int) -> list[Any]:
             return [
                 r.scenario for f in scenarios for r in [t for t in test_set if t.family == f.id][:per_family]
             ]
 
-        if eval_episodes:
-            rows += training.evaluate(
-                result.model, tests(eval_episodes) if generated else scenarios, episodes=eval_episodes,
-                backend="sim", baselines=baselines, sandbox=f"train-eval-sim-{seed}", as_given=bool(generated),
-                kinds_of=scenarios,
-            ).table()  # fmt: skip
-        if local:
-            rows += training.evaluate(
-                result.model, tests(local) if generated else scenarios, episodes=local, backend="local",
-                baselines=baselines, sandbox=sandbox, start_sandbox=True, as_given=bool(generated),
-                kinds_of=scenarios,
-            ).table()  # fmt: skip
+        runs: list[tuple[str, int]] = [("sim", eval_episodes), ("local", local)]
+        for backend, n in runs:
+            if not n:
+                continue
+            where = (
+                {"sandbox": f"train-eval-sim-{seed}"}
+                if backend == "sim"
+                else {"sandbox": sandbox, "start_sandbox": True}
+            )
+            evaluation = training.evaluate(
+                result.model, tests(n) if generated else scenarios, episodes=n, backend=backend,
+                baselines=baselines, as_given=bool(generated), kinds_of=scenarios, **where,
+            )  # fmt: skip
+            rows += evaluation.table()
+            per_family += evaluation.by_family()
         if rows:
             table = Table(
                 title="held-out generated instances (test split)"
@@ -229,6 +233,26 @@ def register(app: typer.Typer) -> None:
                 )
             console.print(table)
             (directory / "evaluation.json").write_text(json.dumps(rows, indent=2))
+            (directory / "evaluation-by-family.json").write_text(json.dumps(per_family, indent=2))
+            if len(scenarios) > 1:
+                console.print(_family_table(per_family))
+
+
+def _family_table(rows: list[dict[str, Any]]) -> Table:
+    """Successes per family (rows) and policy on a backend (columns)."""
+    columns = list(dict.fromkeys(f"{r['policy']} ({r['backend']})" for r in rows))
+    table = Table(title="successes per family")
+    table.add_column("family")
+    for col in columns:
+        table.add_column(col, justify="right")
+    cells: dict[str, dict[str, str]] = {}
+    for r in rows:
+        cells.setdefault(r["family"], {})[f"{r['policy']} ({r['backend']})"] = (
+            f"{r['successes']}/{r['episodes']}"
+        )
+    for family, by in cells.items():
+        table.add_row(family, *(by.get(col, "-") for col in columns))
+    return table
 
 
 def _generate(
