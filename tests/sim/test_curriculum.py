@@ -173,13 +173,10 @@ def test_every_env_of_a_vector_env_plays_the_stage(vec: str) -> None:
         envs.close()
 
 
-def test_training_plays_the_stage_and_evaluation_only_the_declared_family(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+def _played(monkeypatch: pytest.MonkeyPatch) -> list[Scenario]:
+    """The scenario of every episode reset from now on, in order."""
     from mlsandbox.env.gym_env import MLSandboxEnv
 
-    declared = load_builtin("churn-clean-small")
     played: list[Scenario] = []
     reset = MLSandboxEnv.reset
 
@@ -189,6 +186,15 @@ def test_training_plays_the_stage_and_evaluation_only_the_declared_family(
         return out
 
     monkeypatch.setattr(MLSandboxEnv, "reset", spy)
+    return played
+
+
+def test_training_plays_the_stage_and_evaluation_only_the_declared_family(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    declared = load_builtin("churn-clean-small")
+    played = _played(monkeypatch)
     # a curriculum that never leaves its easiest stage in this run
     curriculum = Curriculum(window=1_000, threshold=1.0, max_share=1.0)
     result = training.train_policy(
@@ -270,19 +276,9 @@ def test_training_on_generated_instances_plays_them_at_their_own_seeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
-    from mlsandbox.env.gym_env import MLSandboxEnv
-
     declared = load_builtin("churn-clean-small")
     ranked = _ranked("churn-clean-small", 6, [0.9, 0.1, 0.5, 0.0, 0.7, 0.3])
-    played: list[Scenario] = []
-    reset = MLSandboxEnv.reset
-
-    def spy(self: MLSandboxEnv, **kwargs: Any) -> Any:
-        out = reset(self, **kwargs)
-        played.append(self.scenario)
-        return out
-
-    monkeypatch.setattr(MLSandboxEnv, "reset", spy)
+    played = _played(monkeypatch)
     curriculum = Curriculum(stages=INSTANCE_STAGES, window=1_000, threshold=1.0, max_share=1.0)
     training.train_policy(
         [declared], steps=256, out=tmp_path, seed=0, curriculum=curriculum, generated=ranked,
