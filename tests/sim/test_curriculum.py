@@ -95,6 +95,22 @@ def test_fewer_defects_where_the_dataset_declares_them() -> None:
     assert loosen(tabular, Loosening()) is tabular
 
 
+def test_late_data_and_level_shifts_are_defects_a_stage_removes() -> None:
+    late_family = load_builtin("forecast-store-sales-late-data")
+    late = late_family.datasets[0].late
+    assert late is not None and late.unsettled_days == 3 and late.restated_share > 0
+    assert loosen(late_family, Loosening(defects=0.0)).datasets[0].late is None
+    half = loosen(late_family, Loosening(defects=0.5)).datasets[0].late
+    assert half is not None and half.unsettled_days == 1
+    assert half.restated_share == pytest.approx(late.restated_share / 2)
+    assert half.settle_days == late.settle_days and half.arrived == late.arrived
+    data = late_family.model_dump(mode="json")
+    data["datasets"][0]["level_shifts"] = [{"at_day": 200, "factor": 1.3}, {"at_day": 400, "factor": 0.8}]
+    shifted = Scenario.model_validate(data)
+    assert len(loosen(shifted, Loosening(defects=0.5)).datasets[0].level_shifts) == 1
+    assert loosen(shifted, Loosening(defects=0.0)).datasets[0].level_shifts == []
+
+
 def test_a_curriculum_must_end_with_the_family_and_get_harder() -> None:
     s = load_builtin("churn-clean-small")
     with pytest.raises(ValueError, match="last stage"):

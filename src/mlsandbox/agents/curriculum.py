@@ -15,8 +15,9 @@ family's parameter space, which a stage drops: it is one variant, not a family t
 - ``defects`` (a share from 0 to 1): the share of each dataset's declared defects kept: a tabular
   dataset's ``defects`` rates (``missing_rate``, ``outlier_rate``, each injection's ``rate``) multiplied
   (the injections dropped at 0),
-  a time series' ``gaps.count`` rounded down (no gaps at 0). A dataset that declares no defects is
-  unchanged.
+  a time series' ``gaps.count`` and late data's ``unsettled_days`` rounded down (none at 0; its
+  ``restated_share`` multiplied), and the first of its ``level_shifts`` kept (none at 0). A dataset that
+  declares no defects is unchanged.
 
 :data:`DEFAULT_STAGES` go from ``Loosening(bar=1.5, budget=2, defects=0)`` to the declared family
 (``Loosening()``, which changes nothing). :class:`Curriculum` advances from one stage to the next when
@@ -202,6 +203,16 @@ def _defect_params(data: dict[str, Any], keep: float) -> dict[str, Any]:
         if isinstance(gaps, dict) and gaps.get("count"):
             count = math.floor(gaps["count"] * keep)
             params[f"datasets.{i}.gaps"] = {**gaps, "count": count} if count else None
+        late = ds.get("late")
+        if isinstance(late, dict) and late.get("unsettled_days"):
+            days = math.floor(late["unsettled_days"] * keep)
+            restated = round(float(late.get("restated_share") or 0.0) * keep, 6)
+            params[f"datasets.{i}.late"] = (
+                {**late, "unsettled_days": days, "restated_share": restated} if days else None
+            )
+        shifts = ds.get("level_shifts")
+        if isinstance(shifts, list) and shifts:
+            params[f"datasets.{i}.level_shifts"] = shifts[: math.floor(len(shifts) * keep)]
     return params
 
 
