@@ -182,3 +182,18 @@ def test_the_evaluation_is_broken_down_by_family() -> None:
     table = _family_table(evaluation.by_family())
     assert [c.header for c in table.columns] == ["family", "ppo (sim)", "rule (sim)"]
     assert table.row_count == 2
+
+
+def test_a_family_whose_goal_the_slots_cannot_meet_is_refused(tmp_path: Path) -> None:
+    serving = load_builtin("serving-deploy-slo")
+    assert training.unreachable([serving, load_builtin("churn-clean-small")]) == [
+        "serving-deploy-slo (its deployment_slo goal needs deploy_model)"
+    ]
+    with pytest.raises(ValueError, match="cannot meet the goal of serving-deploy-slo"):
+        training.train_policy([serving], steps=10, out=tmp_path / "x")
+    res = CliRunner().invoke(
+        app, ["train", "serving-deploy-slo", "--steps", "10", "--out", str(tmp_path / "y")]
+    )
+    assert res.exit_code == 1
+    assert "deployment_slo goal needs deploy_model" in res.output
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

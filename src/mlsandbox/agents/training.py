@@ -50,6 +50,7 @@ from mlsandbox.agents.curriculum import (
 )
 from mlsandbox.agents.transfer import (
     PPO_SETTINGS,
+    SETUP,
     Outcome,
     model_policy,
     play,
@@ -71,6 +72,19 @@ DEFAULT_SHAPING: dict[str, float] = {
 """Potential-based shaping weights a training run adds to a family that declares none."""
 HELD_OUT_OFFSET = 100_000
 """Evaluation seeds start this far from a family's seed (training instances use the first ``instances``)."""
+GOAL_ACTIONS: dict[str, tuple[str, ...]] = {"deployment_slo": ("deploy_model",)}
+"""Action types a goal cannot be met without, beyond those that register a model."""
+
+
+def unreachable(scenarios: Sequence[Scenario]) -> list[str]:
+    """The scenarios whose goal the training env's action slots (:data:`~mlsandbox.agents.transfer.SETUP`)
+    cannot meet, each with what its goal needs: a policy trained on them could only learn to give up."""
+    out = []
+    for s in scenarios:
+        missing = [a for a in GOAL_ACTIONS.get(s.goal.type, ()) if a not in SETUP["action_types"]]
+        if missing:
+            out.append(f"{s.id} (its {s.goal.type} goal needs {', '.join(missing)})")
+    return out
 
 
 def several_kinds(scenarios: Sequence[Scenario]) -> bool:
@@ -188,6 +202,11 @@ def train_policy(
         raise ValueError(f"instances must be at least 1, got {instances}")
     if not scenarios:
         raise ValueError("no scenario to train on")
+    if beyond := unreachable(scenarios):
+        raise ValueError(
+            "the training env's action slots cannot meet the goal of " + "; ".join(beyond)
+            + ": its slots have no action of that type (mlsandbox.agents.transfer.SETUP)"
+        )  # fmt: skip
     if n_envs < 1:
         raise ValueError(f"n_envs must be at least 1, got {n_envs}")
     try:
@@ -488,6 +507,7 @@ def evaluate(
 
 __all__ = [
     "DEFAULT_SHAPING",
+    "GOAL_ACTIONS",
     "HELD_OUT_OFFSET",
     "CurvePoint",
     "Evaluation",
@@ -498,5 +518,6 @@ __all__ = [
     "sampled_policy",
     "several_kinds",
     "train_policy",
+    "unreachable",
     "with_shaping",
 ]

@@ -126,6 +126,11 @@ def register(app: typer.Typer) -> None:
             from mlsandbox.agents import training
         except ImportError as e:  # pragma: no cover - the rl extra
             raise _fail(e) from None
+        if beyond := training.unreachable(scenarios):
+            raise _fail(
+                "the training env's action slots cannot meet the goal of " + "; ".join(beyond)
+                + ": train on families whose goal is a registered model"
+            )  # fmt: skip
         directory = out or Path("runs") / time.strftime("train-%Y%m%d-%H%M%S")
         train_set: list[Any] = []
         test_set: list[Any] = []
