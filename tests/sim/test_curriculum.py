@@ -95,6 +95,24 @@ def test_fewer_defects_where_the_dataset_declares_them() -> None:
     assert loosen(tabular, Loosening()) is tabular
 
 
+@pytest.mark.parametrize(
+    ("family", "rates"),
+    [
+        ("text-ticket-triage-slow-lake", ("label_noise", "duplicate_rate", "empty_rate", "truncated_rate")),
+        ("images-rare-parts", ("unreadable_rate", "size_mismatch_rate")),
+    ],
+)
+def test_a_text_or_image_dataset_s_own_defect_rates_are_loosened(family: str, rates: tuple[str, ...]) -> None:
+    declared = load_builtin(family)
+    ds = declared.datasets[0]
+    assert all(getattr(ds, r) > 0 for r in rates)
+    half = loosen(declared, Loosening(defects=0.5)).datasets[0]
+    none = loosen(declared, Loosening(defects=0.0)).datasets[0]
+    for r in rates:
+        assert getattr(half, r) == pytest.approx(getattr(ds, r) / 2)
+        assert getattr(none, r) == 0
+
+
 def test_late_data_and_level_shifts_are_defects_a_stage_removes() -> None:
     late_family = load_builtin("forecast-store-sales-late-data")
     late = late_family.datasets[0].late

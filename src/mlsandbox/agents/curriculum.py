@@ -16,8 +16,9 @@ family's parameter space, which a stage drops: it is one variant, not a family t
   dataset's ``defects`` rates (``missing_rate``, ``outlier_rate``, each injection's ``rate``) multiplied
   (the injections dropped at 0),
   a time series' ``gaps.count`` and late data's ``unsettled_days`` rounded down (none at 0; its
-  ``restated_share`` multiplied), and the first of its ``level_shifts`` kept (none at 0). A dataset that
-  declares no defects is unchanged.
+  ``restated_share`` multiplied), the first of its ``level_shifts`` kept (none at 0), and a text or image
+  dataset's own defect rates (:data:`RATE_DEFECTS`: label noise, duplicates, empty, truncated, unreadable,
+  mis-sized) multiplied. A dataset that declares no defects is unchanged.
 
 :data:`DEFAULT_STAGES` go from ``Loosening(bar=1.5, budget=2, defects=0)`` to the declared family
 (``Loosening()``, which changes nothing). :class:`Curriculum` advances from one stage to the next when
@@ -48,6 +49,9 @@ from typing import Any
 from mlsandbox.scenario import Scenario
 from mlsandbox.scenario.space import apply_parameters
 
+RATE_DEFECTS = ("label_noise", "duplicate_rate", "empty_rate", "truncated_rate", "unreadable_rate",
+                "size_mismatch_rate")  # fmt: skip
+"""A dataset's own defect rates (the text and image kinds): a stage multiplies them by its share kept."""
 MAX_STEPS_LIMIT = 10_000
 """A scenario's ``max_steps`` may not exceed this (its model's bound)."""
 
@@ -210,6 +214,9 @@ def _defect_params(data: dict[str, Any], keep: float) -> dict[str, Any]:
             params[f"datasets.{i}.late"] = (
                 {**late, "unsettled_days": days, "restated_share": restated} if days else None
             )
+        for key in RATE_DEFECTS:  # the text and image kinds' defects are rates of the dataset itself
+            if isinstance(ds.get(key), int | float) and ds[key]:
+                params[f"datasets.{i}.{key}"] = round(ds[key] * keep, 6)
         shifts = ds.get("level_shifts")
         if isinstance(shifts, list) and shifts:
             params[f"datasets.{i}.level_shifts"] = shifts[: math.floor(len(shifts) * keep)]
