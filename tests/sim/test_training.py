@@ -186,8 +186,10 @@ def test_the_evaluation_is_broken_down_by_family() -> None:
 
 def test_a_family_whose_goal_the_slots_cannot_meet_is_refused(tmp_path: Path) -> None:
     serving = load_builtin("serving-deploy-slo")
-    assert training.unreachable([serving, load_builtin("churn-clean-small")]) == [
-        "serving-deploy-slo (its deployment_slo goal needs deploy_model)"
+    fetched = load_builtin("data-csv-batch-missing-outliers")
+    assert training.unreachable([serving, load_builtin("churn-clean-small"), fetched]) == [
+        "serving-deploy-slo (its deployment_slo goal needs deploy_model)",
+        "data-csv-batch-missing-outliers (its data comes from source orders_api: it needs ingest_source)",
     ]
     with pytest.raises(ValueError, match="cannot meet the goal of serving-deploy-slo"):
         training.train_policy([serving], steps=10, out=tmp_path / "x")

@@ -84,6 +84,12 @@ def unreachable(scenarios: Sequence[Scenario]) -> list[str]:
         missing = [a for a in GOAL_ACTIONS.get(s.goal.type, ()) if a not in SETUP["action_types"]]
         if missing:
             out.append(f"{s.id} (its {s.goal.type} goal needs {', '.join(missing)})")
+        # a dataset served by an API or a database reaches the lake only through an ingestion
+        fetched = [
+            src.name for src in s.sources if src.type in ("api", "postgres") and src.dataset == s.goal.dataset
+        ]
+        if fetched and "ingest_source" not in SETUP["action_types"]:
+            out.append(f"{s.id} (its data comes from source {fetched[0]}: it needs ingest_source)")
     return out
 
 
