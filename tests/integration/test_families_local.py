@@ -46,6 +46,7 @@ def test_rotated_credentials_real_401_and_signature_mismatch(sandbox: Any) -> No
     assert res.success, res.grade
 
 
+@pytest.mark.latency  # graded on the deployment's SLO: it runs alone, not beside the other lanes
 def test_feature_service_down_real_503_then_a_real_restart_on_the_same_address(sandbox: Any) -> None:
     res, seen = _reference_episode(sandbox, "serving-alert-feature-service-down")
     health = [o["result"] for o in seen if o.get("action") == "get_service_health" and o.get("ok")]
