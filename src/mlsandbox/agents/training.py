@@ -76,20 +76,26 @@ GOAL_ACTIONS: dict[str, tuple[str, ...]] = {"deployment_slo": ("deploy_model",)}
 """Action types a goal cannot be met without, beyond those that register a model."""
 
 
-def unreachable(scenarios: Sequence[Scenario]) -> list[str]:
-    """The scenarios whose goal the training env's action slots (:data:`~mlsandbox.agents.transfer.SETUP`)
-    cannot meet, each with what its goal needs: a policy trained on them could only learn to give up."""
+def unreachable(scenarios: Sequence[Scenario], action_types: Sequence[str] | None = None) -> list[str]:
+    """The scenarios whose goal the training env's action slots (``action_types``, by default those of
+    :data:`~mlsandbox.agents.transfer.SETUP`) cannot meet, each with what its goal needs: a policy trained
+    on them could only learn to give up."""
+    types = tuple(SETUP["action_types"] if action_types is None else action_types)
     out = []
     for s in scenarios:
-        missing = [a for a in GOAL_ACTIONS.get(s.goal.type, ()) if a not in SETUP["action_types"]]
+        missing = [a for a in GOAL_ACTIONS.get(s.goal.type, ()) if a not in types]
         if missing:
             out.append(f"{s.id} (its {s.goal.type} goal needs {', '.join(missing)})")
         # a dataset served by an API or a database reaches the lake only through an ingestion
         fetched = [
             src.name for src in s.sources if src.type in ("api", "postgres") and src.dataset == s.goal.dataset
         ]
-        if fetched and "ingest_source" not in SETUP["action_types"]:
+        if fetched and "ingest_source" not in types:
             out.append(f"{s.id} (its data comes from source {fetched[0]}: it needs ingest_source)")
+        elif fetched and all(src.name != fetched[0] for src in s.sources[: SETUP["max_sources"]]):
+            out.append(
+                f"{s.id} (its source {fetched[0]} is beyond the env's {SETUP['max_sources']} source slots)"
+            )
     return out
 
 

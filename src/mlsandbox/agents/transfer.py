@@ -58,6 +58,8 @@ SETUP: dict[str, Any] = {
         "get_job",
         "wait",
         "register_model",
+        "ingest_source",
+        "deploy_model",
         "get_service_health",
         "restart_service",
         "retry_job",
@@ -65,13 +67,18 @@ SETUP: dict[str, Any] = {
     ),
     "max_datasets": 4,
     "max_jobs": 3,
+    "max_sources": 2,
+    "replicas": (1, 2),
     "algorithms": ("logistic_regression", "random_forest", "gradient_boosting"),
     "machines": ("cpu-micro", "cpu-small"),
     "services": ("minio", "mlflow"),
     "wait_seconds": (60.0,),
     "allow_restart": True,
 }
-"""The wrapper options of the transfer env (59 slots): every decision of the families is a slot."""
+"""The wrapper options of the training env (67 slots): every decision of the transfer families is a slot, and
+so are an ingestion of each of a scenario's first two sources and a deployment of the goal's model (one or
+two replicas), which a family whose data comes from an API or a database, or whose goal is a deployment,
+cannot do without."""
 
 PPO_SETTINGS: dict[str, Any] = {
     "n_steps": 1024,
@@ -120,6 +127,7 @@ def transfer_env(
         inner,
         max_datasets=SETUP["max_datasets"],
         max_jobs=SETUP["max_jobs"],
+        max_sources=SETUP["max_sources"],
         kind_features=kind_features,
         time_features=time_features,
     )

@@ -20,6 +20,11 @@ action type            slots                                       unmasked when
 ``get_job``            one per job slot (``job-1`` ...)            the job exists
 ``list_runs``          1                                           always
 ``register_model``     one per job slot (goal's model name)        the job succeeded with a tracking run
+``ingest_source``      one per source slot (the scenario's         the source exists, the backend has
+                       sources in order; default output)           sources, its output is not in the lake
+``deploy_model``       one per ``replicas`` value (the goal's      a version of the goal's model is
+                       model's latest version, default machine)    registered and not served yet, the
+                                                                   scenario has serving, the backend serves
 ``wait``               one per ``wait_seconds`` value              always
 ``get_logs``           service x 1, job slot x 1                   the backend exposes services / job exists
 ``get_service_health`` one per service (``services=`` narrows)     the backend exposes services
@@ -58,7 +63,9 @@ left; last action and its outcome, dataset and job slots, registrations), follow
 profiled, whether that profile showed missing values or outliers (and the largest missing rate), and
 which cleaning strategies made it; per job slot its algorithm, the lineage of the data it trained on,
 whether its run was registered under the goal's name and how it ended (out of memory, other failure);
-per service the last health probe (healthy, unhealthy) and a restart; the last error code. Nothing
+per service the last health probe (healthy, unhealthy) and a restart; the last error code; per source
+slot (``max_sources``) whether the scenario declares it and whether it was ingested; whether the goal's
+model was deployed. Nothing
 hidden (ground truth, the defect manifest, fault records) goes in: every feature comes from the episode
 state the gateway keeps or from an observation the agent received, so it is the same on every backend.
 Both wrappers need the in-process env (:class:`~mlsandbox.env.gym_env.MLSandboxEnv`): the state they
@@ -127,6 +134,14 @@ class SlotContext:
     """The episode's datasets in order, read once per state (None: read from ``state`` each time)."""
     has_credits: bool | None = None
     """Whether credits are left, read once per state (None: read from ``state`` each time)."""
+    max_sources: int = 2
+    """Source slots of ``ingest_source``: the scenario's sources, in the order it declares them."""
+    replicas: tuple[int, ...] = (1, 2)
+    """Replica counts of the ``deploy_model`` slots."""
+    has_sources: bool = False
+    """The episode's backend has external sources (``sources``)."""
+    has_serving: bool = False
+    """The episode's backend serves models (``serving``)."""
 
     def dataset(self, i: int) -> str | None:
         keys = self.dataset_names if self.dataset_names is not None else tuple(self.state.datasets)
@@ -216,6 +231,31 @@ def _retry(ctx: SlotContext, j: int) -> Slot:
     return {"type": "retry_job", "job_id": ctx.job_id(j)}, ok
 
 
+def _ingest(ctx: SlotContext, i: int) -> Slot:
+    sources = ctx.state.scenario.sources
+    if i >= len(sources):
+        return {"type": "ingest_source", "source": f"none-{i}"}, False
+    name = sources[i].name
+    ok = ctx.has_sources and f"sources/{name}.parquet" not in ctx.state.datasets
+    return {"type": "ingest_source", "source": name}, ok
+
+
+def _deploy(ctx: SlotContext, i: int) -> Slot:
+    sc = ctx.state.scenario
+    name = sc.goal.model_name
+    versions = [v for n, v in ctx.state.registered if n == name]
+    version = versions[-1] if versions else "1"
+    replicas = ctx.replicas[i]
+    ok = (
+        bool(versions)
+        and ctx.has_serving
+        and sc.serving is not None
+        and replicas <= sc.serving.max_replicas
+        and ctx.state.serving.served_version != version
+    )
+    return {"type": "deploy_model", "name": name, "version": version, "replicas": replicas}, ok
+
+
 def _wait(ctx: SlotContext, i: int) -> Slot:
     return {"type": "wait", "seconds": ctx.wait_seconds[i]}, True
 
@@ -243,6 +283,8 @@ TEMPLATES: dict[str, Template] = {
     "get_job": Template(lambda c: c.max_jobs, _get_job),
     "list_runs": _one({"type": "list_runs"}),
     "register_model": Template(lambda c: c.max_jobs, _register),
+    "ingest_source": Template(lambda c: c.max_sources, _ingest),
+    "deploy_model": Template(lambda c: len(c.replicas), _deploy),
     "wait": Template(lambda c: len(c.wait_seconds), _wait),
     "get_logs": Template(lambda c: len(c.services) + c.max_jobs, _logs),
     "get_service_health": Template(lambda c: len(c.services), _health),
@@ -301,8 +343,14 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         algorithms: Sequence[str] | None = None,
         machines: Sequence[str | None] | None = None,
         services: Sequence[str] | None = None,
+        max_sources: int = 2,
+        replicas: Sequence[int] = (1, 2),
     ) -> None:
         super().__init__(env)
+        if max_sources < 0 or not replicas or any(not 1 <= r <= 16 for r in replicas):
+            raise ValueError(
+                f"max_sources must be >= 0 and replicas counts within 1-16, got {max_sources}, {list(replicas)}"
+            )
         algos = tuple(ALGORITHMS if algorithms is None else algorithms)
         if not algos or any(a not in ALGORITHMS for a in algos):
             raise ValueError(
@@ -333,6 +381,8 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             algorithms=algos,
             machines=kinds,
             services=svcs,
+            max_sources=max_sources,
+            replicas=tuple(int(r) for r in replicas),
         )
         table = {**TEMPLATES, **(templates or {})}
         self.templates: list[tuple[str, Template]] = [(t, table.get(t) or _masked_fallback(t)) for t in types]
@@ -391,6 +441,8 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             kind_preparations=kind_preparations(st),
             dataset_names=tuple(st.datasets),
             has_credits=st.credits_left > 0,
+            has_sources=inner.supports("sources"),
+            has_serving=inner.supports("serving"),
         )
         out: list[Slot] = []
         for tpl, i in self._index:
@@ -422,6 +474,11 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             st.credits_left > 0,
             datasets,
             tuple(jobs),
+            tuple(st.registered),
+            st.serving.served_version,
+            tuple(n for n in st.datasets if n.startswith("sources/")),
+            inner.supports("sources"),
+            inner.supports("serving"),
         )
 
     def _acceptable(self, action: dict[str, Any], scenario: Any) -> bool:
@@ -530,6 +587,10 @@ class Memory:
     last_error: str | None = None
     train_positions: dict[str, int | None] = dataclasses.field(default_factory=dict)
     """job -> the ``train_model`` position (the kind's RL slot) its training took (a retry keeps its job's)."""
+    ingested: set[str] = dataclasses.field(default_factory=set)
+    """Sources ingested into the lake."""
+    deployed: bool = False
+    """A deployment of the goal's model answered ready."""
 
     def update(
         self,
@@ -563,6 +624,10 @@ class Memory:
             self.exit_codes[str(result.get("job_id"))] = int(result["exit_code"])
         elif action_type == "register_model" and result.get("name") == goal_model:
             self.registered_runs.add(str(result.get("run_id")))
+        elif action_type == "ingest_source":
+            self.ingested.add(str(result.get("source") or action.get("source")))
+        elif action_type == "deploy_model" and action.get("name") == goal_model:
+            self.deployed = True
         elif action_type == "get_service_health":
             self.health[str(action.get("service"))] = bool(result.get("healthy"))
         elif action_type == "restart_service":
@@ -601,10 +666,12 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         max_jobs: int = 4,
         kind_features: bool = False,
         time_features: bool = False,
+        max_sources: int = 2,
     ) -> None:
         super().__init__(env)
         self.max_datasets = max_datasets
         self.max_jobs = max_jobs
+        self.max_sources = max_sources
         self.kinds: tuple[str, ...] = tuple(kinds()) if kind_features else ()
         """Kinds of the one-hot kind features (empty: none; see the module docstring)."""
         self.types = list(get_catalog().types)
@@ -617,6 +684,7 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
         n += (4 + len(STRATEGY_FLAGS)) * max_datasets
         n += (len(ALGORITHMS) + len(STRATEGY_FLAGS) + 3) * max_jobs
         n += 3 * len(SERVICES) + len(ERROR_CODES) + 1
+        n += 2 * max_sources + 1
         n += len(self.kinds)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32)
 
@@ -698,6 +766,10 @@ class FlatObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
             f += [float(healthy is True), float(healthy is False), float(service in mem.restarted)]
         f += [float(mem.last_error == c) for c in ERROR_CODES]
         f += [float(mem.last_error is not None and mem.last_error not in ERROR_CODES)]
+        sources = [src.name for src in sc.sources]
+        for i in range(self.max_sources):
+            f += [float(i < len(sources)), float(i < len(sources) and sources[i] in mem.ingested)]
+        f += [float(mem.deployed)]
         f += [float(kind.name == k) for k in self.kinds]
         return np.clip(np.asarray(f, dtype=np.float32), 0.0, 1.0)
 
