@@ -205,3 +205,13 @@ def test_a_family_whose_goal_the_slots_cannot_meet_is_refused(
     )
     assert res.exit_code == 1
     assert "deployment_slo goal needs deploy_model" in res.output
+
+
+def test_stage_labels_merge_stages_whose_lines_would_overlap() -> None:
+    # 102,400 env-steps on the axis: stages 1 and 2 began 2,645 apart (2.6 %), stage 3 far later
+    assert training.stage_labels([11_856, 14_501, 60_000], 102_400) == [
+        (11_856, "stages 1-2"),
+        (60_000, "stage 3"),
+    ]
+    assert training.stage_labels([25_600, 51_200], 102_400) == [(25_600, "stage 1"), (51_200, "stage 2")]
+    assert training.stage_labels([], 0) == []

@@ -371,6 +371,20 @@ def _training_env(
     )
 
 
+def stage_labels(stage_starts: Sequence[int], span: float, *, apart: float = 0.04) -> list[tuple[int, str]]:
+    """One label per group of curriculum stages that began within ``apart`` of the x-axis (``span``
+    env-steps) of the group's first: ``stage 2``, or ``stages 1-2`` where two lines would overlap."""
+    groups: list[list[tuple[int, int]]] = []
+    for k, at in enumerate(stage_starts, start=1):
+        if groups and at - groups[-1][0][1] < apart * max(span, 1):
+            groups[-1].append((k, at))
+        else:
+            groups.append([(k, at)])
+    return [
+        (g[0][1], f"stage {g[0][0]}" if len(g) == 1 else f"stages {g[0][0]}-{g[-1][0]}") for g in groups
+    ]
+
+
 def plot_curve(
     curve: Sequence[CurvePoint], path: Path, *, title: str, stage_starts: Sequence[int] = ()
 ) -> None:
@@ -390,9 +404,10 @@ def plot_curve(
         strict=True,
     ):
         ax.plot(x, values, marker=".")
-        for k, at in enumerate(stage_starts, start=1):
+        for at in stage_starts:
             ax.axvline(at, color="grey", linestyle="--", linewidth=0.8)
-            ax.annotate(f"stage {k}", (at, 1), xycoords=("data", "axes fraction"), fontsize=7,
+        for at, text in stage_labels(stage_starts, max([*x, *stage_starts], default=0)):
+            ax.annotate(text, (at, 1), xycoords=("data", "axes fraction"), fontsize=7,
                         rotation=90, va="top", ha="right", color="grey")  # fmt: skip
         ax.set_xlabel("env-steps")
         ax.set_title(label, fontsize=10)
@@ -529,6 +544,7 @@ __all__ = [
     "plot_curve",
     "sampled_policy",
     "several_kinds",
+    "stage_labels",
     "train_policy",
     "unreachable",
     "with_shaping",
