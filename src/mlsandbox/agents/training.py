@@ -380,9 +380,7 @@ def stage_labels(stage_starts: Sequence[int], span: float, *, apart: float = 0.0
             groups[-1].append((k, at))
         else:
             groups.append([(k, at)])
-    return [
-        (g[0][1], f"stage {g[0][0]}" if len(g) == 1 else f"stages {g[0][0]}-{g[-1][0]}") for g in groups
-    ]
+    return [(g[0][1], f"stage {g[0][0]}" if len(g) == 1 else f"stages {g[0][0]}-{g[-1][0]}") for g in groups]
 
 
 def plot_curve(
