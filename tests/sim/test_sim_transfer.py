@@ -49,7 +49,7 @@ def test_memory_features_follow_what_the_agent_observed(held_out: list) -> None:
         flat = env.env
         assert isinstance(flat, FlatObservation)
         # 63 slots: the table kinds' five cleaning strategies on each of the four dataset slots among them
-        assert env.action_space.n == 67 and obs.shape == env.observation_space.shape
+        assert env.action_space.n == 75 and obs.shape == env.observation_space.shape
         before = obs.copy()
         slots = env.slots()
         check = next(i for i, (a, ok) in enumerate(slots) if ok and a["type"] == "check_data_quality")

@@ -204,17 +204,20 @@ def test_every_kind_declares_rl_slots_and_a_broken_declaration_is_refused() -> N
     from mlsandbox.plugins import PluginError
     from mlsandbox.tasks.images import ImageClassification
     from mlsandbox.tasks.kind import RL_TRAIN_POSITIONS, TrainSlot
-    from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
+    from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS, make_estimator
 
     for kind in registry.kinds().values():
         slots = kind.train_slots()
         assert 0 < len(slots) <= RL_TRAIN_POSITIONS
         assert {s.algorithm for s in slots} <= set(kind.algorithms)
         assert set(kind.preparation_slots()) <= set(kind.preparations)
-    # the binary kind's positions are its algorithms with their defaults, as before slots were declared
-    assert [s.action() for s in registry.get("tabular").train_slots()] == [
-        {"algorithm": a} for a in ESTIMATOR_PARAMETERS
-    ]
+    # the binary kind's positions are its algorithms with their defaults, the neural network's learning
+    # rate named explicitly at its default value (so a fault that changes unset rates does not reach it)
+    binary = [s.action() for s in registry.get("tabular").train_slots()]
+    assert [a["algorithm"] for a in binary] == list(ESTIMATOR_PARAMETERS)
+    assert [a.get("hyperparams") for a in binary[:3]] == [None, None, None]
+    rate = binary[3]["hyperparams"]["learning_rate_init"]
+    assert rate == make_estimator("mlp", {}, 0).get_params()["learning_rate_init"]
     images = registry.get("image_classification")
     assert images.train_position("logistic_regression", {"class_weight": "balanced"}) == 2
     assert (

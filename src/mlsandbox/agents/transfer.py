@@ -69,13 +69,14 @@ SETUP: dict[str, Any] = {
     "max_jobs": 3,
     "max_sources": 2,
     "replicas": (1, 2),
-    "algorithms": ("logistic_regression", "random_forest", "gradient_boosting"),
+    "algorithms": ("logistic_regression", "random_forest", "gradient_boosting", "mlp"),
     "machines": ("cpu-micro", "cpu-small"),
     "services": ("minio", "mlflow"),
     "wait_seconds": (60.0,),
     "allow_restart": True,
 }
-"""The wrapper options of the training env (67 slots): every decision of the transfer families is a slot, and
+"""The wrapper options of the training env (75 slots): every decision of the transfer families is a slot (and a
+fourth algorithm: the kind's fourth ``train_model`` position, the binary kind's neural network), and
 so are an ingestion of each of a scenario's first two sources and a deployment of the goal's model (one or
 two replicas), which a family whose data comes from an API or a database, or whose goal is a deployment,
 cannot do without."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from mlsandbox.data.spec import TabularDataset
-from mlsandbox.tasks.kind import Generated, Metric, Policy, TaskKind
+from mlsandbox.tasks.kind import Generated, Metric, Policy, TaskKind, TrainSlot
 from mlsandbox.tasks.tabular_common import cleaning_plan, features_and_target
 from mlsandbox.workloads.trainer import ESTIMATOR_PARAMETERS
 
@@ -26,6 +26,15 @@ class TabularBinary(TaskKind):
     )
     algorithms: ClassVar[Mapping[str, frozenset[str]]] = ESTIMATOR_PARAMETERS
     fit_task = "binary"
+    rl_train_slots = (
+        TrainSlot("logistic_regression"),
+        TrainSlot("random_forest"),
+        TrainSlot("gradient_boosting"),
+        TrainSlot("mlp", (("learning_rate_init", 0.01),)),
+    )
+    """The algorithms at their defaults, the neural network with its learning rate set to its default
+    explicitly: a job that names its rate keeps it when the training defaults go bad (a
+    ``divergent_learning_rate`` fault changes only the rate a job leaves unset)."""
 
     def generate(self, spec: Any, seed: int) -> Generated:
         from mlsandbox.data.tabular import generate_tabular

@@ -1,7 +1,8 @@
-"""The training env's ingestion and deployment slots on ``sim``: a family whose data comes only from an
-HTTP API, and one whose goal is a deployment holding an SLO, are both solved through slots alone, each
-slot unmasked exactly when the gateway would carry it out, and the observation records what was ingested
-and deployed (from the agent's own observations)."""
+"""The training env's slots on ``sim`` beyond the transfer families': a family whose data comes only from
+an HTTP API, one whose goal is a deployment holding an SLO, and one whose training defaults make a neural
+network diverge are each solved through slots alone, each slot unmasked exactly when the gateway would
+carry it out, and the observation records what was ingested and deployed (from the agent's own
+observations)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class Player:
         assert observation.get("ok"), observation.get("error")  # an unmasked slot is carried out
         return observation
 
-    def train_and_register(self, dataset: str) -> None:
+    def train_and_register(self, dataset: str, algorithm: str = "gradient_boosting") -> None:
         self.play(
             lambda a: (
                 a["type"] == "clean_dataset" and a["dataset"] == dataset and a["strategy"] == "impute_median"
@@ -59,11 +60,7 @@ class Player:
         )
         cleaned = list(in_process_env(self.env).episode.datasets)[-1]
         self.play(
-            lambda a: (
-                a["type"] == "train_model"
-                and a["dataset"] == cleaned
-                and a["algorithm"] == "gradient_boosting"
-            )
+            lambda a: a["type"] == "train_model" and a["dataset"] == cleaned and a["algorithm"] == algorithm
         )
         for _ in range(10):
             jobs = in_process_env(self.env).episode.jobs.values()
@@ -116,5 +113,37 @@ def test_a_deployment_goal_is_met_through_the_deployment_slot() -> None:
         grade = p.info["grade"]
         assert p.done and grade["success"], grade
         assert in_process_env(p.env).episode.serving.served_version == "1"
+    finally:
+        p.close()
+
+
+def test_the_neural_network_slot_names_its_learning_rate_so_bad_defaults_do_not_reach_it() -> None:
+    p = Player("churn-diverging-mlp")
+    try:
+        mlp = [a for a in p.open("clean_dataset") if a["strategy"] == "impute_median"]
+        assert mlp, "the table can be imputed"
+        p.train_and_register(mlp[0]["dataset"], algorithm="mlp")
+        (job,) = in_process_env(p.env).episode.jobs.values()
+        assert job.algorithm == "mlp" and job.state == "succeeded"
+        p.play(lambda a: a["type"] == "submit")
+        assert p.done and p.info["grade"]["success"], p.info["grade"]
+        # the same network left at the defaults diverges: the fault is live in this family
+        env = transfer_env([p.scenario], backend="sim", sandbox="slots-mlp-defaults")
+        try:
+            env.reset(seed=p.scenario.seed)
+            inner = in_process_env(env)
+            inner.step({"type": "clean_dataset", "dataset": mlp[0]["dataset"], "strategy": "impute_median"})
+            cleaned = list(inner.episode.datasets)[-1]
+            inner.step(
+                {"type": "train_model", "dataset": cleaned, "algorithm": "mlp", "machine": "cpu-small"}
+            )
+            for _ in range(10):
+                if all(j.state in ("succeeded", "failed") for j in inner.episode.jobs.values()):
+                    break
+                inner.step({"type": "wait", "seconds": 60})
+            (plain,) = inner.episode.jobs.values()
+            assert plain.state == "failed"
+        finally:
+            env.close()
     finally:
         p.close()
