@@ -74,6 +74,8 @@ HELD_OUT_OFFSET = 100_000
 """Evaluation seeds start this far from a family's seed (training instances use the first ``instances``)."""
 GOAL_ACTIONS: dict[str, tuple[str, ...]] = {"deployment_slo": ("deploy_model",)}
 """Action types a goal cannot be met without, beyond those that register a model."""
+PIPELINE_ONLY = frozenset({"train_model", "register_model"})
+"""Actions a scenario may forbid by hand outright, leaving its pipelines (``run_flow``) the only way to a model."""
 
 
 def unreachable(scenarios: Sequence[Scenario], action_types: Sequence[str] | None = None) -> list[str]:
@@ -92,7 +94,13 @@ def unreachable(scenarios: Sequence[Scenario], action_types: Sequence[str] | Non
         ]
         if fetched and "ingest_source" not in types:
             out.append(f"{s.id} (its data comes from source {fetched[0]}: it needs ingest_source)")
-        elif fetched and all(src.name != fetched[0] for src in s.sources[: SETUP["max_sources"]]):
+        # a model that only a pipeline may train or register needs the pipeline's action
+        by_hand = sorted({f.action for f in s.constraints.forbidden_actions if not f.params} & PIPELINE_ONLY)
+        if by_hand and "run_flow" not in types:
+            out.append(f"{s.id} (its constraints forbid {' and '.join(by_hand)} by hand: it needs run_flow)")
+        if fetched and "ingest_source" in types and all(
+            src.name != fetched[0] for src in s.sources[: SETUP["max_sources"]]
+        ):
             out.append(
                 f"{s.id} (its source {fetched[0]} is beyond the env's {SETUP['max_sources']} source slots)"
             )
