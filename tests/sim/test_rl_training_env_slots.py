@@ -18,15 +18,10 @@ from mlsandbox.scenario import load_builtin
 Pick = Callable[[dict[str, Any]], bool]
 
 
-def _flat(env: Any) -> FlatObservation:
-    while not isinstance(env, FlatObservation):
-        env = env.env
-    return env
-
-
 def _tail(env: Any, obs: np.ndarray) -> list[float]:
     """The source and deployment features: the last ``2 * max_sources + 1`` before the kind one-hot."""
-    flat = _flat(env)
+    flat = env.env  # transfer_env: the slots over the flat observation
+    assert isinstance(flat, FlatObservation)
     n = 2 * flat.max_sources + 1
     end = len(obs) - len(flat.kinds)
     return [float(v) for v in obs[end - n : end]]
