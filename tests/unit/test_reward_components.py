@@ -150,6 +150,20 @@ def test_shaping_is_potential_based_and_sums_to_zero_over_an_episode() -> None:
     assert total == pytest.approx(0.0)
 
 
+def test_a_served_model_is_a_milestone_of_the_shaping() -> None:
+    sc = _scenario(reward={"shaping": {"model_registered": 1.0, "model_served": 1.0}})
+    st = _state(sc)
+    tr = RewardTracker()
+    st.registered.append(("churn", "1"))
+    total = tr.step(st, action_type="register_model", ok=True, invalid=False, grade=None)["shaping"]
+    assert total == pytest.approx(1.0)
+    st.serving.served_version = "1"
+    total += tr.step(st, action_type="deploy_model", ok=True, invalid=False, grade=None)["shaping"]
+    assert total == pytest.approx(2.0)
+    total += tr.step(st, invalid=False, grade=_grade(1, True), done=True)["shaping"]
+    assert total == pytest.approx(0.0)
+
+
 def test_unknown_shaping_milestone_is_a_scenario_error() -> None:
     with pytest.raises(ValidationError, match="shaping"):
         _scenario(reward={"shaping": {"free_points": 1.0}})

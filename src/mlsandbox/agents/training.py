@@ -68,6 +68,7 @@ DEFAULT_SHAPING: dict[str, float] = {
     "data_cleaned": 0.5,
     "job_succeeded": 1.0,
     "model_registered": 1.0,
+    "model_served": 1.0,
 }
 """Potential-based shaping weights a training run adds to a family that declares none."""
 HELD_OUT_OFFSET = 100_000
@@ -98,8 +99,10 @@ def unreachable(scenarios: Sequence[Scenario], action_types: Sequence[str] | Non
         by_hand = sorted({f.action for f in s.constraints.forbidden_actions if not f.params} & PIPELINE_ONLY)
         if by_hand and "run_flow" not in types:
             out.append(f"{s.id} (its constraints forbid {' and '.join(by_hand)} by hand: it needs run_flow)")
-        if fetched and "ingest_source" in types and all(
-            src.name != fetched[0] for src in s.sources[: SETUP["max_sources"]]
+        if (
+            fetched
+            and "ingest_source" in types
+            and all(src.name != fetched[0] for src in s.sources[: SETUP["max_sources"]])
         ):
             out.append(
                 f"{s.id} (its source {fetched[0]} is beyond the env's {SETUP['max_sources']} source slots)"

@@ -59,7 +59,13 @@ COMPONENT_OBJECTIVE: dict[str, str] = {
 }
 COMPONENTS: tuple[str, ...] = tuple(COMPONENT_OBJECTIVE)
 OBJECTIVES: tuple[str, ...] = tuple(dict.fromkeys(COMPONENT_OBJECTIVE.values()))
-MILESTONES: tuple[str, ...] = ("data_inspected", "data_cleaned", "job_succeeded", "model_registered")
+MILESTONES: tuple[str, ...] = (
+    "data_inspected",
+    "data_cleaned",
+    "job_succeeded",
+    "model_registered",
+    "model_served",
+)
 """Milestones the optional shaping potential is made of (``reward.shaping`` weights)."""
 
 
@@ -319,6 +325,8 @@ class RewardTracker:
             self.milestones.add("job_succeeded")
         if any(n == state.scenario.goal.model_name for n, _ in state.registered):
             self.milestones.add("model_registered")
+        if state.serving.served_version is not None:
+            self.milestones.add("model_served")
 
 
 def step_components(

@@ -130,9 +130,9 @@ class RewardWeights(_Model):
     """Subtracted per action matching one of ``constraints.wrong_mitigations`` (carried out all the same)."""
     constraint_violation: float = Field(default=10.0, ge=0)
     """Subtracted when a hard constraint is violated (the episode ends; task reward is forfeited)."""
-    shaping: dict[Literal["data_inspected", "data_cleaned", "job_succeeded", "model_registered"], float] = (
-        Field(default_factory=dict)
-    )
+    shaping: dict[
+        Literal["data_inspected", "data_cleaned", "job_succeeded", "model_registered", "model_served"], float
+    ] = Field(default_factory=dict)
     """Optional dense shaping: potential-based terms (weight of each milestone reached). They sum to
     zero over a finished episode, so they guide learning without changing which policy is best."""
 
