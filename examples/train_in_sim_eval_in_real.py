@@ -25,6 +25,7 @@ from typing import Any
 
 from mlsandbox.agents import make_agent
 from mlsandbox.agents.transfer import (
+    FAMILIES_SETUP,
     Outcome,
     model_policy,
     play,
@@ -44,7 +45,7 @@ def evaluate_in_real(
     """The trained policy, the random policy and (``rule``) the rule agent on the held-out variants, one
     real episode each, on the local sandbox ``sandbox`` (started when it is not running, stopped after)."""
     held_out = split("test", per_family)
-    env = transfer_env(held_out, backend="local", sandbox=sandbox, start_sandbox=True)
+    env = transfer_env(held_out, backend="local", sandbox=sandbox, start_sandbox=True, setup=FAMILIES_SETUP)
     results: dict[str, list[Outcome]] = {}
     try:
 

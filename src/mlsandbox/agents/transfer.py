@@ -81,6 +81,15 @@ so are an ingestion of each of a scenario's first two sources and a deployment o
 two replicas), which a family whose data comes from an API or a database, or whose goal is a deployment,
 cannot do without."""
 
+FAMILIES_SETUP: dict[str, Any] = {
+    **SETUP,
+    "action_types": tuple(t for t in SETUP["action_types"] if t not in ("ingest_source", "deploy_model")),
+    "max_sources": 0,
+    "algorithms": ("logistic_regression", "random_forest", "gradient_boosting"),
+}
+"""The transfer families' own slots (63): every decision of ``churn-decisions`` and its incident variant,
+nothing they never need (what :func:`train`, the transfer example and its benchmark play)."""
+
 PPO_SETTINGS: dict[str, Any] = {
     "n_steps": 1024,
     "batch_size": 256,
@@ -109,6 +118,7 @@ def transfer_env(
     kind_features: bool = False,
     time_features: bool = False,
     stages: Sequence[Sequence[Scenario]] | None = None,
+    setup: dict[str, Any] | None = None,
     **env_kwargs: Any,
 ) -> DiscreteActions:
     """The wrapper stack of :data:`SETUP` on ``backend``, each reset a scenario of ``scenarios`` (see
@@ -117,7 +127,9 @@ def transfer_env(
     ``kind_features``: the episode's kind of work in the observation (a policy over several kinds);
     ``time_features``: the deadline and the compute window in the observation;
     ``stages``: a curriculum's scenarios per stage, easiest first (a
-    :class:`~mlsandbox.env.wrappers.StagedEpisodes` starting at the first; ``scenarios`` is then unused)."""
+    :class:`~mlsandbox.env.wrappers.StagedEpisodes` starting at the first; ``scenarios`` is then unused);
+    ``setup``: the wrapper options (default :data:`SETUP`; :data:`FAMILIES_SETUP` for the transfer families)."""
+    options = SETUP if setup is None else setup
     base = MLSandboxEnv(scenarios[0], backend=backend, **env_kwargs)
     inner: SuiteEpisodes = (
         StagedEpisodes(base, stages, seeds_per_scenario=seeds_per_scenario)
@@ -126,13 +138,13 @@ def transfer_env(
     )
     flat = FlatObservation(
         inner,
-        max_datasets=SETUP["max_datasets"],
-        max_jobs=SETUP["max_jobs"],
-        max_sources=SETUP["max_sources"],
+        max_datasets=options["max_datasets"],
+        max_jobs=options["max_jobs"],
+        max_sources=options["max_sources"],
         kind_features=kind_features,
         time_features=time_features,
     )
-    return DiscreteActions(flat, **SETUP)
+    return DiscreteActions(flat, **options)
 
 
 _STRATEGY_OF_FLAG = {"impute": "impute_median", "clip_outliers": "clip_outliers"}
@@ -397,9 +409,9 @@ def train(
         raise ImportError(f"training needs the rl extra (pip install 'mlsandbox[rl]'): {e}") from e
     torch.set_num_threads(1)
     env = transfer_env(scenarios, backend="sim", sandbox=f"transfer-train-{seed}",
-                       seeds_per_scenario=seeds_per_scenario)  # fmt: skip
+                       seeds_per_scenario=seeds_per_scenario, setup=FAMILIES_SETUP)  # fmt: skip
     eval_env = (
-        transfer_env(eval_scenarios, backend="sim", sandbox=f"transfer-eval-{seed}")
+        transfer_env(eval_scenarios, backend="sim", sandbox=f"transfer-eval-{seed}", setup=FAMILIES_SETUP)
         if eval_scenarios
         else None
     )
@@ -512,6 +524,7 @@ def _describe(action: dict[str, Any]) -> str:
 
 __all__ = [
     "FAMILIES",
+    "FAMILIES_SETUP",
     "PPO_SETTINGS",
     "SETUP",
     "CurvePoint",
