@@ -90,6 +90,7 @@ from mlsandbox.env.gym_env import MLSandboxEnv
 from mlsandbox.errors import ActionError
 from mlsandbox.gateway.dispatcher import parse_action
 from mlsandbox.gateway.packs.core.actions import ServiceName, TrainModel
+from mlsandbox.gateway.packs.sources.actions import default_output
 from mlsandbox.gateway.registry import get_catalog
 from mlsandbox.tasks.kind import TaskKind, TrainSlot
 from mlsandbox.tasks.registry import kind_of, kinds
@@ -236,7 +237,7 @@ def _ingest(ctx: SlotContext, i: int) -> Slot:
     if i >= len(sources):
         return {"type": "ingest_source", "source": f"none-{i}"}, False
     name = sources[i].name
-    ok = ctx.has_sources and f"sources/{name}.parquet" not in ctx.state.datasets
+    ok = ctx.has_sources and default_output(name) not in ctx.state.datasets
     return {"type": "ingest_source", "source": name}, ok
 
 
@@ -426,7 +427,8 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         )
         if self._slots_cache is not None and self._slots_cache[0] == key:
             return list(self._slots_cache[1])
-        content = self._content_of(inner, st) if self._by_content else None
+        caps = (inner.supports("faults.services"), inner.supports("sources"), inner.supports("serving"))
+        content = self._content_of(st, caps) if self._by_content else None
         if content is not None:
             kept = self._built.get(content)
             if kept is not None and kept[0] is st.scenario:  # the scenario itself, not a reused id
@@ -436,13 +438,13 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
         ctx = dataclasses.replace(
             self._probe,
             state=st,
-            has_services=inner.supports("faults.services"),
+            has_services=caps[0],
             kind_train_slots=kind_train_slots(st),
             kind_preparations=kind_preparations(st),
             dataset_names=tuple(st.datasets),
             has_credits=st.credits_left > 0,
-            has_sources=inner.supports("sources"),
-            has_serving=inner.supports("serving"),
+            has_sources=caps[1],
+            has_serving=caps[2],
         )
         out: list[Slot] = []
         for tpl, i in self._index:
@@ -459,8 +461,9 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
                 self._built.popitem(last=False)
         return list(out)
 
-    def _content_of(self, inner: MLSandboxEnv, st: EpisodeState) -> tuple[Any, ...]:
-        """Everything the curated templates read from the episode (see :meth:`slots`)."""
+    def _content_of(self, st: EpisodeState, caps: tuple[bool, ...]) -> tuple[Any, ...]:
+        """Everything the curated templates read from the episode and the backend's capabilities ``caps``
+        (see :meth:`slots`)."""
         names = tuple(st.datasets)[: self._probe.max_datasets]
         datasets = tuple((n, st.datasets[n].target is not None) for n in names)
         jobs = []
@@ -469,7 +472,7 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             jobs.append(None if job is None else (job.state, job.run_id, job.dataset in st.datasets))
         return (
             id(st.scenario),
-            inner.supports("faults.services"),
+            caps,
             st.done,
             st.credits_left > 0,
             datasets,
@@ -477,8 +480,6 @@ class DiscreteActions(gym.Wrapper[Any, np.int64, Any, Any]):
             tuple(st.registered),
             st.serving.served_version,
             tuple(n for n in st.datasets if n.startswith("sources/")),
-            inner.supports("sources"),
-            inner.supports("serving"),
         )
 
     def _acceptable(self, action: dict[str, Any], scenario: Any) -> bool:

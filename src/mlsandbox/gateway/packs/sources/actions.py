@@ -40,6 +40,11 @@ class PreviewSource(ActionModel):
     )
 
 
+def default_output(source: str) -> str:
+    """The dataset an ingestion of ``source`` writes when it names no ``output``."""
+    return f"sources/{source}.parquet"
+
+
 class IngestSource(ActionModel):
     """Pull a source into the data lake as a new dataset that the other actions can use (profile, clean,
     train). API: every page is fetched (pagination, waiting out 429 rate limits, retrying 5xx a few

@@ -598,7 +598,7 @@ def handle_preview_source(ctx: EpisodeContext, a: S.PreviewSource) -> dict[str, 
 
 
 def _output_key(a: S.IngestSource) -> tuple[str, Format]:
-    key = a.output or f"sources/{a.source}.parquet"
+    key = a.output or S.default_output(a.source)
     if key.split("/", 1)[0] in ("raw", "lake"):
         raise ActionError("forbidden_name", f"{key!r}: raw/ and lake/ hold source data and are read-only")
     try:
