@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -17,6 +18,7 @@ from mlsandbox.agents.transfer import SETUP
 from mlsandbox.cli.main import app
 from mlsandbox.scenario import catalog_ids, load_builtin, load_scenario
 
+SETUP_SLOTS = 75
 RL_FAST = Path(__file__).resolve().parents[2] / "src" / "mlsandbox" / "env" / "scenarios" / "rl-fast.yaml"
 
 
@@ -69,6 +71,68 @@ def test_the_command_writes_the_policy_the_curve_and_the_evaluation(tmp_path: Pa
     assert {r["policy"] for r in rows} == {"ppo", "ppo-greedy", "random", "rule"}
     assert all(r["backend"] == "sim" and r["episodes"] == 2 for r in rows)
     assert "held-out seeds" in res.output
+
+
+def test_a_saved_policy_is_evaluated_again_on_the_same_held_out_seeds(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            str(RL_FAST),
+            "--steps",
+            "1024",
+            "--eval-episodes",
+            "2",
+            "--no-baselines",
+            "--out",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "training.json").read_text())
+    assert summary["given"] == [str(RL_FAST)]
+    assert summary["action_slots"] == SETUP_SLOTS and summary["observation_size"] > 0
+    assert "commit" in summary and summary["mlsandbox"]
+    first = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [e["policy"] for e in first] == ["ppo", "ppo", "ppo-greedy", "ppo-greedy"]
+    again = CliRunner().invoke(
+        app, ["evaluate-policy", str(out), "--eval-episodes", "3", "--no-baselines", "--no-greedy"]
+    )
+    assert again.exit_code == 0, again.output
+    assert "held-out seeds" in again.output
+    played = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()][len(first) :]
+    seeds = [s.seed for s in training.held_out([load_scenario(RL_FAST)], 3)]
+    assert [e["seed"] for e in played] == seeds and seeds[:2] == [e["seed"] for e in first[:2]]
+    assert all(e["backend"] == "sim" and e["policy"] == "ppo" for e in played)
+    rows = json.loads((out / "evaluation.json").read_text())
+    assert [(r["policy"], r["backend"], r["episodes"]) for r in rows] == [("ppo", "sim", 3)]
+
+
+def test_evaluate_policy_refuses_a_run_it_cannot_play(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    import gymnasium as gym
+    from sb3_contrib import MaskablePPO
+
+    res = CliRunner().invoke(app, ["evaluate-policy", str(tmp_path / "none")])
+    assert res.exit_code == 1 and "no training.json" in res.output
+    run = tmp_path / "old"
+    run.mkdir()
+    (run / "training.json").write_text(json.dumps({"families": ["rl-fast"], "commit": "0123abcd"}))
+    res = CliRunner().invoke(app, ["evaluate-policy", str(run), "--local", "0", "--eval-episodes", "0"])
+    assert res.exit_code == 1 and "nothing to play" in res.output
+
+    class Small(gym.Env[np.ndarray, int]):  # a policy made for another layout: 5 slots, 7 features
+        observation_space = gym.spaces.Box(-1.0, 1.0, (7,), dtype=np.float32)
+        action_space: gym.spaces.Discrete = gym.spaces.Discrete(5)
+
+    (run / "training.json").write_text(json.dumps({"given": [str(RL_FAST)], "commit": "0123abcd"}))
+    MaskablePPO("MlpPolicy", Small(), n_steps=8, batch_size=8, device="cpu").save(run / "policy.zip")
+    res = CliRunner().invoke(app, ["evaluate-policy", str(run), "--eval-episodes", "1"])
+    assert res.exit_code == 1
+    assert "trained with 5 action slots and 7 observation features" in " ".join(res.output.split())
+    assert "commit 0123abcd" in res.output and not (run / "evaluation.json").exists()
 
 
 def test_several_envs_in_worker_processes_train_with_the_same_rollout_size(tmp_path: Path) -> None:
@@ -125,6 +189,17 @@ def test_the_command_trains_on_generated_instances_and_evaluates_on_the_test_spl
     ]
     assert "held-out generated instances (test split)" in res.output
     assert "train: 3 generated instances" in res.output and "test: 2 generated instances" in res.output
+    # played again later: the first recorded test-split instance, as it was generated
+    again = CliRunner().invoke(
+        app, ["evaluate-policy", str(out), "--eval-episodes", "1", "--no-baselines", "--no-greedy"]
+    )
+    assert again.exit_code == 0, again.output
+    played = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(played) == 4 + 1
+    assert (played[-1]["scenario"], played[-1]["seed"]) == (sets["test"][0]["id"], sets["test"][0]["seed"])
+    assert [(r["policy"], r["episodes"]) for r in json.loads((out / "evaluation.json").read_text())] == [
+        ("ppo", 1)
+    ]
 
 
 def test_the_command_refuses_generated_instances_of_a_family_without_a_space(tmp_path: Path) -> None:

@@ -172,7 +172,13 @@ class TrainResult:
         return self.steps / self.wall_s if self.wall_s else float("nan")
 
     def summary(self) -> dict[str, Any]:
+        from mlsandbox import __version__
+        from mlsandbox.evaluation.provenance import source_commit
+
         return {
+            "mlsandbox": __version__,
+            "commit": source_commit(),
+            **dict(zip(("action_slots", "observation_size"), layout(self.model), strict=True)),
             "families": self.families,
             "instances": self.instances,
             "shaping": self.shaping,
@@ -437,6 +443,47 @@ def held_out(scenarios: Sequence[Scenario], episodes: int) -> list[Scenario]:
     ]
 
 
+def layout(holder: Any) -> tuple[int, int]:
+    """An env's or a policy's action slots and observation features (a discrete action space around a
+    flat observation, as the training env has)."""
+    slots = int(getattr(holder.action_space, "n", 0))
+    return slots, int(np.prod(holder.observation_space.shape or (0,)))
+
+
+def load_policy(run: Path, scenarios: Sequence[Scenario]) -> MaskablePPO:
+    """The policy a training run saved (``run/policy.zip``), checked against the training env this checkout
+    builds for ``scenarios``: a policy trained when the env had other slots or features cannot be played
+    (``ValueError`` naming both layouts and the commit the run recorded)."""
+    try:
+        from sb3_contrib import MaskablePPO
+    except ImportError as e:  # pragma: no cover - depends on the installed extras
+        raise ImportError(f"evaluating a policy needs the rl extra (pip install 'mlsandbox[rl]'): {e}") from e
+    path = run / "policy.zip"
+    if not path.is_file():
+        raise ValueError(f"{run}: no policy.zip (is it a directory `mlsandbox train` wrote?)")
+    model = MaskablePPO.load(path, device="cpu")
+    env = transfer_env(
+        list(scenarios), backend="sim", sandbox="policy-layout", kind_features=several_kinds(scenarios),
+        time_features=timed(scenarios),
+    )  # fmt: skip
+    try:
+        here = layout(env)
+    finally:
+        env.close()
+    saved = layout(model)
+    if saved != here:
+        recorded = {}
+        if (run / "training.json").is_file():
+            recorded = json.loads((run / "training.json").read_text())
+        commit = recorded.get("commit") or "not recorded"
+        raise ValueError(
+            f"{path} was trained with {saved[0]} action slots and {saved[1]} observation features; this "
+            f"checkout's training env has {here[0]} and {here[1]} for these families: play it with the "
+            f"checkout it was trained on (commit {commit})"
+        )
+    return model
+
+
 def sampled_policy(model: MaskablePPO) -> Callable[[np.ndarray, np.ndarray], int]:
     """A trained model's action drawn from its distribution over the valid slots."""
     return lambda obs, mask: int(model.predict(obs, action_masks=mask, deterministic=False)[0])
@@ -550,6 +597,8 @@ __all__ = [
     "TrainResult",
     "evaluate",
     "held_out",
+    "layout",
+    "load_policy",
     "plot_curve",
     "sampled_policy",
     "several_kinds",

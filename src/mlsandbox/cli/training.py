@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
                     {
                         split: [
                             {"family": r.family, "id": r.scenario.id, "seed": r.scenario.seed,
-                             "difficulty": r.estimate}
+                             "difficulty": r.estimate, "scenario": r.scenario.model_dump(mode="json")}
                             for r in ranked
                         ]
                         for split, ranked in (("train", train_set), ("test", test_set))
@@ -197,50 +197,190 @@ def register(app: typer.Typer) -> None:
             f"PPO updates included); fit store: {kept}; saved {directory / 'policy.zip'}, "
             f"{directory / 'curve.png'}"
         )
-        rows: list[dict[str, Any]] = []
-        per_family: list[dict[str, Any]] = []
+        summary = json.loads((directory / "training.json").read_text())
+        summary["given"] = [_given(f) for f in families]  # what evaluate-policy loads the families from
+        (directory / "training.json").write_text(json.dumps(summary, indent=2))
+        tests = _test_scenarios(scenarios, test_set) if generated else None
+        _evaluate_run(
+            result.model, scenarios, directory, sim=eval_episodes, local=local, sandbox=sandbox,
+            baselines=baselines, seed=seed, tests=tests,
+        )  # fmt: skip
 
-        def tests(per_family: int) -> list[Any]:
-            return [
-                r.scenario for f in scenarios for r in [t for t in test_set if t.family == f.id][:per_family]
-            ]
+    @app.command("evaluate-policy")
+    def evaluate_policy(
+        run: Annotated[
+            Path,
+            typer.Argument(help="A directory `mlsandbox train` wrote (policy.zip, training.json)."),
+        ],
+        eval_episodes: Annotated[
+            int, typer.Option("--eval-episodes", min=0, help="Held-out sim episodes per family.")
+        ] = 20,
+        local: Annotated[
+            int,
+            typer.Option(
+                "--local",
+                min=0,
+                help="Held-out episodes per family on the real local backend (the first "
+                "of the sim ones: the same instances).",
+            ),
+        ] = 0,
+        sandbox: Annotated[
+            str, typer.Option("--sandbox", help="The local sandbox of --local (started if it is not up).")
+        ] = "train-eval",
+        baselines: Annotated[
+            bool, typer.Option("--baselines/--no-baselines", help="Random and rule beside the policy.")
+        ] = True,
+        greedy: Annotated[
+            bool,
+            typer.Option("--greedy/--no-greedy", help="Also the policy's most likely slot at each step."),
+        ] = True,
+        seed: Annotated[int, typer.Option("--seed", help="The sampled policy's draws.")] = 0,
+    ) -> None:
+        """Evaluate a policy `mlsandbox train` saved, again or on more episodes, on the same held-out
+        instances (sim and, with --local N, the real local backend), without training; the tables are
+        merged into the run's evaluation files and each episode is appended to its episodes.jsonl."""
+        from mlsandbox.errors import MLSandboxError
+        from mlsandbox.scenario import Scenario, load_scenario
 
-        runs: list[tuple[str, int]] = [("sim", eval_episodes), ("local", local)]
-        for backend, n in runs:
-            if not n:
-                continue
-            where = (
-                {"sandbox": f"train-eval-sim-{seed}"}
-                if backend == "sim"
-                else {"sandbox": sandbox, "start_sandbox": True}
-            )
+        if not eval_episodes and not local:
+            raise _fail("nothing to play: give --eval-episodes or --local a number above 0")
+        try:
+            summary = json.loads((run / "training.json").read_text())
+        except FileNotFoundError:
+            raise _fail(f"{run}: no training.json (is it a directory `mlsandbox train` wrote?)") from None
+        except ValueError as e:
+            raise _fail(f"{run / 'training.json'}: not JSON ({e})") from None
+        try:
+            scenarios = [load_scenario(f) for f in summary.get("given") or summary["families"]]
+        except MLSandboxError as e:
+            raise _fail(f"{run}: its families no longer load: {e}") from None
+        except KeyError:
+            raise _fail(f"{run / 'training.json'}: no families recorded") from None
+        tests: dict[str, list[Scenario]] | None = None
+        if summary.get("generated"):
+            try:
+                sets = json.loads((run / "instances.json").read_text())
+                tests = {f.id: [] for f in scenarios}
+                for r in sets["test"]:
+                    tests[r["family"]].append(Scenario.model_validate(r["scenario"]))
+            except (FileNotFoundError, KeyError, ValueError) as e:
+                raise _fail(
+                    f"{run}: trained on generated instances, but instances.json holds no test-split scenarios "
+                    f"({type(e).__name__}: {e}); runs before they were recorded cannot be evaluated again"
+                ) from None
+        try:
+            from mlsandbox.agents import training
+
+            model = training.load_policy(run, scenarios)
+        except (ImportError, ValueError) as e:
+            raise _fail(e) from None
+        _evaluate_run(
+            model, scenarios, run, sim=eval_episodes, local=local, sandbox=sandbox, baselines=baselines,
+            seed=seed, tests=tests, greedy=greedy,
+        )  # fmt: skip
+
+
+def _given(family: str) -> str:
+    """A family as `evaluate-policy` loads it again: a file by its absolute path, a built-in id as it is."""
+    path = Path(family)
+    return str(path.resolve()) if path.is_file() else family
+
+
+def _test_scenarios(scenarios: list[Any], test_set: list[Any]) -> dict[str, list[Any]]:
+    """The generated test-split instances of each family, in the order they were ranked."""
+    return {f.id: [t.scenario for t in test_set if t.family == f.id] for f in scenarios}
+
+
+def _evaluate_run(
+    model: Any,
+    scenarios: list[Any],
+    directory: Path,
+    *,
+    sim: int,
+    local: int,
+    sandbox: str,
+    baselines: bool,
+    seed: int,
+    tests: dict[str, list[Any]] | None,
+    greedy: bool = True,
+) -> None:
+    """The policy (and the baselines) on ``sim`` held-out episodes per family in sim, then ``local`` on the
+    real local backend; ``tests``: the generated test-split instances per family (else held-out seeds).
+    Prints the tables; writes evaluation.json and evaluation-by-family.json (rows of a backend played now
+    replace that backend's earlier rows) and appends each episode to episodes.jsonl."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mlsandbox.agents import training
+
+    def chosen(per_family: int) -> list[Any]:
+        assert tests is not None
+        return [t for f in scenarios for t in tests.get(f.id, [])[:per_family]]
+
+    rows: list[dict[str, Any]] = []
+    per_family: list[dict[str, Any]] = []
+    runs = [(b, n) for b, n in (("sim", sim), ("local", local)) if n]
+    played = directory / "episodes.jsonl"
+    policies = 1 + int(greedy) + 2 * int(baselines)
+    for backend, n in runs:
+        where = (
+            {"sandbox": f"train-eval-sim-{seed}"}
+            if backend == "sim"
+            else {"sandbox": sandbox, "start_sandbox": True}
+        )
+        episodes = len(chosen(n)) if tests is not None else n * len(scenarios)
+        progress = Progress(
+            TextColumn(f"[bold]evaluating ({backend})"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console,
+        )
+        with progress, played.open("a") as log:
+            bar = progress.add_task("eval", total=episodes * policies, status="")
+
+            def on_episode(
+                o: Any, backend: str = backend, log: Any = log, bar: Any = bar, progress: Any = progress
+            ) -> None:
+                log.write(json.dumps({"backend": backend, **o.as_dict()}) + "\n")
+                log.flush()
+                mark = "success" if o.success else "failure"
+                progress.update(bar, advance=1, status=f"{o.policy} {o.family} seed {o.seed}: {mark}")
+
             evaluation = training.evaluate(
-                result.model, tests(n) if generated else scenarios, episodes=n, backend=backend,
-                baselines=baselines, as_given=bool(generated), kinds_of=scenarios, **where,
+                model, chosen(n) if tests is not None else scenarios, episodes=n, backend=backend,
+                baselines=baselines, greedy=greedy, seed=seed, as_given=tests is not None, kinds_of=scenarios,
+                on_episode=on_episode, **where,
             )  # fmt: skip
-            rows += evaluation.table()
-            per_family += evaluation.by_family()
-        if rows:
-            table = Table(
-                title="held-out generated instances (test split)"
-                if generated
-                else f"held-out seeds (from each family's seed + {training.HELD_OUT_OFFSET:,})"
-            )
-            for col in ("policy", "backend", "episodes", "success [95% CI]", "mean return"):
-                table.add_column(col, justify="left" if col in ("policy", "backend") else "right")
-            for r in rows:
-                table.add_row(
-                    r["policy"],
-                    r["backend"],
-                    str(r["episodes"]),
-                    f"{r['success_rate']:.0%} [{r['ci95'][0]:.0%}, {r['ci95'][1]:.0%}]",
-                    f"{r['mean_return']:+.2f}",
-                )
-            console.print(table)
-            (directory / "evaluation.json").write_text(json.dumps(rows, indent=2))
-            (directory / "evaluation-by-family.json").write_text(json.dumps(per_family, indent=2))
-            if len(scenarios) > 1:
-                console.print(_family_table(per_family))
+        rows += evaluation.table()
+        per_family += evaluation.by_family()
+    if not rows:
+        return
+    table = Table(
+        title="held-out generated instances (test split)"
+        if tests is not None
+        else f"held-out seeds (from each family's seed + {training.HELD_OUT_OFFSET:,})"
+    )
+    for col in ("policy", "backend", "episodes", "success [95% CI]", "mean return"):
+        table.add_column(col, justify="left" if col in ("policy", "backend") else "right")
+    for r in rows:
+        table.add_row(
+            r["policy"],
+            r["backend"],
+            str(r["episodes"]),
+            f"{r['success_rate']:.0%} [{r['ci95'][0]:.0%}, {r['ci95'][1]:.0%}]",
+            f"{r['mean_return']:+.2f}",
+        )
+    console.print(table)
+    now = {b for b, _ in runs}
+    for name, new in (("evaluation.json", rows), ("evaluation-by-family.json", per_family)):
+        path = directory / name
+        kept = [
+            r for r in (json.loads(path.read_text()) if path.is_file() else []) if r["backend"] not in now
+        ]
+        path.write_text(json.dumps(kept + new, indent=2))
+    if len(scenarios) > 1:
+        console.print(_family_table(per_family))
 
 
 def _family_table(rows: list[dict[str, Any]]) -> Table:
