@@ -61,7 +61,7 @@ def _defects(s: Scenario) -> float:
     return total
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "orders-api-brownout", "tabular-ops-tracker-outage"])
 def test_each_stage_is_valid_and_easier_than_the_next_and_the_last_is_the_family(family: str) -> None:
     declared = load_builtin(family)
     stages = [s for [s] in stage_scenarios([declared])]
@@ -75,10 +75,11 @@ def test_each_stage_is_valid_and_easier_than_the_next_and_the_last_is_the_family
         assert easier.max_steps > harder.max_steps
         assert easier.budget.credits > harder.budget.credits
         assert _defects(easier) <= _defects(harder)
-        # nothing but the bar, the budget and the defects changes; a stage is one variant, not a family
-        # to draw instances from, so it has no parameter space
+        # nothing but the bar, the budget, the defects and the faults changes; a stage is one variant, not
+        # a family to draw instances from, so it has no parameter space
         assert easier.space is None
-        keep = {"goal", "max_steps", "budget", "datasets", "space"}
+        assert len(easier.perturbations) <= len(harder.perturbations)
+        keep = {"goal", "max_steps", "budget", "datasets", "space", "perturbations"}
         assert easier.model_dump(exclude=keep) == harder.model_dump(exclude=keep)
 
 
@@ -111,6 +112,31 @@ def test_a_text_or_image_dataset_s_own_defect_rates_are_loosened(family: str, ra
     for r in rates:
         assert getattr(half, r) == pytest.approx(getattr(ds, r) / 2)
         assert getattr(none, r) == 0
+
+
+def test_faults_are_shortened_then_removed() -> None:
+    brownout = load_builtin("orders-api-brownout")
+    [outage] = brownout.perturbations
+    assert outage.duration is not None and outage.duration.steps == 6
+    assert loosen(brownout, Loosening(faults=0.0)).perturbations == []
+    [half] = loosen(brownout, Loosening(faults=0.5)).perturbations
+    assert half.duration is not None and half.duration.steps == 3
+    assert half.model_dump(exclude={"duration"}) == outage.model_dump(exclude={"duration"})
+    # a fault that lasts until it is mitigated is kept while any share of the faults is; one whose
+    # duration rounds down to no step is dropped
+    tracker = load_builtin("tabular-ops-tracker-outage")
+    assert [p.duration.steps if p.duration else None for p in tracker.perturbations] == [None, 3]
+    kept = loosen(tracker, Loosening(faults=0.5)).perturbations
+    assert [(p.name, p.duration.steps if p.duration else None) for p in kept] == [
+        ("tracker-kill", None),
+        ("slow-lake", 1),
+    ]
+    assert [p.name for p in loosen(tracker, Loosening(faults=0.3)).perturbations] == ["tracker-kill"]
+    assert loosen(tracker, Loosening(faults=0.0)).perturbations == []
+    with pytest.raises(ValueError, match="faults is a share"):
+        Loosening(faults=1.5)
+    with pytest.raises(ValueError, match="strictly harder"):
+        stage_scenarios([brownout], [Loosening(faults=1.0, defects=0.5), Loosening(faults=0.5), Loosening()])
 
 
 def test_late_data_and_level_shifts_are_defects_a_stage_removes() -> None:

@@ -1,6 +1,6 @@
 """An automatic curriculum over a family: easier variants of the declared scenario first, the family itself last.
 
-A stage is the declared scenario after a :class:`Loosening`, a typed transformation of three of its
+A stage is the declared scenario after a :class:`Loosening`, a typed transformation of four of its
 declared fields (the same parameter paths a family's ``space:`` draws, written with
 :func:`~mlsandbox.scenario.space.apply_parameters`; nothing else of the scenario changes, but for the
 family's parameter space, which a stage drops: it is one variant, not a family to draw from):
@@ -19,8 +19,12 @@ family's parameter space, which a stage drops: it is one variant, not a family t
   ``restated_share`` multiplied), the first of its ``level_shifts`` kept (none at 0), and a text or image
   dataset's own defect rates (:data:`RATE_DEFECTS`: label noise, duplicates, empty, truncated, unreadable,
   mis-sized) multiplied. A dataset that declares no defects is unchanged.
+- ``faults`` (a share from 0 to 1): the share of the declared faults (``perturbations``) kept: a fault
+  that lasts some steps keeps that share of them, rounded down (dropped at 0), one that lasts some seconds
+  that share of them, and one that lasts until it is mitigated is kept; none is kept at 0 (an API's
+  six-step outage is gone in the first default stage and lasts three steps in the second).
 
-:data:`DEFAULT_STAGES` go from ``Loosening(bar=1.5, budget=2, defects=0)`` to the declared family
+:data:`DEFAULT_STAGES` go from ``Loosening(bar=1.5, budget=2, defects=0, faults=0)`` to the declared family
 (``Loosening()``, which changes nothing). :class:`Curriculum` advances from one stage to the next when
 the success rate over the last ``window`` training episodes finished in the stage reaches ``threshold``,
 or when the stage has used ``max_share`` of the training's env-steps (so the declared family always gets
@@ -66,27 +70,36 @@ class Loosening:
     """Factor (at least 1) on ``max_steps`` and ``budget.credits``."""
     defects: float = 1.0
     """Share (0 to 1) of the declared defects kept."""
+    faults: float = 1.0
+    """Share (0 to 1) of the declared faults kept: each one's duration shortened to it, none at 0."""
 
     def __post_init__(self) -> None:
         if self.bar < 1 or self.budget < 1:
             raise ValueError(f"bar and budget are factors of at least 1, got {self.bar} and {self.budget}")
         if not 0 <= self.defects <= 1:
             raise ValueError(f"defects is a share from 0 to 1, got {self.defects}")
+        if not 0 <= self.faults <= 1:
+            raise ValueError(f"faults is a share from 0 to 1, got {self.faults}")
 
     @property
     def declared(self) -> bool:
-        return self.bar == 1 and self.budget == 1 and self.defects == 1
+        return self.bar == 1 and self.budget == 1 and self.defects == 1 and self.faults == 1
 
     def at_least_as_easy_as(self, other: Loosening) -> bool:
-        return self.bar >= other.bar and self.budget >= other.budget and self.defects <= other.defects
+        return (
+            self.bar >= other.bar
+            and self.budget >= other.budget
+            and self.defects <= other.defects
+            and self.faults <= other.faults
+        )
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
 DEFAULT_STAGES: tuple[Loosening, ...] = (
-    Loosening(bar=1.5, budget=2.0, defects=0.0),
-    Loosening(bar=1.25, budget=1.5, defects=0.5),
+    Loosening(bar=1.5, budget=2.0, defects=0.0, faults=0.0),
+    Loosening(bar=1.25, budget=1.5, defects=0.5, faults=0.5),
     Loosening(),
 )
 """The stages ``mlsandbox train --curriculum`` goes through, easiest first; the last is the family."""
@@ -223,6 +236,25 @@ def _defect_params(data: dict[str, Any], keep: float) -> dict[str, Any]:
     return params
 
 
+def _fault_params(scenario: Scenario, keep: float) -> dict[str, Any]:
+    if keep == 1 or not scenario.perturbations:
+        return {}
+    kept = []
+    for p in scenario.perturbations:
+        if keep == 0:
+            continue
+        entry = p.model_dump(mode="json", exclude_none=True)
+        if p.duration is not None and p.duration.steps is not None:
+            steps = math.floor(p.duration.steps * keep)
+            if not steps:
+                continue
+            entry["duration"] = {"steps": steps}
+        elif p.duration is not None and p.duration.seconds is not None:
+            entry["duration"] = {"seconds": round(p.duration.seconds * keep, 3)}
+        kept.append(entry)
+    return {"perturbations": kept}
+
+
 def loosen(scenario: Scenario, loosening: Loosening) -> Scenario:
     """``scenario`` made easier by ``loosening`` (the scenario itself, unchanged, for ``Loosening()``)."""
     if loosening.declared:
@@ -231,7 +263,11 @@ def loosen(scenario: Scenario, loosening: Loosening) -> Scenario:
     # A stage is one training variant, not a family to draw instances from: its loosened fields (a series
     # with no gaps left, say) need not keep the paths the family's parameter space draws.
     data["space"] = None
-    params = {**_goal_params(scenario, loosening.bar), **_defect_params(data, loosening.defects)}
+    params = {
+        **_goal_params(scenario, loosening.bar),
+        **_defect_params(data, loosening.defects),
+        **_fault_params(scenario, loosening.faults),
+    }
     if loosening.budget != 1:
         params["max_steps"] = min(MAX_STEPS_LIMIT, math.ceil(scenario.max_steps * loosening.budget))
         params["budget.credits"] = round(scenario.budget.credits * loosening.budget, 6)
