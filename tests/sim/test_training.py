@@ -7,6 +7,7 @@ and beat the random policy there. The command test checks what a user gets on di
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,8 @@ def test_the_command_writes_the_policy_the_curve_and_the_evaluation(tmp_path: Pa
     assert {r["policy"] for r in rows} == {"ppo", "ppo-greedy", "random", "rule"}
     assert all(r["backend"] == "sim" and r["episodes"] == 2 for r in rows)
     assert "held-out seeds" in res.output
+    # no live bar without a terminal: a line per curve point tells a log how training goes
+    assert re.search(r"[\d,]+ env-steps +\d+ s +stage \d +success \d+%", res.output), res.output
 
 
 def test_a_saved_policy_is_evaluated_again_on_the_same_held_out_seeds(tmp_path: Path) -> None:

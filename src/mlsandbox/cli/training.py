@@ -164,12 +164,13 @@ def register(app: typer.Typer) -> None:
             task = progress.add_task("train", total=steps, status="")
 
             def point(p: training.CurvePoint) -> None:
-                progress.update(
-                    task,
-                    completed=min(p.steps, steps),
-                    status=f"stage {p.stage}  success {p.success_rate:.0%}  return {p.mean_return:+.2f}  "
-                    f"length {p.mean_length:.1f}",
+                status = (
+                    f"stage {p.stage}  success {p.success_rate:.0%}  return {p.mean_return:+.2f}  "
+                    f"length {p.mean_length:.1f}"
                 )
+                progress.update(task, completed=min(p.steps, steps), status=status)
+                if not console.is_terminal:  # a log (no live bar): one line per curve point
+                    console.print(f"{p.steps:,} env-steps  {p.wall_s:,.0f} s  {status}")
 
             try:
                 result = training.train_policy(
