@@ -16,6 +16,7 @@ import pytest
 from mlsandbox.agents import training
 from mlsandbox.agents.curriculum import (
     DEFAULT_STAGES,
+    FAULT_VARIANTS,
     INSTANCE_STAGES,
     Curriculum,
     EasiestShare,
@@ -64,7 +65,7 @@ def _defects(s: Scenario) -> float:
 @pytest.mark.parametrize("family", [*FAMILIES, "orders-api-brownout", "tabular-ops-tracker-outage"])
 def test_each_stage_is_valid_and_easier_than_the_next_and_the_last_is_the_family(family: str) -> None:
     declared = load_builtin(family)
-    stages = [s for [s] in stage_scenarios([declared])]
+    stages = [variants[0] for variants in stage_scenarios([declared])]
     assert len(stages) == len(DEFAULT_STAGES) >= 2
     assert stages[-1] == declared
     for easier, harder in itertools.pairwise(stages):
@@ -133,6 +134,15 @@ def test_faults_are_shortened_then_removed() -> None:
     ]
     assert [p.name for p in loosen(tracker, Loosening(faults=0.3)).perturbations] == ["tracker-kill"]
     assert loosen(tracker, Loosening(faults=0.0)).perturbations == []
+    # that kill is there or not: the second default stage has it in half its episodes, the first in none
+    first, second, last = stage_scenarios([tracker, brownout])
+    assert len(first) == 2 and all(not s.perturbations for s in first)
+    assert len(second) == 2 * FAULT_VARIANTS  # each family keeps its share of the episodes
+    kills = [any(p.name == "tracker-kill" for p in s.perturbations) for s in second if s.id == tracker.id]
+    assert sorted(kills) == [False, False, True, True]
+    slow = [[p.duration.steps for p in s.perturbations if p.duration] for s in second if s.id == tracker.id]
+    assert slow == [[1]] * FAULT_VARIANTS
+    assert last == [tracker, brownout]
     with pytest.raises(ValueError, match="faults is a share"):
         Loosening(faults=1.5)
     with pytest.raises(ValueError, match="strictly harder"):

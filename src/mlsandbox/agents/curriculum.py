@@ -21,8 +21,10 @@ family's parameter space, which a stage drops: it is one variant, not a family t
   mis-sized) multiplied. A dataset that declares no defects is unchanged.
 - ``faults`` (a share from 0 to 1): the share of the declared faults (``perturbations``) kept: a fault
   that lasts some steps keeps that share of them, rounded down (dropped at 0), one that lasts some seconds
-  that share of them, and one that lasts until it is mitigated is kept; none is kept at 0 (an API's
-  six-step outage is gone in the first default stage and lasts three steps in the second).
+  that share of them, and one that lasts until it is mitigated (it is there or not) is kept in that share
+  of the stage's episodes (:func:`variants`); none is kept at 0. An API's six-step outage is gone in the
+  first default stage and lasts three steps in the second; a tracker killed while a job runs, to be
+  restarted by the agent, is in none of the first stage's episodes and in half of the second's.
 
 :data:`DEFAULT_STAGES` go from ``Loosening(bar=1.5, budget=2, defects=0, faults=0)`` to the declared family
 (``Loosening()``, which changes nothing). :class:`Curriculum` advances from one stage to the next when
@@ -56,6 +58,8 @@ from mlsandbox.scenario.space import apply_parameters
 RATE_DEFECTS = ("label_noise", "duplicate_rate", "empty_rate", "truncated_rate", "unreadable_rate",
                 "size_mismatch_rate")  # fmt: skip
 """A dataset's own defect rates (the text and image kinds): a stage multiplies them by its share kept."""
+FAULT_VARIANTS = 4
+"""Variants of each scenario in a stage that keeps a share of the faults (see :func:`variants`)."""
 MAX_STEPS_LIMIT = 10_000
 """A scenario's ``max_steps`` may not exceed this (its model's bound)."""
 
@@ -166,11 +170,13 @@ def instance_stages(
     for r in instances:
         families.setdefault(r.family, []).append(r)
     ordered = {f: sorted(rs, key=lambda r: (r.estimate, r.scenario.id)) for f, rs in families.items()}
+    mixed = any(_untimed(r.scenario) for r in instances)
     return [
         [
-            loosen(r.scenario, stage.loosening)
+            v
             for rs in ordered.values()
             for r in rs[: max(1, math.ceil(stage.share * len(rs)))]
+            for v in variants(r.scenario, stage.loosening, mixed=mixed)
         ]
         for stage in stages
     ]
@@ -236,12 +242,17 @@ def _defect_params(data: dict[str, Any], keep: float) -> dict[str, Any]:
     return params
 
 
-def _fault_params(scenario: Scenario, keep: float) -> dict[str, Any]:
-    if keep == 1 or not scenario.perturbations:
+def _untimed(scenario: Scenario) -> bool:
+    """Whether the scenario declares a fault that lasts until it is mitigated or the episode ends."""
+    return any(p.duration is None for p in scenario.perturbations)
+
+
+def _fault_params(scenario: Scenario, keep: float, *, untimed: bool = True) -> dict[str, Any]:
+    if (keep == 1 and untimed) or not scenario.perturbations:
         return {}
     kept = []
     for p in scenario.perturbations:
-        if keep == 0:
+        if keep == 0 or (p.duration is None and not untimed):
             continue
         entry = p.model_dump(mode="json", exclude_none=True)
         if p.duration is not None and p.duration.steps is not None:
@@ -255,9 +266,10 @@ def _fault_params(scenario: Scenario, keep: float) -> dict[str, Any]:
     return {"perturbations": kept}
 
 
-def loosen(scenario: Scenario, loosening: Loosening) -> Scenario:
-    """``scenario`` made easier by ``loosening`` (the scenario itself, unchanged, for ``Loosening()``)."""
-    if loosening.declared:
+def loosen(scenario: Scenario, loosening: Loosening, *, untimed: bool = True) -> Scenario:
+    """``scenario`` made easier by ``loosening`` (the scenario itself, unchanged, for ``Loosening()``);
+    ``untimed=False`` drops the faults that last until they are mitigated (see :func:`variants`)."""
+    if loosening.declared and untimed:
         return scenario
     data = scenario.model_dump(mode="json", exclude_none=False)
     # A stage is one training variant, not a family to draw instances from: its loosened fields (a series
@@ -266,7 +278,7 @@ def loosen(scenario: Scenario, loosening: Loosening) -> Scenario:
     params = {
         **_goal_params(scenario, loosening.bar),
         **_defect_params(data, loosening.defects),
-        **_fault_params(scenario, loosening.faults),
+        **_fault_params(scenario, loosening.faults, untimed=untimed),
     }
     if loosening.budget != 1:
         params["max_steps"] = min(MAX_STEPS_LIMIT, math.ceil(scenario.max_steps * loosening.budget))
@@ -274,16 +286,31 @@ def loosen(scenario: Scenario, loosening: Loosening) -> Scenario:
     return Scenario.model_validate(apply_parameters(data, params))
 
 
+def variants(scenario: Scenario, loosening: Loosening, *, mixed: bool) -> list[Scenario]:
+    """The stage's variants of ``scenario``, which its episodes draw from evenly. With ``mixed`` (a
+    stage that keeps a share of the faults, of a set of scenarios some of which declare a fault that
+    lasts until it is mitigated) there are :data:`FAULT_VARIANTS` of them for every scenario, so that each
+    keeps its share of the episodes: such a fault can only be there or not, and it is in
+    ``round(faults * FAULT_VARIANTS)`` of them (a timed fault is shortened in all). Otherwise one."""
+    if not mixed or loosening.faults in (0, 1):
+        return [loosen(scenario, loosening)]
+    with_faults = round(loosening.faults * FAULT_VARIANTS)
+    kept, dropped = loosen(scenario, loosening), loosen(scenario, loosening, untimed=False)
+    return [kept] * with_faults + [dropped] * (FAULT_VARIANTS - with_faults)
+
+
 def stage_scenarios(
     scenarios: Sequence[Scenario], stages: Sequence[Loosening] = DEFAULT_STAGES
 ) -> list[list[Scenario]]:
-    """The scenarios of each stage, easiest first; the last stage must be (and is) the declared ones."""
+    """The scenarios of each stage, easiest first (see :func:`variants`); the last stage must be (and is)
+    the declared ones."""
     if not stages or not stages[-1].declared:
         raise ValueError("a curriculum's last stage is the family as declared: Loosening()")
     for easier, harder in itertools.pairwise(stages):
         if not easier.at_least_as_easy_as(harder) or easier == harder:
             raise ValueError(f"stages must get strictly harder: {easier} then {harder}")
-    return [[loosen(s, stage) for s in scenarios] for stage in stages]
+    mixed = any(_untimed(s) for s in scenarios)
+    return [[v for s in scenarios for v in variants(s, stage, mixed=mixed)] for stage in stages]
 
 
 @dataclass
@@ -349,6 +376,7 @@ class Curriculum:
 
 __all__ = [
     "DEFAULT_STAGES",
+    "FAULT_VARIANTS",
     "INSTANCE_STAGES",
     "MAX_STEPS_LIMIT",
     "Curriculum",
@@ -358,4 +386,5 @@ __all__ = [
     "instance_stages",
     "loosen",
     "stage_scenarios",
+    "variants",
 ]
