@@ -22,6 +22,26 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 
+EvalEpisodes = Annotated[
+    int, typer.Option("--eval-episodes", min=0, help="Held-out sim episodes per family.")
+]
+LocalEpisodes = Annotated[
+    int,
+    typer.Option(
+        "--local",
+        min=0,
+        help="Held-out episodes per family on the real local backend (the first of the sim ones: the same "
+        "instances).",
+    ),
+]
+LocalSandbox = Annotated[
+    str, typer.Option("--sandbox", help="The local sandbox of --local (started if it is not up).")
+]
+Baselines = Annotated[
+    bool, typer.Option("--baselines/--no-baselines", help="Random and rule beside the policy.")
+]
+
+
 def _fail(msg: Any) -> typer.Exit:
     print_error(err_console, msg)
     return typer.Exit(code=1)
@@ -82,19 +102,10 @@ def register(app: typer.Typer) -> None:
                 help="Envs stepped at once, each in a worker process (the rollout length is split among them).",
             ),
         ] = 1,
-        eval_episodes: Annotated[
-            int, typer.Option("--eval-episodes", min=0, help="Held-out sim episodes per family.")
-        ] = 20,
-        local: Annotated[
-            int,
-            typer.Option("--local", min=0, help="Held-out episodes per family on the real local backend."),
-        ] = 0,
-        sandbox: Annotated[
-            str, typer.Option("--sandbox", help="The local sandbox of --local (started if it is not up).")
-        ] = "train-eval",
-        baselines: Annotated[
-            bool, typer.Option("--baselines/--no-baselines", help="Random and rule beside the policy.")
-        ] = True,
+        eval_episodes: EvalEpisodes = 20,
+        local: LocalEpisodes = 0,
+        sandbox: LocalSandbox = "train-eval",
+        baselines: Baselines = True,
         generated: Annotated[
             int,
             typer.Option(
@@ -213,24 +224,10 @@ def register(app: typer.Typer) -> None:
             Path,
             typer.Argument(help="A directory `mlsandbox train` wrote (policy.zip, training.json)."),
         ],
-        eval_episodes: Annotated[
-            int, typer.Option("--eval-episodes", min=0, help="Held-out sim episodes per family.")
-        ] = 20,
-        local: Annotated[
-            int,
-            typer.Option(
-                "--local",
-                min=0,
-                help="Held-out episodes per family on the real local backend (the first "
-                "of the sim ones: the same instances).",
-            ),
-        ] = 0,
-        sandbox: Annotated[
-            str, typer.Option("--sandbox", help="The local sandbox of --local (started if it is not up).")
-        ] = "train-eval",
-        baselines: Annotated[
-            bool, typer.Option("--baselines/--no-baselines", help="Random and rule beside the policy.")
-        ] = True,
+        eval_episodes: EvalEpisodes = 20,
+        local: LocalEpisodes = 0,
+        sandbox: LocalSandbox = "train-eval",
+        baselines: Baselines = True,
         greedy: Annotated[
             bool,
             typer.Option("--greedy/--no-greedy", help="Also the policy's most likely slot at each step."),
