@@ -166,6 +166,8 @@ class TrainResult:
     """Envs stepped at once (worker processes when above 1)."""
     generated: Sequence[Ranked] = ()
     """The generated instances trained on (none: ``instances`` seeds of each family)."""
+    given: Sequence[str] = ()
+    """The families as given (built-in ids, scenario files' paths): what loads them again."""
 
     @property
     def steps_per_s(self) -> float:
@@ -180,6 +182,7 @@ class TrainResult:
             "commit": source_commit(),
             **dict(zip(("action_slots", "observation_size"), layout(self.model), strict=True)),
             "families": self.families,
+            **({"given": list(self.given)} if self.given else {}),
             "instances": self.instances,
             "shaping": self.shaping,
             "ppo_settings": ppo_settings(self.settings, self.n_envs),
@@ -212,6 +215,7 @@ def train_policy(
     curriculum: Curriculum | None = None,
     n_envs: int = 1,
     generated: Sequence[Ranked] = (),
+    given: Sequence[str] = (),
 ) -> TrainResult:
     """Train MaskablePPO from scratch in sim on ``instances`` seeds of each scenario (see the module
     docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``.
@@ -224,7 +228,10 @@ def train_policy(
     With ``curriculum`` the training episodes go through its stages (see
     :mod:`mlsandbox.agents.curriculum`): each stage's scenarios are the given ones loosened, the last
     stage the scenarios as given; the stage changes in every env of the vector env at once
-    (``env_method("set_stage", k)``), and ``training.json`` records the step each stage began at."""
+    (``env_method("set_stage", k)``), and ``training.json`` records the step each stage began at.
+
+    ``given``: how the families were named (ids, scenario files' absolute paths), which ``training.json``
+    records so that the policy can be evaluated again (``mlsandbox evaluate-policy``)."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     if instances < 1:
@@ -344,6 +351,7 @@ def train_policy(
         settings=settings,
         n_envs=n_envs,
         generated=list(generated),
+        given=list(given),
     )
     (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
     plot_curve(

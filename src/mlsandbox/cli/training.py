@@ -195,6 +195,7 @@ def register(app: typer.Typer) -> None:
                     settings={"ent_coef": ent_coef} if ent_coef is not None else None,
                     n_envs=n_envs,
                     generated=train_set,
+                    given=[_given(f) for f in families],
                 )  # fmt: skip
             except ImportError as e:
                 raise _fail(e) from None
@@ -209,9 +210,6 @@ def register(app: typer.Typer) -> None:
             f"PPO updates included); fit store: {kept}; saved {directory / 'policy.zip'}, "
             f"{directory / 'curve.png'}"
         )
-        summary = json.loads((directory / "training.json").read_text())
-        summary["given"] = [_given(f) for f in families]  # what evaluate-policy loads the families from
-        (directory / "training.json").write_text(json.dumps(summary, indent=2))
         tests = _test_scenarios(scenarios, test_set) if generated else None
         _evaluate_run(
             result.model, scenarios, directory, sim=eval_episodes, local=local, sandbox=sandbox,
