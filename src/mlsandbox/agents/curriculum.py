@@ -31,7 +31,10 @@ family's parameter space, which a stage drops: it is one variant, not a family t
 the success rate over the last ``window`` training episodes finished in the stage reaches ``threshold``,
 or when the stage has used ``max_share`` of the training's env-steps (so the declared family always gets
 the rest). An episode under way at a change finishes in the stage it began in (and counts in the next
-stage's window). The reward, its potential-based shaping included, is the same in every stage. Success in
+stage's window). ``mlsandbox train --stage SPEC`` (repeated) replaces the default stages
+(:func:`parse_stages`): a family whose loosened bar a weaker solution meets wants stages that keep the bar
+(``churn-decisions``: gradient boosting meets the first default stage's bar, and only a linear model meets
+the family's). The reward, its potential-based shaping included, is the same in every stage. Success in
 a stage is graded by the stage's own goal; the observation never says which stage an episode belongs to,
 and evaluation always plays the declared family (see :func:`~mlsandbox.agents.training.evaluate`).
 
@@ -50,7 +53,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from mlsandbox.scenario import Scenario
 from mlsandbox.scenario.space import apply_parameters
@@ -163,9 +166,7 @@ def instance_stages(
         raise ValueError("no generated instance to train on")
     if not stages or not stages[-1].declared:
         raise ValueError("a curriculum's last stage holds every instance as generated: EasiestShare(1.0)")
-    for easier, harder in itertools.pairwise(stages):
-        if not easier.at_least_as_easy_as(harder) or easier == harder:
-            raise ValueError(f"stages must get strictly harder: {easier} then {harder}")
+    _check_harder(stages)
     families: dict[str, list[Ranked]] = {}
     for r in instances:
         families.setdefault(r.family, []).append(r)
@@ -306,11 +307,66 @@ def stage_scenarios(
     the declared ones."""
     if not stages or not stages[-1].declared:
         raise ValueError("a curriculum's last stage is the family as declared: Loosening()")
+    _check_harder(stages)
+    mixed = any(_untimed(s) for s in scenarios)
+    return [[v for s in scenarios for v in variants(s, stage, mixed=mixed)] for stage in stages]
+
+
+_Stage = TypeVar("_Stage", Loosening, EasiestShare)
+
+
+def _check_harder(stages: Sequence[_Stage]) -> None:
     for easier, harder in itertools.pairwise(stages):
         if not easier.at_least_as_easy_as(harder) or easier == harder:
             raise ValueError(f"stages must get strictly harder: {easier} then {harder}")
-    mixed = any(_untimed(s) for s in scenarios)
-    return [[v for s in scenarios for v in variants(s, stage, mixed=mixed)] for stage in stages]
+
+
+STAGE_KEYS = ("bar", "budget", "defects", "faults")
+"""The keys of a stage written as text (:func:`parse_stages`); ``share`` too over generated instances."""
+
+
+def _parse_stage(spec: str, *, generated: bool) -> Loosening | EasiestShare:
+    keys = (*STAGE_KEYS, "share") if generated else STAGE_KEYS
+    values: dict[str, float] = {}
+    for part in spec.split(","):
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        if not sep or key not in keys:
+            raise ValueError(
+                f"stage {spec!r}: {part.strip()!r} is not key=value with a key of {', '.join(keys)}"
+            )
+        if key in values:
+            raise ValueError(f"stage {spec!r}: {key} is given twice")
+        try:
+            values[key] = float(raw)
+        except ValueError:
+            raise ValueError(f"stage {spec!r}: {key}={raw.strip()!r} is not a number") from None
+    share = values.pop("share", 1.0)
+    try:
+        loosening = Loosening(**values)
+        return EasiestShare(share, loosening) if generated else loosening
+    except ValueError as e:
+        raise ValueError(f"stage {spec!r}: {e}") from None
+
+
+def parse_stages(specs: Sequence[str], *, generated: bool = False) -> list[Loosening] | list[EasiestShare]:
+    """A curriculum's stages from text, easiest first, one ``key=value,...`` spec each
+    (``"bar=1.5,budget=2,defects=0,faults=0"``; a key left out keeps the declared value, and over generated
+    instances ``share=`` is the easiest share of each family's instances kept, all of them by default). The
+    family as declared (or every instance as generated) is the last stage, added when the specs do not end
+    with it. Raises :class:`ValueError` naming the spec at fault, or the pair that does not get harder."""
+    if generated:
+        shares = [_parse_stage(s, generated=True) for s in specs]
+        instances = [s for s in shares if isinstance(s, EasiestShare)]
+        if not instances or not instances[-1].declared:
+            instances.append(EasiestShare(1.0))
+        _check_harder(instances)
+        return instances
+    loosenings = [s for s in (_parse_stage(x, generated=False) for x in specs) if isinstance(s, Loosening)]
+    if not loosenings or not loosenings[-1].declared:
+        loosenings.append(Loosening())
+    _check_harder(loosenings)
+    return loosenings
 
 
 @dataclass
@@ -379,12 +435,14 @@ __all__ = [
     "FAULT_VARIANTS",
     "INSTANCE_STAGES",
     "MAX_STEPS_LIMIT",
+    "STAGE_KEYS",
     "Curriculum",
     "EasiestShare",
     "Loosening",
     "Ranked",
     "instance_stages",
     "loosen",
+    "parse_stages",
     "stage_scenarios",
     "variants",
 ]

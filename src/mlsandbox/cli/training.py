@@ -78,6 +78,16 @@ def register(app: typer.Typer) -> None:
                 "the family as declared last; evaluation always plays the family as declared.",
             ),
         ] = True,
+        stage: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--stage",
+                help="Curriculum: a stage, easiest first, in place of the default ones (repeat it): "
+                "'bar=1.5,budget=2,defects=0,faults=0' (a key left out keeps the declared value; with "
+                "--generated, share= of each family's easiest instances too); the family as declared is "
+                "the last stage.",
+            ),
+        ] = None,
         stage_window: Annotated[
             int, typer.Option("--stage-window", min=1, help="Curriculum: episodes in the success window.")
         ] = 50,
@@ -125,9 +135,19 @@ def register(app: typer.Typer) -> None:
         curve (PNG and JSON), then evaluate on held-out seeds with random and rule beside it."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from mlsandbox.agents.curriculum import DEFAULT_STAGES, INSTANCE_STAGES, Curriculum
+        from mlsandbox.agents.curriculum import DEFAULT_STAGES, INSTANCE_STAGES, Curriculum, parse_stages
         from mlsandbox.errors import MLSandboxError
         from mlsandbox.scenario import load_scenario
+
+        if stage and not curriculum:
+            raise _fail("--stage sets the curriculum's stages: it cannot go with --no-curriculum")
+        try:
+            stages = (
+                parse_stages(stage, generated=bool(generated)) if stage
+                else INSTANCE_STAGES if generated else DEFAULT_STAGES
+            )  # fmt: skip
+        except ValueError as e:
+            raise _fail(f"--stage: {e}") from None
 
         try:
             scenarios = [load_scenario(f) for f in families]
@@ -188,8 +208,7 @@ def register(app: typer.Typer) -> None:
                     scenarios, steps=steps, out=directory, instances=instances, seed=seed, shaping=shaping,
                     on_point=point,
                     curriculum=(
-                        Curriculum(stages=INSTANCE_STAGES if generated else DEFAULT_STAGES, window=stage_window,
-                                   threshold=stage_threshold)
+                        Curriculum(stages=stages, window=stage_window, threshold=stage_threshold)
                         if curriculum else None
                     ),
                     settings={"ent_coef": ent_coef} if ent_coef is not None else None,
