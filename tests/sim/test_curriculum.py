@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from mlsandbox.agents.curriculum import (
     Ranked,
     instance_stages,
     loosen,
+    parse_stages,
     stage_scenarios,
 )
 from mlsandbox.agents.transfer import transfer_env
@@ -177,6 +179,35 @@ def test_a_curriculum_must_end_with_the_family_and_get_harder() -> None:
         Loosening(bar=0.5)
     with pytest.raises(ValueError):
         Loosening(defects=1.5)
+
+
+def test_stages_written_as_text_end_with_the_family_and_name_the_spec_at_fault() -> None:
+    stages = parse_stages(["defects=0,budget=2,faults=0", "defects=0.5, budget=1.5, faults=0.5"])
+    assert stages == [
+        Loosening(budget=2, defects=0, faults=0),
+        Loosening(budget=1.5, defects=0.5, faults=0.5),
+        Loosening(),
+    ]
+    # the family as declared, given last, is not added again
+    assert parse_stages(["bar=1.5", "bar=1,budget=1,defects=1,faults=1"]) == [Loosening(bar=1.5), Loosening()]
+    over = parse_stages(["share=0.5,bar=1.5,defects=0"], generated=True)
+    assert over == [EasiestShare(0.5, Loosening(bar=1.5, defects=0)), EasiestShare(1.0)]
+    # the stages it gives build a curriculum: the first keeps churn-decisions' bar on clean data
+    first = stage_scenarios([load_builtin("churn-decisions")], stages)[0][0]
+    assert first.goal.min_auc == load_builtin("churn-decisions").goal.min_auc
+    assert first.datasets[0].defects.missing_rate == 0 and first.max_steps == 28
+    for specs, message in (
+        (["bar=0.5"], "stage 'bar=0.5': bar and budget are factors of at least 1"),
+        (["x=1"], "stage 'x=1': 'x=1' is not key=value with a key of bar, budget, defects, faults"),
+        (["bar"], "'bar' is not key=value"),
+        (["bar=a"], "bar='a' is not a number"),
+        (["bar=1.5,bar=2"], "bar is given twice"),
+        (["share=0.5"], "'share=0.5' is not key=value"),  # share is for generated instances only
+        (["defects=0", "budget=2"], "stages must get strictly harder"),
+        (["defects=0.5", "defects=0.5"], "stages must get strictly harder"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_stages(specs)
 
 
 def test_the_stage_advances_when_the_window_success_rate_reaches_the_threshold() -> None:

@@ -61,13 +61,21 @@ def test_the_command_writes_the_policy_the_curve_and_the_evaluation(tmp_path: Pa
     pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
     out = tmp_path / "run"
     res = CliRunner().invoke(
-        app, ["train", str(RL_FAST), "--steps", "2048", "--eval-episodes", "2", "--out", str(out)]
-    )
+        app,
+        ["train", str(RL_FAST), "--steps", "2048", "--eval-episodes", "2", "--out", str(out),
+         "--stage", "bar=1.5,budget=2"],
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
     for name in ("policy.zip", "curve.png", "training.json", "evaluation.json"):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "training.json").read_text())
     assert summary["steps"] >= 2048 and summary["curve"] and summary["shaping"] is True
+    # the stage given, then the family as declared
+    stages = [
+        {k: s[k] for k in ("bar", "budget", "defects", "faults")} for s in summary["curriculum"]["stages"]
+    ]
+    assert stages == [{"bar": 1.5, "budget": 2.0, "defects": 1.0, "faults": 1.0},
+                      {"bar": 1.0, "budget": 1.0, "defects": 1.0, "faults": 1.0}]  # fmt: skip
     rows = json.loads((out / "evaluation.json").read_text())
     assert {r["policy"] for r in rows} == {"ppo", "ppo-greedy", "random", "rule"}
     assert all(r["backend"] == "sim" and r["episodes"] == 2 for r in rows)
@@ -162,6 +170,22 @@ def test_the_command_refuses_an_unknown_family(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["train", "no-such-family", "--steps", "10", "--out", str(tmp_path)])
     assert res.exit_code == 1
     assert "unknown scenario 'no-such-family'" in res.output
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stage", "bar=0.5"], "--stage: stage 'bar=0.5': bar and budget are factors of at least 1"),
+        (["--stage", "defects=0", "--stage", "budget=2"], "--stage: stages must get strictly harder"),
+        (["--stage", "defects=0", "--no-curriculum"], "it cannot go with --no-curriculum"),
+    ],
+)
+def test_the_command_refuses_stages_it_cannot_play(tmp_path: Path, args: list[str], message: str) -> None:
+    res = CliRunner().invoke(
+        app, ["train", str(RL_FAST), "--steps", "10", "--out", str(tmp_path / "x"), *args]
+    )
+    assert res.exit_code == 1 and message in " ".join(res.output.split()), res.output
     assert not any(tmp_path.iterdir())
 
 
