@@ -141,7 +141,7 @@ class CurvePoint:
     episodes: int
     success_rate: float
     mean_return: float
-    """The training return (shaping included)."""
+    """The training return (shaping included; a novelty bonus is not)."""
     mean_length: float
     stage: int = 0
     """The curriculum stage at the end of the window (0 without a curriculum)."""
@@ -168,6 +168,8 @@ class TrainResult:
     """The generated instances trained on (none: ``instances`` seeds of each family)."""
     given: Sequence[str] = ()
     """The families as given (built-in ids, scenario files' paths): what loads them again."""
+    novelty: float = 0.0
+    """The count-based exploration bonus's scale (0: none; see :class:`~mlsandbox.env.wrappers.NoveltyBonus`)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -185,6 +187,7 @@ class TrainResult:
             **({"given": list(self.given)} if self.given else {}),
             "instances": self.instances,
             "shaping": self.shaping,
+            "novelty": self.novelty,
             "ppo_settings": ppo_settings(self.settings, self.n_envs),
             "n_envs": self.n_envs,
             "curriculum": self.curriculum.summary() if self.curriculum is not None else None,
@@ -216,6 +219,7 @@ def train_policy(
     n_envs: int = 1,
     generated: Sequence[Ranked] = (),
     given: Sequence[str] = (),
+    novelty: float = 0.0,
 ) -> TrainResult:
     """Train MaskablePPO from scratch in sim on ``instances`` seeds of each scenario (see the module
     docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``.
@@ -231,7 +235,10 @@ def train_policy(
     (``env_method("set_stage", k)``), and ``training.json`` records the step each stage began at.
 
     ``given``: how the families were named (ids, scenario files' absolute paths), which ``training.json``
-    records so that the policy can be evaluated again (``mlsandbox evaluate-policy``)."""
+    records so that the policy can be evaluated again (``mlsandbox evaluate-policy``).
+
+    ``novelty`` above 0 adds a count-based exploration bonus to the training reward
+    (:class:`~mlsandbox.env.wrappers.NoveltyBonus`, one count per env); the curve's returns leave it out."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     if instances < 1:
@@ -245,6 +252,8 @@ def train_policy(
         )  # fmt: skip
     if n_envs < 1:
         raise ValueError(f"n_envs must be at least 1, got {n_envs}")
+    if novelty < 0:
+        raise ValueError(f"novelty is a bonus's scale of at least 0, got {novelty}")
     try:
         import torch
         from sb3_contrib import MaskablePPO
@@ -280,6 +289,7 @@ def train_policy(
         kind_features=several_kinds(scenarios),
         time_features=timed(scenarios),
         stages=stages,
+        novelty=novelty,
     )
     ppo = ppo_settings(settings, n_envs)
     if n_envs == 1:
@@ -313,7 +323,9 @@ def train_policy(
 
     class _Curve(BaseCallback):
         def _on_step(self) -> bool:
-            returns[:] += np.asarray(self.locals["rewards"], dtype=float)
+            returns[:] += np.asarray(self.locals["rewards"], dtype=float) - [
+                float(info.get("novelty_bonus", 0.0)) for info in self.locals["infos"]
+            ]
             lengths[:] += 1
             for i, (info, done) in enumerate(zip(self.locals["infos"], self.locals["dones"], strict=True)):
                 if done:
@@ -352,6 +364,7 @@ def train_policy(
         n_envs=n_envs,
         generated=list(generated),
         given=list(given),
+        novelty=novelty,
     )
     (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
     plot_curve(
@@ -380,6 +393,7 @@ def _training_env(
     kind_features: bool,
     stages: Sequence[Sequence[Scenario]] | None,
     time_features: bool = False,
+    novelty: float = 0.0,
 ) -> Any:
     """One training env (in this process, or in a worker process of a vector env: BLAS single-threaded)."""
     from threadpoolctl import threadpool_limits
@@ -393,6 +407,7 @@ def _training_env(
         kind_features=kind_features,
         time_features=time_features,
         stages=stages,
+        novelty=novelty,
     )
 
 

@@ -37,6 +37,7 @@ from mlsandbox.env.gym_env import MLSandboxEnv
 from mlsandbox.env.wrappers import (
     DiscreteActions,
     FlatObservation,
+    NoveltyBonus,
     StagedEpisodes,
     SuiteEpisodes,
     in_process_env,
@@ -119,6 +120,7 @@ def transfer_env(
     time_features: bool = False,
     stages: Sequence[Sequence[Scenario]] | None = None,
     setup: dict[str, Any] | None = None,
+    novelty: float = 0.0,
     **env_kwargs: Any,
 ) -> DiscreteActions:
     """The wrapper stack of :data:`SETUP` on ``backend``, each reset a scenario of ``scenarios`` (see
@@ -128,7 +130,9 @@ def transfer_env(
     ``time_features``: the deadline and the compute window in the observation;
     ``stages``: a curriculum's scenarios per stage, easiest first (a
     :class:`~mlsandbox.env.wrappers.StagedEpisodes` starting at the first; ``scenarios`` is then unused);
-    ``setup``: the wrapper options (default :data:`SETUP`; :data:`FAMILIES_SETUP` for the transfer families)."""
+    ``setup``: the wrapper options (default :data:`SETUP`; :data:`FAMILIES_SETUP` for the transfer families);
+    ``novelty``: above 0, a count-based exploration bonus of that scale on the reward
+    (:class:`~mlsandbox.env.wrappers.NoveltyBonus`, for training)."""
     options = SETUP if setup is None else setup
     base = MLSandboxEnv(scenarios[0], backend=backend, **env_kwargs)
     inner: SuiteEpisodes = (
@@ -137,7 +141,7 @@ def transfer_env(
         else SuiteEpisodes(base, scenarios, seeds_per_scenario=seeds_per_scenario)
     )
     flat = FlatObservation(
-        inner,
+        NoveltyBonus(inner, novelty) if novelty > 0 else inner,
         max_datasets=options["max_datasets"],
         max_jobs=options["max_jobs"],
         max_sources=options["max_sources"],

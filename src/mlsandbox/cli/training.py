@@ -100,6 +100,16 @@ def register(app: typer.Typer) -> None:
                 help="Curriculum: the window's success rate to advance.",
             ),
         ] = 0.6,
+        novelty: Annotated[
+            float,
+            typer.Option(
+                "--novelty",
+                min=0.0,
+                help="A count-based exploration bonus of this scale on the training reward (scale/sqrt(n), "
+                "n the visits of the step's milestones and action type; 0: none). Not in the curve's "
+                "returns nor in evaluation.",
+            ),
+        ] = 0.0,
         ent_coef: Annotated[
             float | None,
             typer.Option("--ent-coef", min=0.0, help="PPO's entropy bonus (default: PPO_SETTINGS, 0.01)."),
@@ -215,6 +225,7 @@ def register(app: typer.Typer) -> None:
                     n_envs=n_envs,
                     generated=train_set,
                     given=[_given(f) for f in families],
+                    novelty=novelty,
                 )  # fmt: skip
             except ImportError as e:
                 raise _fail(e) from None

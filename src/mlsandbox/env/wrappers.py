@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -863,6 +864,32 @@ class StagedEpisodes(SuiteEpisodes):
         return stage
 
 
+class NoveltyBonus(gym.Wrapper[Any, Any, Any, Any]):
+    """A count-based exploration bonus for training (off unless a training run asks for it): each step's
+    reward gains ``scale / sqrt(n)``, ``n`` the number of times this env has seen the step's abstract state
+    (the milestones the episode has reached, ``info["milestones"]``, with the type of the action just taken
+    and whether it was carried out). A chain of steps that random play seldom finishes (train, wait,
+    register, deploy, wait while the traffic runs, submit) is then worth exploring for itself, and the
+    bonus fades as the states grow familiar. It is a training signal only: it is in
+    ``info["novelty_bonus"]``, evaluation plays without it, and the observation is unchanged.
+
+    Place it directly around :class:`SuiteEpisodes` (below the RL wrappers, which pass the reward on)."""
+
+    def __init__(self, env: gym.Env[Any, Any], scale: float) -> None:
+        super().__init__(env)
+        if not scale > 0:
+            raise ValueError(f"the novelty bonus's scale is positive, got {scale}")
+        self.scale = float(scale)
+        self.counts: dict[tuple[Any, ...], int] = {}
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        key = (tuple(info.get("milestones") or ()), info.get("action"), info.get("error") is None)
+        n = self.counts[key] = self.counts.get(key, 0) + 1
+        bonus = self.scale / math.sqrt(n)
+        return obs, float(reward) + bonus, terminated, truncated, {**info, "novelty_bonus": bonus}
+
+
 def make_rl_env(
     scenario: Any = "tabular-quality-basic",
     *,
@@ -916,6 +943,7 @@ __all__ = [
     "DiscreteActions",
     "FlatObservation",
     "Memory",
+    "NoveltyBonus",
     "SlotContext",
     "StagedEpisodes",
     "SuiteEpisodes",

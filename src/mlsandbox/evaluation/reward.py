@@ -308,8 +308,8 @@ class RewardTracker:
         elif grade is not None:
             comps["task"] = w.task * grade.score
             comps["success_bonus"] = w.success_bonus if grade.success else 0.0
+        self._reach(state, action_type, ok)
         if w.shaping:
-            self._reach(state, action_type, ok)
             reached = sum(v for m, v in w.shaping.items() if m in self.milestones)
             new = 0.0 if (done or grade is not None) else reached
             comps["shaping"] = new - self.potential

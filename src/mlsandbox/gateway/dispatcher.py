@@ -348,6 +348,7 @@ class Gateway:
             "reward_vector": objective_vector(comps),
             "credits_used": round(credits, 4),
             "invalid_actions": st.invalid_actions,
+            "milestones": sorted(self._reward.milestones),
             "timings": {"step_s": round(time.perf_counter() - t0, 6)},
         }
         if violation is not None:
