@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 from mlsandbox.agents.transfer import SETUP, transfer_env
-from mlsandbox.env.wrappers import FlatObservation, in_process_env
+from mlsandbox.env.wrappers import FlatObservation, NoveltyBonus, in_process_env
 from mlsandbox.scenario import load_builtin
 
 Pick = Callable[[dict[str, Any]], bool]
@@ -28,9 +29,9 @@ def _tail(env: Any, obs: np.ndarray) -> list[float]:
 
 
 class Player:
-    def __init__(self, family: str) -> None:
+    def __init__(self, family: str, **kw: Any) -> None:
         self.scenario = load_builtin(family)
-        self.env = transfer_env([self.scenario], backend="sim", sandbox=f"slots-{family}")
+        self.env = transfer_env([self.scenario], backend="sim", sandbox=f"slots-{family}", **kw)
         self.obs, _ = self.env.reset(seed=self.scenario.seed)
         self.info: dict[str, Any] = {}
         self.done = False
@@ -41,7 +42,8 @@ class Player:
     def play(self, pick: Pick) -> dict[str, Any]:
         slots = self.env.slots()  # type: ignore[attr-defined]
         index = next(i for i, (a, ok) in enumerate(slots) if ok and pick(a))
-        self.obs, _, term, trunc, self.info = self.env.step(index)
+        self.obs, reward, term, trunc, self.info = self.env.step(index)
+        self.last_reward = float(reward)
         self.done = bool(term or trunc)
         observation = in_process_env(self.env).last_observation or {}
         assert observation.get("ok"), observation.get("error")  # an unmasked slot is carried out
@@ -110,6 +112,46 @@ def test_a_deployment_goal_is_met_through_the_deployment_slot() -> None:
         assert in_process_env(p.env).episode.serving.served_version == "1"
     finally:
         p.close()
+
+
+def test_the_novelty_bonus_pays_a_state_less_each_time_it_is_seen_and_only_in_training() -> None:
+    p = Player("serving-deploy-slo", novelty=0.5)
+    path: list[Pick] = [
+        lambda a: a["type"] == "clean_dataset" and a["strategy"] == "impute_median",
+        lambda a: (
+            a["type"] == "train_model"
+            and a["dataset"].startswith("clean/")
+            and a["algorithm"] == "logistic_regression"
+        ),
+        lambda a: a["type"] == "wait",
+        lambda a: a["type"] == "register_model",
+        lambda a: a["type"] == "deploy_model" and a["replicas"] == 1,
+        lambda a: a["type"] == "wait",
+        lambda a: a["type"] == "submit",
+    ]
+    try:
+        bonuses: list[list[float]] = []
+        for episode in range(2):
+            if episode:
+                p.obs, _ = p.env.reset(seed=p.scenario.seed)
+            bonuses.append([])
+            for pick in path:
+                before = list(p.info.get("milestones") or []) if bonuses[-1] else []
+                p.play(pick)
+                bonus = p.info["novelty_bonus"]
+                bonuses[-1].append(bonus)
+                # the env's own reward is its components; the bonus comes on top, and is named
+                assert p.last_reward == pytest.approx(sum(p.info["reward_components"].values()) + bonus)
+                assert set(before) <= set(p.info["milestones"])  # milestones are never lost
+            assert p.done and p.info["grade"]["success"], p.info["grade"]
+        # every step of the path is a state new in the first episode, met a second time in the second
+        assert bonuses[0] == pytest.approx([0.5] * len(path))
+        assert bonuses[1] == pytest.approx([0.5 / np.sqrt(2)] * len(path))
+        assert "model_served" in p.info["milestones"] and "model_registered" in p.info["milestones"]
+    finally:
+        p.close()
+    with pytest.raises(ValueError, match="scale is positive"):
+        NoveltyBonus(p.env, 0.0)
 
 
 def test_the_neural_network_slot_names_its_learning_rate_so_bad_defaults_do_not_reach_it() -> None:

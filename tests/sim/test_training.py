@@ -63,13 +63,14 @@ def test_the_command_writes_the_policy_the_curve_and_the_evaluation(tmp_path: Pa
     res = CliRunner().invoke(
         app,
         ["train", str(RL_FAST), "--steps", "2048", "--eval-episodes", "2", "--out", str(out),
-         "--stage", "bar=1.5,budget=2"],
+         "--stage", "bar=1.5,budget=2", "--novelty", "0.2"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     for name in ("policy.zip", "curve.png", "training.json", "evaluation.json"):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "training.json").read_text())
     assert summary["steps"] >= 2048 and summary["curve"] and summary["shaping"] is True
+    assert summary["novelty"] == 0.2
     # the stage given, then the family as declared
     stages = [
         {k: s[k] for k in ("bar", "budget", "defects", "faults")} for s in summary["curriculum"]["stages"]
