@@ -81,6 +81,10 @@ class _Deployment:
     """The model server's loaded model (``LoadedModel``) of the current version."""
     algorithm: str
     rr: Any = field(default_factory=itertools.count)
+    scored: tuple[Any, Any, dict[str, tuple[Any, Any]]] | None = None
+    """(served model, feature table, entity id -> (prediction, probability)): the feature service's whole
+    population scored in one batch by the served model, as each by-entity request would score its rows
+    (see :meth:`SimServing._by_entity`)."""
 
 
 class SimServing:
@@ -423,6 +427,18 @@ class SimEpisodeServing:
             if "entity_ids" in req:
                 by_entity = True
                 cols, fetch_s = self._fetch(served, req["entity_ids"])
+                answered = self._by_entity(dep, req["entity_ids"])
+                if answered is not None:
+                    labels, proba = answered
+                    out: dict[str, Any] = {
+                        "predictions": labels,
+                        "model": served.name,
+                        "version": served.version,
+                    }
+                    if proba is not None:
+                        out["probabilities"] = proba
+                    body_out = orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
+                    return 200, body_out, len(labels), by_entity, fetch_s
             else:
                 cols = columns_from_body(served, req)
             n = len(cols[served.columns[0][0]]) if served.columns else 0
@@ -443,10 +459,50 @@ class SimEpisodeServing:
                 raise RequestError(400, f"the model cannot score this input: {e}") from None
         except RequestError as e:
             return e.status, orjson.dumps({"detail": e.detail}), 0, by_entity, fetch_s
-        out: dict[str, Any] = {"predictions": labels, "model": served.name, "version": served.version}
+        out = {"predictions": labels, "model": served.name, "version": served.version}
         if proba is not None:
             out["probabilities"] = proba
         return 200, orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY), n, by_entity, fetch_s
+
+    def _by_entity(self, dep: _Deployment, ids: builtins.list[Any]) -> tuple[builtins.list[Any], Any] | None:
+        """The answer to a by-entity request whose ids were fetched: each entity's prediction (and
+        probability) as the served model scores the feature service's row of it. Production traffic asks
+        for one or a few entities hundreds of times a minute, so the whole population is scored once per
+        served version (a model scores each row on its own: a batch gives each row the answer a request
+        of that row alone gets) and each request looks its entities up. None when the population cannot
+        be scored in one batch; the request is then scored on its own, as before."""
+        served, table = dep.served, self.features
+        if table is None:
+            return None
+        if dep.scored is None or dep.scored[0] is not served or dep.scored[1] is not table:
+            dep.scored = (served, table, self._score_population(served, table))
+        memo = dep.scored[2]
+        if not memo:
+            return None
+        rows = [memo[str(i)] for i in ids]
+        labels = [label for label, _ in rows]
+        proba = None if rows[0][1] is None else [p for _, p in rows]
+        return labels, proba
+
+    def _score_population(
+        self, served: Any, table: dict[str, builtins.list[Any]]
+    ) -> dict[str, tuple[Any, Any]]:
+        import pandas as pd
+
+        index = {c: k for k, c in enumerate(self.feature_columns)}
+        ids = list(table)
+        try:
+            frame = pd.DataFrame(
+                {c: [table[i][index[c]] for i in ids] for c, _ in served.columns},
+                columns=[c for c, _ in served.columns],
+            )
+            for c, kind in served.columns:
+                if kind == "number":
+                    frame[c] = frame[c].astype("float64")
+            labels, proba = served.predict(frame)
+        except (ValueError, TypeError, KeyError):  # scored request by request instead, errors included
+            return {}
+        return {i: (labels[k], None if proba is None else proba[k]) for k, i in enumerate(ids)}
 
     def _fetch(self, served: Any, ids: Any) -> tuple[dict[str, builtins.list[Any]], float]:
         from mlsandbox.workloads.model_server import RequestError, _err
