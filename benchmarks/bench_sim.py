@@ -15,14 +15,15 @@ directory, a cold phase (fits done as they come) and a warm one (the instances' 
 store, as the later epochs of a run, a vector env's other processes and the next run over the split do). Figures per mix: env-steps/s (steps over the time spent in ``reset``, ``step`` and
 ``action_masks``; the policy's own time is left out and reported apart), resets/s, reset p50/p95 with a
 new seed, per action type p50/p95 ms (``train_model`` is the training surrogate's cost). Also the reset
-p50/p95 with a repeated seed, and beside them the old figure, labelled **cached path (repeated actions on
+p50/p95 with a repeated seed, a 60 s ``wait`` while a deployment serves production traffic
+(``serving-deploy-slo``, the step a deployment goal's training episodes repeat most), and beside them the old figure, labelled **cached path (repeated actions on
 the same data)**: the raw env repeating the eight actions of ``bench_interfaces.VECTOR_PROFILE`` on one
 episode's data, whose data actions hit the results cached by the data's digest.
 
 The process is pinned to CPU 0 and BLAS/OpenMP/Arrow run single-threaded. The machine is shared: the load
 average is printed and saved with the figures. Prints a table and saves ``.bench/sim.json``.
 Usage: ``python benchmarks/bench_sim.py [--seconds S] [--episodes N] [--mix random rule]
-[--repeat-resets N] [--cached-seconds S] [--pool N] [--pool-seconds S]`` (defaults: about five minutes).
+[--repeat-resets N] [--cached-seconds S] [--pool N] [--pool-seconds S] [--serving-episodes N]`` (defaults: about five minutes).
 """
 
 from __future__ import annotations
@@ -458,6 +459,50 @@ def bench_cached(seconds: float) -> dict[str, Any]:
     }
 
 
+SERVING_SCENARIO = "serving-deploy-slo"
+
+
+def bench_serving_waits(episodes: int, waits: int, seed0: int) -> dict[str, Any]:
+    """A 60 s ``wait`` while production traffic runs (``serving-deploy-slo``: 4 requests/s by entity id,
+    one replica, the monitor's ticks): each episode a new seed, its data cleaned, a logistic regression
+    trained, registered and deployed, then ``waits`` waits timed."""
+    from mlsandbox.env import MLSandboxEnv
+
+    env = MLSandboxEnv(SERVING_SCENARIO, backend="sim", sandbox="bench-serving-waits")
+    times: list[float] = []
+    cpu: list[float] = []
+    load_before = load()
+    try:
+        for e in range(episodes):
+            env.reset(seed=seed0 + e)
+            env.step(
+                {"type": "clean_dataset", "dataset": "raw/customers.parquet", "strategy": "impute_median"}
+            )
+            cleaned = list(env.episode.datasets)[-1]
+            env.step({"type": "train_model", "dataset": cleaned, "algorithm": "logistic_regression"})
+            env.step({"type": "wait", "seconds": 60})
+            job = next(iter(env.episode.jobs.values()))
+            env.step({"type": "register_model", "run_id": job.run_id, "name": "churn"})
+            env.step({"type": "deploy_model", "name": "churn", "version": "1", "replicas": 1})
+            for _ in range(waits):
+                t0, c0 = time.perf_counter(), time.process_time()
+                _, _, terminated, truncated, _ = env.step({"type": "wait", "seconds": 60})
+                times.append((time.perf_counter() - t0) * 1000)
+                cpu.append((time.process_time() - c0) * 1000)
+                if terminated or truncated:
+                    break
+            if not env.episode.serving.served_version:
+                raise SystemExit(f"{SERVING_SCENARIO} seed {seed0 + e}: the deployment did not serve")
+    finally:
+        env.close()
+    return {
+        "scenario": SERVING_SCENARIO,
+        "wait_ms": summary(times),
+        "wait_cpu_ms": summary(cpu),
+        "load_average_1m": [load_before, load()],
+    }
+
+
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -492,6 +537,12 @@ def main() -> None:
     parser.add_argument(
         "--vec-seconds", type=float, default=20.0, help="time per vector env size (default 20)"
     )
+    parser.add_argument(
+        "--serving-episodes",
+        type=int,
+        default=3,
+        help="episodes of the 60 s wait under production traffic, five waits each (0: skip; default 3)",
+    )
     args = parser.parse_args()
     single_threaded()
     _check_profile()
@@ -519,6 +570,8 @@ def main() -> None:
         figures["vector"] = bench_vector(
             args.vec, pool=max(1, args.pool or 16), seconds=args.vec_seconds, seed0=90_000_000
         )
+    if args.serving_episodes > 0:
+        figures["serving_wait"] = bench_serving_waits(args.serving_episodes, 5, seed0=95_000_000)
     if args.repeat_resets > 0:
         figures["repeated_seed"] = bench_repeated_reset(args.repeat_resets)
     if args.cached_seconds > 0:
@@ -650,6 +703,12 @@ def report(figures: dict[str, Any]) -> None:
                 " -> ".join(str(x) for x in v["load_average_1m"]),
             )
         console.print(t)
+    if "serving_wait" in figures:
+        w = figures["serving_wait"]
+        console.print(
+            f"a 60 s wait under production traffic ({w['scenario']}, one replica, new seeds): "
+            f"p50 / p95 {_pair(w['wait_ms'])} ms (CPU {_pair(w['wait_cpu_ms'])} ms), n={w['wait_ms']['n']}"
+        )
     if "repeated_seed" in figures:
         r = figures["repeated_seed"]["reset_ms_same_seed"]
         console.print(
