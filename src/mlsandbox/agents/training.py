@@ -432,13 +432,19 @@ def plot_curve(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
+    steps_label = FuncFormatter(lambda v, _pos: f"{v / 1000:g}k" if v else "0")
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     x = [p.steps for p in curve]
     for ax, values, label in zip(
         axes,
         ([p.success_rate for p in curve], [p.mean_return for p in curve], [p.mean_length for p in curve]),
-        ("success rate (training episodes)", "mean return (shaping included)", "mean episode length"),
+        (
+            "success rate (training episodes)",
+            "mean return (shaping included, novelty bonus not)",
+            "mean episode length",
+        ),
         strict=True,
     ):
         ax.plot(x, values, marker=".")
@@ -448,6 +454,7 @@ def plot_curve(
             ax.annotate(text, (at, 1), xycoords=("data", "axes fraction"), fontsize=7,
                         rotation=90, va="top", ha="right", color="grey")  # fmt: skip
         ax.set_xlabel("env-steps")
+        ax.xaxis.set_major_formatter(steps_label)  # 160k, not 160000 (whose labels run together)
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
     axes[0].set_ylim(-0.02, 1.02)
