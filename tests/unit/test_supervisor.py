@@ -136,6 +136,9 @@ def test_find_marked_matches_sandbox_and_home_only(tmp_path: Path, spawned: list
     mine = spawn(tmp_path, ["sleep", "60"], spawned, **supervisor.marker_env(name, home))
     other_name = spawn(tmp_path, ["sleep", "60"], spawned, **supervisor.marker_env(name + "x", home))
     other_home = spawn(tmp_path, ["sleep", "60"], spawned, **supervisor.marker_env(name, home + "/elsewhere"))
+    # Popen returns once the child's exec has closed its close-on-exec pipe, which the kernel does before
+    # it lays out the new environment: until then /proc/PID/environ reads empty (seen on a loaded machine).
+    wait_for(lambda: all(psutil.Process(r.pid).environ() for r in (mine, other_name, other_home)))
 
     found = {p.pid for p in supervisor.find_marked(name, home)}
 
