@@ -429,40 +429,19 @@ class SimEpisodeServing:
                 cols, fetch_s = self._fetch(served, req["entity_ids"])
                 answered = self._by_entity(dep, req["entity_ids"])
                 if answered is not None:
-                    labels, proba = answered
-                    out: dict[str, Any] = {
-                        "predictions": labels,
-                        "model": served.name,
-                        "version": served.version,
-                    }
-                    if proba is not None:
-                        out["probabilities"] = proba
-                    body_out = orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
-                    return 200, body_out, len(labels), by_entity, fetch_s
+                    return 200, _ok_body(served, *answered), len(answered[0]), by_entity, fetch_s
             else:
                 cols = columns_from_body(served, req)
             n = len(cols[served.columns[0][0]]) if served.columns else 0
             if n == 0:
                 raise RequestError(422, [_err(["body"], "no rows to predict", "too_short")])
             try:
-                import pandas as pd
-
-                # the frame the model server scores (its batcher's): numbers as float64, the rest as given
-                frame = pd.DataFrame(
-                    {c: cols[c] for c, _ in served.columns}, columns=[c for c, _ in served.columns]
-                )
-                for c, kind in served.columns:
-                    if kind == "number":
-                        frame[c] = frame[c].astype("float64")
-                labels, proba = served.predict(frame)
+                labels, proba = served.predict(_scoring_frame(served, cols))
             except (ValueError, TypeError) as e:
                 raise RequestError(400, f"the model cannot score this input: {e}") from None
         except RequestError as e:
             return e.status, orjson.dumps({"detail": e.detail}), 0, by_entity, fetch_s
-        out = {"predictions": labels, "model": served.name, "version": served.version}
-        if proba is not None:
-            out["probabilities"] = proba
-        return 200, orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY), n, by_entity, fetch_s
+        return 200, _ok_body(served, labels, proba), n, by_entity, fetch_s
 
     def _by_entity(self, dep: _Deployment, ids: builtins.list[Any]) -> tuple[builtins.list[Any], Any] | None:
         """The answer to a by-entity request whose ids were fetched: each entity's prediction (and
@@ -487,19 +466,11 @@ class SimEpisodeServing:
     def _score_population(
         self, served: Any, table: dict[str, builtins.list[Any]]
     ) -> dict[str, tuple[Any, Any]]:
-        import pandas as pd
-
         index = {c: k for k, c in enumerate(self.feature_columns)}
         ids = list(table)
         try:
-            frame = pd.DataFrame(
-                {c: [table[i][index[c]] for i in ids] for c, _ in served.columns},
-                columns=[c for c, _ in served.columns],
-            )
-            for c, kind in served.columns:
-                if kind == "number":
-                    frame[c] = frame[c].astype("float64")
-            labels, proba = served.predict(frame)
+            cols = {c: [table[i][index[c]] for i in ids] for c, _ in served.columns}
+            labels, proba = served.predict(_scoring_frame(served, cols))
         except (ValueError, TypeError, KeyError):  # scored request by request instead, errors included
             return {}
         return {i: (labels[k], None if proba is None else proba[k]) for k, i in enumerate(ids)}
@@ -612,6 +583,27 @@ class SimEpisodeServing:
         self.closed = True
         if self.owner.episodes.get(self.episode_id) is self:
             del self.owner.episodes[self.episode_id]
+
+
+def _scoring_frame(served: Any, cols: dict[str, builtins.list[Any]]) -> Any:
+    """The frame the model server scores (its batcher's): the served model's columns in order, numbers
+    as float64, the rest as given."""
+    import pandas as pd
+
+    frame = pd.DataFrame({c: cols[c] for c, _ in served.columns}, columns=[c for c, _ in served.columns])
+    for c, kind in served.columns:
+        if kind == "number":
+            frame[c] = frame[c].astype("float64")
+    return frame
+
+
+def _ok_body(served: Any, labels: builtins.list[Any], proba: Any) -> bytes:
+    """The model server's answer to a request it scored: predictions, the model and version served, and
+    the probabilities when the model gives them."""
+    out: dict[str, Any] = {"predictions": labels, "model": served.name, "version": served.version}
+    if proba is not None:
+        out["probabilities"] = proba
+    return orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _plain(value: Any) -> Any:
