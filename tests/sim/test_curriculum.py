@@ -23,14 +23,16 @@ from mlsandbox.agents.curriculum import (
     EasiestShare,
     Loosening,
     Ranked,
+    declared_stages,
     instance_stages,
     loosen,
     parse_stages,
     stage_scenarios,
 )
 from mlsandbox.agents.transfer import transfer_env
+from mlsandbox.errors import ScenarioError
 from mlsandbox.instances.models import materialize
-from mlsandbox.scenario import Scenario, load_builtin
+from mlsandbox.scenario import Scenario, load_builtin, parse_scenario
 from mlsandbox.tasks.registry import kind_of
 
 FAMILIES = [
@@ -208,6 +210,52 @@ def test_stages_written_as_text_end_with_the_family_and_name_the_spec_at_fault()
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             parse_stages(specs)
+
+
+def test_a_family_declares_its_own_stages_and_a_broken_list_is_refused_at_load() -> None:
+    family = load_builtin("churn-decisions")
+    own = declared_stages([family, load_builtin("churn-clean-small")])
+    assert list(own) == [family.id]  # a family that declares none plays the run's stages
+    assert own[family.id] == [*family.curriculum, Loosening()] and len(own[family.id]) == 4
+    assert all(st.bar == 1 for st in own[family.id])  # they keep the bar (see the family's file)
+    data = family.model_dump(mode="json")
+    for stages, message in (
+        ([{"defects": 0.5}, {"defects": 0.1}], "curriculum: stages must get strictly harder"),
+        ([{"bar": 0.5}], "curriculum[0]: Value error, bar and budget are factors of at least 1"),
+        ([{"bra": 2}], "curriculum[0].bra: Unexpected keyword argument"),
+        ([{"defects": "none"}], "curriculum[0].defects: Input should be a valid number"),
+    ):
+        with pytest.raises(ScenarioError, match=re.escape(message)):
+            parse_scenario({**data, "curriculum": stages}, "family.yaml")
+    # the family as declared, written last, is not added again
+    given = parse_scenario({**data, "curriculum": [{"budget": 2}, {}]}, "family.yaml")
+    assert declared_stages([given])[family.id] == [Loosening(budget=2), Loosening()]
+
+
+def test_families_own_stages_are_aligned_on_the_declared_family() -> None:
+    own, plain = load_builtin("churn-decisions"), load_builtin("churn-clean-small")
+    stages = stage_scenarios([own, plain], own=declared_stages([own]))
+    assert len(stages) == 4  # the longer list: three own stages and the family
+    first = {s.id: s for s in stages[0]}
+    assert first[own.id].goal.min_auc == own.goal.min_auc and first[own.id].max_steps == 2 * own.max_steps
+    # the default list is one shorter: its first stage is played in the run's first two
+    assert {s.id: s for s in stages[1]}[plain.id] == first[plain.id]
+    assert first[plain.id].goal.min_auc < plain.goal.min_auc
+    assert [s.datasets[0].defects.missing_rate for s in stages[2] if s.id == own.id] == [
+        pytest.approx(own.datasets[0].defects.missing_rate * 0.3)
+    ]
+    assert stages[-1] == [own, plain]  # the last stage: every family as declared
+    c = Curriculum(own=declared_stages([own]), window=1, threshold=1.0, max_share=1.0, total_steps=100)
+    assert c.count == 4
+    for step in (10, 20, 30):
+        assert c.record(True, step) is True
+    assert c.last and c.record(True, 40) is False
+    summary = c.summary()
+    assert [st["started_at_step"] for st in summary["stages"]] == [0, 10, 20, 30]
+    assert [st["bar"] for st in summary["stages"]] == [1.5, 1.5, 1.25, 1.0]  # the run's own, aligned
+    assert [st["defects"] for st in summary["families"][own.id]] == [0.0, 0.1, 0.3, 1.0]
+    with pytest.raises(ValueError, match="last stage is the family as declared"):
+        stage_scenarios([own], own={own.id: [Loosening(bar=2)]})
 
 
 def test_the_stage_advances_when_the_window_success_rate_reaches_the_threshold() -> None:

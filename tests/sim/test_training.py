@@ -85,6 +85,24 @@ def test_the_command_writes_the_policy_the_curve_and_the_evaluation(tmp_path: Pa
     assert re.search(r"[\d,]+ env-steps +\d+ s +stage \d +success \d+%", res.output), res.output
 
 
+@pytest.mark.parametrize("given", [[], ["--stage", "bar=1.5"]])
+def test_a_family_plays_its_own_stages_unless_the_command_gives_some(tmp_path: Path, given: list[str]) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        app,
+        ["train", "churn-decisions", "--steps", "256", "--eval-episodes", "0", "--no-baselines",
+         "--out", str(out), *given],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    curriculum = json.loads((out / "training.json").read_text())["curriculum"]
+    if given:  # --stage sets every family's stages
+        assert "families" not in curriculum and [st["bar"] for st in curriculum["stages"]] == [1.5, 1.0]
+    else:
+        own = curriculum["families"]["churn-decisions"]
+        assert [st["defects"] for st in own] == [0.0, 0.1, 0.3, 1.0] and len(curriculum["stages"]) == 4
+
+
 def test_a_saved_policy_is_evaluated_again_on_the_same_held_out_seeds(tmp_path: Path) -> None:
     pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
     out = tmp_path / "run"

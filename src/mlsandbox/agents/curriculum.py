@@ -31,10 +31,12 @@ family's parameter space, which a stage drops: it is one variant, not a family t
 the success rate over the last ``window`` training episodes finished in the stage reaches ``threshold``,
 or when the stage has used ``max_share`` of the training's env-steps (so the declared family always gets
 the rest). An episode under way at a change finishes in the stage it began in (and counts in the next
-stage's window). ``mlsandbox train --stage SPEC`` (repeated) replaces the default stages
-(:func:`parse_stages`): a family whose loosened bar a weaker solution meets wants stages that keep the bar
+stage's window). A family whose loosened bar a weaker solution meets wants stages that keep the bar
 (``churn-decisions``: gradient boosting meets the first default stage's bar, and only a linear model meets
-the family's). The reward, its potential-based shaping included, is the same in every stage. Success in
+the family's); it declares them in its scenario's ``curriculum:`` (:func:`declared_stages`), which the run
+plays for it in place of the default ones. In a run over several families the lists are aligned on their
+last stage, the family as declared (:func:`stage_scenarios`). ``mlsandbox train --stage SPEC`` (repeated)
+sets every family's stages (:func:`parse_stages`). The reward, its potential-based shaping included, is the same in every stage. Success in
 a stage is graded by the stage's own goal; the observation never says which stage an episode belongs to,
 and evaluation always plays the declared family (see :func:`~mlsandbox.agents.training.evaluate`).
 
@@ -48,15 +50,17 @@ go from the easiest third, loosened as the first default stage, to every instanc
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mlsandbox.scenario import Scenario
 from mlsandbox.scenario.space import apply_parameters
+from mlsandbox.scenario.stages import Loosening, check_harder, with_declared
+
+_S = TypeVar("_S")
 
 RATE_DEFECTS = ("label_noise", "duplicate_rate", "empty_rate", "truncated_rate", "unreadable_rate",
                 "size_mismatch_rate")  # fmt: skip
@@ -65,43 +69,6 @@ FAULT_VARIANTS = 4
 """Variants of each scenario in a stage that keeps a share of the faults (see :func:`variants`)."""
 MAX_STEPS_LIMIT = 10_000
 """A scenario's ``max_steps`` may not exceed this (its model's bound)."""
-
-
-@dataclass(frozen=True)
-class Loosening:
-    """How much easier than the declared scenario a stage is (``Loosening()`` is the scenario itself)."""
-
-    bar: float = 1.0
-    """Factor (at least 1) moving the goal's bar toward easy."""
-    budget: float = 1.0
-    """Factor (at least 1) on ``max_steps`` and ``budget.credits``."""
-    defects: float = 1.0
-    """Share (0 to 1) of the declared defects kept."""
-    faults: float = 1.0
-    """Share (0 to 1) of the declared faults kept: each one's duration shortened to it, none at 0."""
-
-    def __post_init__(self) -> None:
-        if self.bar < 1 or self.budget < 1:
-            raise ValueError(f"bar and budget are factors of at least 1, got {self.bar} and {self.budget}")
-        if not 0 <= self.defects <= 1:
-            raise ValueError(f"defects is a share from 0 to 1, got {self.defects}")
-        if not 0 <= self.faults <= 1:
-            raise ValueError(f"faults is a share from 0 to 1, got {self.faults}")
-
-    @property
-    def declared(self) -> bool:
-        return self.bar == 1 and self.budget == 1 and self.defects == 1 and self.faults == 1
-
-    def at_least_as_easy_as(self, other: Loosening) -> bool:
-        return (
-            self.bar >= other.bar
-            and self.budget >= other.budget
-            and self.defects <= other.defects
-            and self.faults <= other.faults
-        )
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 DEFAULT_STAGES: tuple[Loosening, ...] = (
@@ -119,7 +86,7 @@ class EasiestShare:
     as generated)."""
 
     share: float
-    loosening: Loosening = Loosening()
+    loosening: Loosening = field(default_factory=Loosening)
 
     def __post_init__(self) -> None:
         if not 0 < self.share <= 1:
@@ -166,7 +133,7 @@ def instance_stages(
         raise ValueError("no generated instance to train on")
     if not stages or not stages[-1].declared:
         raise ValueError("a curriculum's last stage holds every instance as generated: EasiestShare(1.0)")
-    _check_harder(stages)
+    check_harder(stages)
     families: dict[str, list[Ranked]] = {}
     for r in instances:
         families.setdefault(r.family, []).append(r)
@@ -301,24 +268,33 @@ def variants(scenario: Scenario, loosening: Loosening, *, mixed: bool) -> list[S
 
 
 def stage_scenarios(
-    scenarios: Sequence[Scenario], stages: Sequence[Loosening] = DEFAULT_STAGES
+    scenarios: Sequence[Scenario],
+    stages: Sequence[Loosening] = DEFAULT_STAGES,
+    *,
+    own: Mapping[str, Sequence[Loosening]] | None = None,
 ) -> list[list[Scenario]]:
     """The scenarios of each stage, easiest first (see :func:`variants`); the last stage must be (and is)
-    the declared ones."""
-    if not stages or not stages[-1].declared:
-        raise ValueError("a curriculum's last stage is the family as declared: Loosening()")
-    _check_harder(stages)
+    the declared ones. ``own``: a family's own stages by its id (:func:`declared_stages`), in place of
+    ``stages`` for it. Lists of different lengths are aligned on their last stage (every family is played
+    as declared in the last stage of the run), a shorter one playing its first stage until its turn comes
+    (:func:`stage_of`)."""
+    lists = {s.id: list((own or {}).get(s.id, stages)) for s in scenarios}
+    for family_stages in lists.values():
+        if not family_stages or not family_stages[-1].declared:
+            raise ValueError("a curriculum's last stage is the family as declared: Loosening()")
+        check_harder(family_stages)
+    count = max(len(v) for v in lists.values())
     mixed = any(_untimed(s) for s in scenarios)
-    return [[v for s in scenarios for v in variants(s, stage, mixed=mixed)] for stage in stages]
+    return [
+        [v for s in scenarios for v in variants(s, stage_of(lists[s.id], k, count), mixed=mixed)]
+        for k in range(count)
+    ]
 
 
-_Stage = TypeVar("_Stage", Loosening, EasiestShare)
-
-
-def _check_harder(stages: Sequence[_Stage]) -> None:
-    for easier, harder in itertools.pairwise(stages):
-        if not easier.at_least_as_easy_as(harder) or easier == harder:
-            raise ValueError(f"stages must get strictly harder: {easier} then {harder}")
+def stage_of(stages: Sequence[_S], k: int, count: int) -> _S:
+    """The stage of a family's ``stages`` played in stage ``k`` of a run of ``count`` stages: the lists
+    aligned on their last, the first of a shorter list played until its turn."""
+    return stages[max(0, len(stages) - count + k)]
 
 
 STAGE_KEYS = ("bar", "budget", "defects", "faults")
@@ -360,13 +336,19 @@ def parse_stages(specs: Sequence[str], *, generated: bool = False) -> list[Loose
         instances = [s for s in shares if isinstance(s, EasiestShare)]
         if not instances or not instances[-1].declared:
             instances.append(EasiestShare(1.0))
-        _check_harder(instances)
+        check_harder(instances)
         return instances
-    loosenings = [s for s in (_parse_stage(x, generated=False) for x in specs) if isinstance(s, Loosening)]
-    if not loosenings or not loosenings[-1].declared:
-        loosenings.append(Loosening())
-    _check_harder(loosenings)
+    loosenings = with_declared(
+        [s for s in (_parse_stage(x, generated=False) for x in specs) if isinstance(s, Loosening)]
+    )
+    check_harder(loosenings)
     return loosenings
+
+
+def declared_stages(scenarios: Sequence[Scenario]) -> dict[str, list[Loosening]]:
+    """The stages each family declares (its scenario's ``curriculum:``), the family as declared last, by
+    family id; a family that declares none is not in it (it plays the run's stages)."""
+    return {s.id: with_declared(s.curriculum) for s in scenarios if s.curriculum}
 
 
 @dataclass
@@ -375,6 +357,9 @@ class Curriculum:
     current stage reaches ``threshold``, or the stage has used ``max_share`` of ``total_steps``."""
 
     stages: Sequence[Loosening | EasiestShare] = DEFAULT_STAGES
+    own: Mapping[str, Sequence[Loosening]] = field(default_factory=dict)
+    """Families' own stages by id (:func:`declared_stages`), in place of ``stages`` for them; the run has
+    as many stages as the longest list (see :func:`stage_scenarios`)."""
     window: int = 50
     threshold: float = 0.6
     max_share: float = 0.25
@@ -394,8 +379,13 @@ class Curriculum:
         self._recent = deque(maxlen=self.window)
 
     @property
+    def count(self) -> int:
+        """The run's number of stages: the longest of ``stages`` and the families' own."""
+        return max([len(self.stages), *(len(v) for v in self.own.values())])
+
+    @property
     def last(self) -> bool:
-        return self.stage == len(self.stages) - 1
+        return self.stage == self.count - 1
 
     @property
     def success_rate(self) -> float | None:
@@ -419,15 +409,28 @@ class Curriculum:
         return False
 
     def summary(self) -> dict[str, Any]:
-        return {
+        """The settings and, for each stage of the run, the step it began at (None if never reached)
+        with the run's own stage played in it; the families' own stages under ``families``."""
+
+        started = [self.started[k] if k < len(self.started) else None for k in range(self.count)]
+        out: dict[str, Any] = {
             "window": self.window,
             "threshold": self.threshold,
             "max_share": self.max_share,
             "stages": [
-                {**stage.as_dict(), "started_at_step": self.started[i] if i < len(self.started) else None}
-                for i, stage in enumerate(self.stages)
+                {**stage_of(self.stages, k, self.count).as_dict(), "started_at_step": started[k]}
+                for k in range(self.count)
             ],
         }
+        if self.own:
+            out["families"] = {
+                family: [
+                    {**stage_of(stages, k, self.count).as_dict(), "started_at_step": started[k]}
+                    for k in range(self.count)
+                ]
+                for family, stages in self.own.items()
+            }
+        return out
 
 
 __all__ = [
@@ -440,9 +443,11 @@ __all__ = [
     "EasiestShare",
     "Loosening",
     "Ranked",
+    "declared_stages",
     "instance_stages",
     "loosen",
     "parse_stages",
+    "stage_of",
     "stage_scenarios",
     "variants",
 ]

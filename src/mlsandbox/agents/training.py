@@ -279,7 +279,9 @@ def train_policy(
         if curriculum is not None:
             if not all(isinstance(st, Loosening) for st in curriculum.stages):
                 raise ValueError("a curriculum over a declared family has Loosening stages")
-            stages = stage_scenarios(shaped, [st for st in curriculum.stages if isinstance(st, Loosening)])
+            stages = stage_scenarios(
+                shaped, [st for st in curriculum.stages if isinstance(st, Loosening)], own=curriculum.own
+            )
     if curriculum is not None:
         curriculum.total_steps = curriculum.total_steps or steps
     make = functools.partial(

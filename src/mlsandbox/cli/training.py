@@ -82,10 +82,10 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--stage",
-                help="Curriculum: a stage, easiest first, in place of the default ones (repeat it): "
-                "'bar=1.5,budget=2,defects=0,faults=0' (a key left out keeps the declared value; with "
-                "--generated, share= of each family's easiest instances too); the family as declared is "
-                "the last stage.",
+                help="Curriculum: a stage, easiest first, in place of the default ones and of those a "
+                "family declares (repeat it): 'bar=1.5,budget=2,defects=0,faults=0' (a key left out keeps "
+                "the declared value; with --generated, share= of each family's easiest instances too); the "
+                "family as declared is the last stage.",
             ),
         ] = None,
         stage_window: Annotated[
@@ -145,7 +145,13 @@ def register(app: typer.Typer) -> None:
         curve (PNG and JSON), then evaluate on held-out seeds with random and rule beside it."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from mlsandbox.agents.curriculum import DEFAULT_STAGES, INSTANCE_STAGES, Curriculum, parse_stages
+        from mlsandbox.agents.curriculum import (
+            DEFAULT_STAGES,
+            INSTANCE_STAGES,
+            Curriculum,
+            declared_stages,
+            parse_stages,
+        )
         from mlsandbox.errors import MLSandboxError
         from mlsandbox.scenario import load_scenario
 
@@ -218,7 +224,11 @@ def register(app: typer.Typer) -> None:
                     scenarios, steps=steps, out=directory, instances=instances, seed=seed, shaping=shaping,
                     on_point=point,
                     curriculum=(
-                        Curriculum(stages=stages, window=stage_window, threshold=stage_threshold)
+                        Curriculum(
+                            stages=stages, window=stage_window, threshold=stage_threshold,
+                            # a family's own stages, unless --stage sets every family's
+                            own={} if stage or generated else declared_stages(scenarios),
+                        )
                         if curriculum else None
                     ),
                     settings={"ent_coef": ent_coef} if ent_coef is not None else None,

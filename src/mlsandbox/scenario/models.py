@@ -25,6 +25,7 @@ from mlsandbox.scenario.predictions_goal import PredictionsFileGoal
 from mlsandbox.scenario.serving import DeploymentSLOGoal, Serving
 from mlsandbox.scenario.sources import Source, check_sources, refuse_non_table
 from mlsandbox.scenario.space import ParameterSpace, read_parameter
+from mlsandbox.scenario.stages import Loosening, check_harder, with_declared
 from mlsandbox.scenario.team import Team
 from mlsandbox.tasks.registry import DEFAULT_KIND, DatasetSpec
 
@@ -194,6 +195,12 @@ class Scenario(_Model):
     """Roles for a multi-agent episode of this scenario (see mlsandbox.scenario.team)."""
     space: ParameterSpace | None = None
     """The family's parameter space: what its generated instances vary (see mlsandbox.scenario.space)."""
+    curriculum: list[Loosening] = Field(default_factory=list, max_length=8)
+    """The stages ``mlsandbox train``'s curriculum plays before the family as declared, easiest first,
+    in place of its default ones (``--stage`` overrides them): each a ``Loosening`` of the family
+    (``{budget: 2, defects: 0, faults: 0}``; see mlsandbox.scenario.stages). Declared when the default
+    stages would teach a dead end, a loosened bar a weaker solution meets. The stages must get strictly
+    harder; the family as declared is the last stage, added when they do not end with it."""
 
     @field_validator("id")
     @classmethod
@@ -237,6 +244,10 @@ class Scenario(_Model):
                     refuse_non_table(self.dataset(self.serving.dataset), "serving.traffic")
                 except ValueError as e:
                     raise ValueError(f"serving.dataset: {e}") from None
+        try:
+            check_harder(with_declared(self.curriculum))
+        except ValueError as e:
+            raise ValueError(f"curriculum: {e}") from None
         if self.space is not None:
             data = self.model_dump(mode="json", exclude={"space"})
             for path in self.space.parameters:
