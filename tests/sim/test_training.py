@@ -86,7 +86,9 @@ def test_the_command_writes_the_policy_the_curve_and_the_evaluation(tmp_path: Pa
 
 
 @pytest.mark.parametrize("given", [[], ["--stage", "bar=1.5"]])
-def test_a_family_plays_its_own_stages_unless_the_command_gives_some(tmp_path: Path, given: list[str]) -> None:
+def test_a_family_plays_its_own_stages_unless_the_command_gives_some(
+    tmp_path: Path, given: list[str]
+) -> None:
     pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
     out = tmp_path / "run"
     res = CliRunner().invoke(
