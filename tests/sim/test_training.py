@@ -139,7 +139,11 @@ def test_a_saved_policy_is_evaluated_again_on_the_same_held_out_seeds(tmp_path: 
     assert [e["seed"] for e in played] == seeds and seeds[:2] == [e["seed"] for e in first[:2]]
     assert all(e["backend"] == "sim" and e["policy"] == "ppo" for e in played)
     rows = json.loads((out / "evaluation.json").read_text())
-    assert [(r["policy"], r["backend"], r["episodes"]) for r in rows] == [("ppo", "sim", 3)]
+    # the policy played again replaces its rows; the greedy one, not played now, keeps its own
+    assert [(r["policy"], r["backend"], r["episodes"]) for r in rows] == [
+        ("ppo-greedy", "sim", 2),
+        ("ppo", "sim", 3),
+    ]
 
 
 def test_evaluate_policy_refuses_a_run_it_cannot_play(tmp_path: Path) -> None:
@@ -246,7 +250,8 @@ def test_the_command_trains_on_generated_instances_and_evaluates_on_the_test_spl
     assert len(played) == 4 + 1
     assert (played[-1]["scenario"], played[-1]["seed"]) == (sets["test"][0]["id"], sets["test"][0]["seed"])
     assert [(r["policy"], r["episodes"]) for r in json.loads((out / "evaluation.json").read_text())] == [
-        ("ppo", 1)
+        ("ppo-greedy", 2),
+        ("ppo", 1),
     ]
 
 

@@ -342,8 +342,8 @@ def _evaluate_run(
 ) -> None:
     """The policy (and the baselines) on ``sim`` held-out episodes per family in sim, then ``local`` on the
     real local backend; ``tests``: the generated test-split instances per family (else held-out seeds).
-    Prints the tables; writes evaluation.json and evaluation-by-family.json (rows of a backend played now
-    replace that backend's earlier rows) and appends each episode to episodes.jsonl."""
+    Prints the tables; writes evaluation.json and evaluation-by-family.json (the rows of a policy played
+    now on a backend replace its earlier rows there) and appends each episode to episodes.jsonl."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mlsandbox.agents import training
@@ -408,12 +408,11 @@ def _evaluate_run(
             f"{r['mean_return']:+.2f}",
         )
     console.print(table)
-    now = {b for b, _ in runs}
+    now = {(r["backend"], r["policy"]) for r in rows}  # a policy not played now keeps its earlier rows
     for name, new in (("evaluation.json", rows), ("evaluation-by-family.json", per_family)):
         path = directory / name
-        kept = [
-            r for r in (json.loads(path.read_text()) if path.is_file() else []) if r["backend"] not in now
-        ]
+        earlier = json.loads(path.read_text()) if path.is_file() else []
+        kept = [r for r in earlier if (r["backend"], r["policy"]) not in now]
         path.write_text(json.dumps(kept + new, indent=2))
     if len(scenarios) > 1:
         console.print(_family_table(per_family))
