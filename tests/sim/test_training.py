@@ -146,6 +146,51 @@ def test_a_saved_policy_is_evaluated_again_on_the_same_held_out_seeds(tmp_path: 
     ]
 
 
+def test_a_run_is_recorded_as_it_goes_and_its_checkpoints_are_played(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    out = tmp_path / "run"
+    seen: list[dict[str, object]] = []
+
+    def point(p: training.CurvePoint) -> None:  # the files as a user looks at them mid-run
+        if (out / "training.json").is_file():
+            seen.append(json.loads((out / "training.json").read_text()))
+
+    scenario = load_scenario(RL_FAST)
+    result = training.train_policy(
+        [scenario], steps=1024, out=out, window=512, checkpoint_every=512, on_point=point,
+        given=[str(RL_FAST)],
+    )  # fmt: skip
+    assert seen and all(s["finished"] is False for s in seen)
+    assert [len(s["curve"]) for s in seen] == sorted(len(s["curve"]) for s in seen)
+    assert json.loads((out / "training.json").read_text())["finished"] is True
+    saved = [f"step-{k}" for k in range(512, result.steps + 1, 512)]
+    assert training.checkpoints(out) == saved and len(saved) >= 2
+    (out / "policy.zip").unlink()  # as if the run had been stopped after its last checkpoint
+    res = CliRunner().invoke(app, ["evaluate-policy", str(out), "--eval-episodes", "1"])
+    assert res.exit_code == 1 and f"has only its checkpoints: {', '.join(saved)}" in " ".join(
+        res.output.split()
+    )
+    res = CliRunner().invoke(
+        app, ["evaluate-policy", str(out), "--checkpoint", "999", "--eval-episodes", "1"]
+    )
+    assert res.exit_code == 1 and "no checkpoint '999' (saved: step-512" in " ".join(res.output.split())
+    for given in ("1024", "step-512"):
+        res = CliRunner().invoke(
+            app,
+            ["evaluate-policy", str(out), "--checkpoint", given, "--eval-episodes", "2", "--no-baselines"],
+        )
+        assert res.exit_code == 0, res.output
+    rows = json.loads((out / "evaluation.json").read_text())
+    assert [(r["policy"], r["episodes"]) for r in rows] == [
+        ("ppo@step-1024", 2),
+        ("ppo@step-1024-greedy", 2),
+        ("ppo@step-512", 2),
+        ("ppo@step-512-greedy", 2),
+    ]
+    played = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert {e["policy"] for e in played} == {r["policy"] for r in rows}
+
+
 def test_evaluate_policy_refuses_a_run_it_cannot_play(tmp_path: Path) -> None:
     pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
     import gymnasium as gym

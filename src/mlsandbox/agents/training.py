@@ -170,6 +170,8 @@ class TrainResult:
     """The families as given (built-in ids, scenario files' paths): what loads them again."""
     novelty: float = 0.0
     """The count-based exploration bonus's scale (0: none; see :class:`~mlsandbox.env.wrappers.NoveltyBonus`)."""
+    finished: bool = True
+    """False while the run goes on (the ``training.json`` written at each curve point and checkpoint)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -200,7 +202,18 @@ class TrainResult:
             "wall_s": round(self.wall_s, 1),
             "steps_per_s": round(self.steps_per_s, 1),
             "curve": [p.as_dict() for p in self.curve],
+            "finished": self.finished,
         }
+
+    def write(self) -> None:
+        """``training.json`` and ``curve.png`` under ``out``, as the run stands."""
+        (self.out / "training.json").write_text(json.dumps(self.summary(), indent=2))
+        plot_curve(
+            self.curve,
+            self.out / "curve.png",
+            title=f"MaskablePPO from scratch in sim: {', '.join(self.families)}",
+            stage_starts=self.curriculum.started[1:] if self.curriculum is not None else (),
+        )
 
 
 def train_policy(
@@ -306,6 +319,25 @@ def train_policy(
     lengths = np.zeros(n_envs, dtype=int)
     t0 = time.monotonic()
 
+    def result(model: Any, *, finished: bool) -> TrainResult:  # the callback sees a BaseAlgorithm
+        return TrainResult(
+            model=model,
+            steps=int(model.num_timesteps),
+            wall_s=time.monotonic() - t0,
+            curve=list(curve),
+            out=out,
+            families=[s.id for s in scenarios],
+            instances=instances,
+            shaping=shaping,
+            curriculum=curriculum,
+            settings=settings,
+            n_envs=n_envs,
+            generated=list(generated),
+            given=list(given),
+            novelty=novelty,
+            finished=finished,
+        )
+
     def close_window(done_steps: int) -> None:
         if not window_eps:
             return
@@ -338,44 +370,28 @@ def train_policy(
                         self.training_env.env_method("set_stage", curriculum.stage)
             # with several envs the step count moves by n_envs: a boundary is crossed, not always hit
             before = self.num_timesteps - n_envs
-            if self.num_timesteps // window > before // window:
+            closed = self.num_timesteps // window > before // window
+            if closed:
                 close_window(self.num_timesteps)
-            if checkpoint_every and self.num_timesteps // checkpoint_every > before // checkpoint_every:
+            saved = (
+                bool(checkpoint_every) and self.num_timesteps // checkpoint_every > before // checkpoint_every
+            )
+            if saved:
                 self.model.save(out / "checkpoints" / f"step-{self.num_timesteps}.zip")
+            if closed or saved:  # a run stopped early can be looked at, and its checkpoints played
+                result(self.model, finished=False).write()
             return True
 
     try:
         model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **ppo)
         model.learn(total_timesteps=steps, callback=_Curve())
         close_window(int(model.num_timesteps))
-        wall = time.monotonic() - t0
+        done = result(model, finished=True)
     finally:
         env.close()
     model.save(out / "policy.zip")
-    result = TrainResult(
-        model=model,
-        steps=int(model.num_timesteps),
-        wall_s=wall,
-        curve=curve,
-        out=out,
-        families=[s.id for s in scenarios],
-        instances=instances,
-        shaping=shaping,
-        curriculum=curriculum,
-        settings=settings,
-        n_envs=n_envs,
-        generated=list(generated),
-        given=list(given),
-        novelty=novelty,
-    )
-    (out / "training.json").write_text(json.dumps(result.summary(), indent=2))
-    plot_curve(
-        curve,
-        out / "curve.png",
-        title=f"MaskablePPO from scratch in sim: {', '.join(result.families)}",
-        stage_starts=curriculum.started[1:] if curriculum is not None else (),
-    )
-    return result
+    done.write()
+    return done
 
 
 def ppo_settings(settings: dict[str, Any] | None, n_envs: int = 1) -> dict[str, Any]:
@@ -482,17 +498,35 @@ def layout(holder: Any) -> tuple[int, int]:
     return slots, int(np.prod(holder.observation_space.shape or (0,)))
 
 
-def load_policy(run: Path, scenarios: Sequence[Scenario]) -> MaskablePPO:
-    """The policy a training run saved (``run/policy.zip``), checked against the training env this checkout
-    builds for ``scenarios``: a policy trained when the env had other slots or features cannot be played
-    (``ValueError`` naming both layouts and the commit the run recorded)."""
+def checkpoints(run: Path) -> list[str]:
+    """The checkpoints a training run saved (``step-N``, by env-steps)."""
+    found = [p.stem for p in (run / "checkpoints").glob("step-*.zip") if p.stem[5:].isdigit()]
+    return sorted(found, key=lambda name: int(name[5:]))
+
+
+def load_policy(run: Path, scenarios: Sequence[Scenario], *, checkpoint: str | None = None) -> MaskablePPO:
+    """The policy a training run saved (``run/policy.zip``; with ``checkpoint``, its checkpoint of that
+    name, ``step-N`` or ``N``), checked against the training env this checkout builds for ``scenarios``: a
+    policy trained when the env had other slots or features cannot be played (``ValueError`` naming both
+    layouts and the commit the run recorded)."""
     try:
         from sb3_contrib import MaskablePPO
     except ImportError as e:  # pragma: no cover - depends on the installed extras
         raise ImportError(f"evaluating a policy needs the rl extra (pip install 'mlsandbox[rl]'): {e}") from e
-    path = run / "policy.zip"
+    if checkpoint is not None:
+        name = checkpoint if checkpoint.startswith("step-") else f"step-{checkpoint}"
+        path = run / "checkpoints" / f"{name}.zip"
+        if not path.is_file():
+            raise ValueError(
+                f"{run}: no checkpoint {checkpoint!r} (saved: {', '.join(checkpoints(run)) or 'none'})"
+            )
+    else:
+        path = run / "policy.zip"
     if not path.is_file():
-        raise ValueError(f"{run}: no policy.zip (is it a directory `mlsandbox train` wrote?)")
+        raise ValueError(
+            f"{run}: no policy.zip (is it a directory `mlsandbox train` wrote? a run stopped before its end "
+            f"has only its checkpoints: {', '.join(checkpoints(run)) or 'none'})"
+        )
     model = MaskablePPO.load(path, device="cpu")
     env = transfer_env(
         list(scenarios), backend="sim", sandbox="policy-layout", kind_features=several_kinds(scenarios),
@@ -570,6 +604,7 @@ def evaluate(
     on_episode: Callable[[Outcome], None] | None = None,
     as_given: bool = False,
     kinds_of: Sequence[Scenario] | None = None,
+    name: str = "ppo",
     **env_kwargs: Any,
 ) -> Evaluation:
     """The trained policy (and, with ``baselines``, the random policy and the rule agent) on ``episodes``
@@ -578,8 +613,8 @@ def evaluate(
     ``kinds_of``: the scenarios the policy was trained on, whose kinds of work and time features its
     observation carries (default: ``scenarios``).
 
-    ``ppo`` is the policy as it was trained: each action drawn from its distribution over the valid slots
-    (torch seeded with ``seed``). ``ppo-greedy`` (with ``greedy``) takes the most likely slot instead; early in
+    ``ppo`` (``name``) is the policy as it was trained: each action drawn from its distribution over the
+    valid slots (torch seeded with ``seed``). ``ppo-greedy`` (``name-greedy``, with ``greedy``) takes the most likely slot instead; early in
     training that can be a slot that changes nothing (``wait``) chosen again at every step, since the
     probability spread over several equally good slots can each be below it."""
     import torch
@@ -599,10 +634,10 @@ def evaluate(
     outcomes: dict[str, list[Outcome]] = {}
     try:
         torch.manual_seed(seed)  # the sampled policy's draws
-        outcomes["ppo"] = play(env, sampled_policy(model), tests, name="ppo", on_episode=on_episode)
+        outcomes[name] = play(env, sampled_policy(model), tests, name=name, on_episode=on_episode)
         if greedy:
-            outcomes["ppo-greedy"] = play(
-                env, model_policy(model), tests, name="ppo-greedy", on_episode=on_episode
+            outcomes[f"{name}-greedy"] = play(
+                env, model_policy(model), tests, name=f"{name}-greedy", on_episode=on_episode
             )
         if baselines:
             outcomes["random"] = play(env, random_policy(0), tests, name="random", on_episode=on_episode)
@@ -627,6 +662,7 @@ __all__ = [
     "CurvePoint",
     "Evaluation",
     "TrainResult",
+    "checkpoints",
     "evaluate",
     "held_out",
     "layout",

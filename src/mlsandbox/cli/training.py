@@ -271,6 +271,14 @@ def register(app: typer.Typer) -> None:
             typer.Option("--greedy/--no-greedy", help="Also the policy's most likely slot at each step."),
         ] = True,
         seed: Annotated[int, typer.Option("--seed", help="The sampled policy's draws.")] = 0,
+        checkpoint: Annotated[
+            str | None,
+            typer.Option(
+                "--checkpoint",
+                help="Play one of the run's checkpoints ('step-N' or N, as under checkpoints/) instead of "
+                "its final policy, a run stopped early included; its rows are 'ppo@step-N'.",
+            ),
+        ] = None,
     ) -> None:
         """Evaluate a policy `mlsandbox train` saved, again or on more episodes, on the same held-out
         instances (sim and, with --local N, the real local backend), without training; the tables are
@@ -307,12 +315,13 @@ def register(app: typer.Typer) -> None:
         try:
             from mlsandbox.agents import training
 
-            model = training.load_policy(run, scenarios)
+            model = training.load_policy(run, scenarios, checkpoint=checkpoint)
         except (ImportError, ValueError) as e:
             raise _fail(e) from None
+        name = "ppo" if checkpoint is None else f"ppo@step-{checkpoint.removeprefix('step-')}"
         _evaluate_run(
             model, scenarios, run, sim=eval_episodes, local=local, sandbox=sandbox, baselines=baselines,
-            seed=seed, tests=tests, greedy=greedy,
+            seed=seed, tests=tests, greedy=greedy, name=name,
         )  # fmt: skip
 
 
@@ -339,6 +348,7 @@ def _evaluate_run(
     seed: int,
     tests: dict[str, list[Any]] | None,
     greedy: bool = True,
+    name: str = "ppo",
 ) -> None:
     """The policy (and the baselines) on ``sim`` held-out episodes per family in sim, then ``local`` on the
     real local backend; ``tests``: the generated test-split instances per family (else held-out seeds).
@@ -386,7 +396,7 @@ def _evaluate_run(
             evaluation = training.evaluate(
                 model, chosen(n) if tests is not None else scenarios, episodes=n, backend=backend,
                 baselines=baselines, greedy=greedy, seed=seed, as_given=tests is not None, kinds_of=scenarios,
-                on_episode=on_episode, **where,
+                on_episode=on_episode, name=name, **where,
             )  # fmt: skip
         rows += evaluation.table()
         per_family += evaluation.by_family()
