@@ -130,3 +130,34 @@ def test_on_the_real_clock_requests_run_on_a_pool_and_stop_waits_for_them() -> N
     assert tg.log.sent == sent and len(tg.log.window(0.0, time.time())) == sent
     with pytest.raises(RuntimeError):  # the pool is shut down with the stream
         tg._pool.submit(print)  # type: ignore[union-attr]
+
+
+def test_the_monitor_works_out_the_clients_figures_only_when_asked_and_alike() -> None:
+    from mlsandbox.scenario.serving import AlertRule, Serving
+    from mlsandbox.world.episode import ServingRecord
+    from mlsandbox.world.serving.monitoring import Monitor
+
+    clock, s = ManualClock(), serving()
+    pop = population(n=200)
+    traffic = Traffic(rate_rps=20.0, label_delay_s=2.0, phase_s=30.0, phases=2, population_per_phase=200)
+    tg = TrafficGenerator(traffic, pop, s, "churn", seed=5, clock=clock)
+    reference = pop.features[pop.features[ID_COLUMN].str.startswith("p0-")].drop(columns=[ID_COLUMN])
+    spec = Serving(dataset="d", traffic=traffic, alerts=[AlertRule(name="x", metric="rps", threshold=1)])
+    mon = Monitor(spec, s, ServingRecord(), clock, production="churn", traffic=tg, reference=reference)
+    tg.start()
+    clock.advance(60.0)
+    now = clock.time()
+    full = mon.stats("churn", 30.0, now)
+    assert full["feature_drift_psi"] is not None and full["feature_drift_psi"] > 0.2  # phase 1's x drifted
+    assert full["live_accuracy"] is not None and full["client_rps"] is not None
+    # one metric asked: the others of the clients' view are not worked out, the one asked is the same
+    for name in ("feature_drift_psi", "live_accuracy", "client_rps", "client_latency_p99_ms"):
+        only = mon.stats("churn", 30.0, now, metrics=(name,))
+        assert only[name] == full[name]
+        assert all(only[m] is None for m in ("feature_drift_psi", "live_accuracy") if m != name)
+    assert mon.stats("churn", 30.0, now, metrics=("rps",))["client_rps"] is None
+    # the rows served, looked up by id as a frame indexed by id would give them (repeats and order kept)
+    ids = ["p1-3", "p0-7", "p1-3"]
+    assert pop.rows(ids).equals(pop.features.set_index(ID_COLUMN).loc[ids])
+    with pytest.raises(KeyError):
+        pop.rows(["nobody"])

@@ -24,6 +24,7 @@ import logging
 import math
 import threading
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 SCRAPE_TIMEOUT_S = 1.0
 _MAX_SNAPSHOTS = 3600
 _PSI_MIN_ROWS = 50
+_CLIENT_METRICS = tuple(m for m in METRICS if m.startswith("client_"))
 
 
 @dataclass
@@ -250,8 +252,18 @@ class Monitor:
                 break
         return best if best is not None else (series[0] if series else None)
 
-    def stats(self, target: str, window_s: float, end: float | None = None) -> dict[str, float | None]:
-        """Every metric of ``target`` over the window ending at ``end`` (unix time; default now)."""
+    def stats(
+        self,
+        target: str,
+        window_s: float,
+        end: float | None = None,
+        metrics: Collection[str] | None = None,
+    ) -> dict[str, float | None]:
+        """Every metric of ``target`` over the window ending at ``end`` (unix time; default now). With
+        ``metrics``, the production clients' figures (live accuracy, feature drift, ``client_*``) are
+        worked out only when named there (the others are None): an alert rule's tick needs one metric,
+        and feature drift reads every row served in the window."""
+        wanted = set(METRICS) if metrics is None else set(metrics)
         end = self.clock.time() if end is None else end
         out: dict[str, float | None] = dict.fromkeys(METRICS)
         with self.lock:
@@ -275,10 +287,13 @@ class Monitor:
             out["memory_mb"] = float(mems[-1]) if mems else None
             out["replicas_up"] = float(s1.replicas_up)
         if target == self.production and self.traffic is not None and self.traffic.t0 is not None:
-            out.update(self._client_view(end - window_s, end))
-            pairs = self.traffic.labelled(end - window_s, end)
-            out["live_accuracy"] = float(np.mean([str(p) == str(y) for p, y in pairs])) if pairs else None
-            out["feature_drift_psi"] = self._psi(end - window_s, end)
+            if wanted & set(_CLIENT_METRICS):
+                out.update(self._client_view(end - window_s, end))
+            if "live_accuracy" in wanted:
+                pairs = self.traffic.labelled(end - window_s, end)
+                out["live_accuracy"] = float(np.mean([str(p) == str(y) for p, y in pairs])) if pairs else None
+            if "feature_drift_psi" in wanted:
+                out["feature_drift_psi"] = self._psi(end - window_s, end)
         return out
 
     def _client_view(self, start: float, end: float) -> dict[str, float | None]:
@@ -335,14 +350,14 @@ class Monitor:
         self, target: str, names: list[str], window_s: float, points: int = 10
     ) -> dict[str, Any]:
         end = self.clock.time()
-        summary = self.stats(target, window_s, end)
+        summary = self.stats(target, window_s, end, metrics=names)
         step = window_s / points
         series: dict[str, list[Any]] = {n: [] for n in names}
         for k in range(points):
             e = end - window_s + (k + 1) * step
             if e - self.t0 < 0:
                 continue
-            st = self.stats(target, step, e)
+            st = self.stats(target, step, e, metrics=names)
             for n in names:
                 v = st.get(n)
                 series[n].append([round(e - end, 1), None if v is None else round(v, 4)])
@@ -378,7 +393,7 @@ class Monitor:
     def _evaluate(self, now: float) -> None:
         for rule in self.spec.alerts:
             for target in self._rule_targets(rule):
-                value = self.stats(target, rule.window_s, now).get(rule.metric)
+                value = self.stats(target, rule.window_s, now, metrics=(rule.metric,)).get(rule.metric)
                 cond = value is not None and (
                     value > rule.threshold if rule.op == ">" else value < rule.threshold
                 )

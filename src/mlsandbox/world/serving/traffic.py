@@ -48,6 +48,16 @@ class Population:
     """Entity ids of each phase."""
     holdouts: list[pd.DataFrame]
     """Each phase's rows with the target (features + label), for grading."""
+    _by_id: pd.DataFrame | None = field(default=None, init=False, repr=False)
+    _position: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    def rows(self, ids: list[str]) -> pd.DataFrame:
+        """The feature rows of ``ids`` (repeats kept, in order), indexed by entity id (``KeyError`` for
+        an id not in the population)."""
+        if self._by_id is None:  # built once: the monitor asks for the window's rows at every tick
+            self._by_id = self.features.set_index(ID_COLUMN)
+            self._position = {str(i): k for k, i in enumerate(self._by_id.index)}
+        return self._by_id.iloc[[self._position[str(i)] for i in ids]]
 
 
 def make_population(spec: TabularDataset, traffic: Traffic, seed: int) -> Population:
@@ -254,10 +264,10 @@ class TrafficGenerator:
         for o in self.log.window(0.0, end - self.traffic.label_delay_s):
             if o.predictions is not None:
                 seen.update(dict.fromkeys(o.ids))
-        feats = self.population.features.set_index(ID_COLUMN).loc[list(seen)]
+        feats = self.population.rows(list(seen))
         feats = feats.reset_index(drop=True)
         return feats.assign(**{target: [self.population.labels[i] for i in seen]})
 
     def served_features(self, start: float, end: float) -> pd.DataFrame:
         ids = [i for o in self.log.window(start, end) if o.status == 200 for i in o.ids]
-        return self.population.features.set_index(ID_COLUMN).loc[ids] if ids else pd.DataFrame()
+        return self.population.rows(ids) if ids else pd.DataFrame()
