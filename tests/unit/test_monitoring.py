@@ -37,6 +37,27 @@ def test_parse_scrape_reads_requests_errors_and_buckets_of_one_path() -> None:
     assert len(s.buckets) == len(LATENCY_BUCKETS) + 1
 
 
+def test_parse_scrape_reads_the_same_as_every_sample_parsed() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    m = HttpMetrics("t")
+    for path, status, seconds in [("/predict", 200, 0.003), ("/predictions", 500, 0.4), ("/predict", 502, 2.0),
+                                  ("/health", 200, 0.001), ("/predict", 200, 0.03)]:  # fmt: skip
+        m.observe(path, status, seconds)
+    text = generate_latest(m.registry).decode()
+    for path in ("/predict", "/predictions", "/health"):
+        every = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+        mine = [s for s in every if s.labels.get("path") == path]
+        expected = Scrape(
+            total=sum(s.value for s in mine if s.name == "http_requests_total"),
+            errors=sum(
+                s.value for s in mine if s.name == "http_errors_total" and s.labels.get("kind") == "server"
+            ),
+            buckets={float(s.labels["le"]): s.value for s in mine if s.name.endswith("_bucket")},
+        )
+        assert parse_scrape(text, path) == expected and expected.total > 0
+
+
 def test_histogram_quantile_interpolates_like_prometheus() -> None:
     bounds = [0.01, 0.1, 1.0, float("inf")]
     assert histogram_quantile(0.5, bounds, [50, 100, 100, 100]) == pytest.approx(0.01)

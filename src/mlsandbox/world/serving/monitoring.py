@@ -54,10 +54,22 @@ class Scrape:
     buckets: dict[float, float] = field(default_factory=dict)
 
 
+_READ = ("http_requests_total{", "http_errors_total{", "http_request_duration_seconds_bucket{")
+"""The samples :func:`parse_scrape` reads (a line of any other is not handed to the parser)."""
+
+
 def parse_scrape(text: str, path: str) -> Scrape:
     """Requests, 5xx answers and the latency histogram of ``path`` from a ``/metrics`` text."""
     out = Scrape()
-    for fam in text_string_to_metric_families(text):
+    label = f'path="{path}"'
+    # the monitor scrapes every replica several times a second: only the comments (which type the
+    # families) and the samples read below are parsed, not the other paths' nor the _created/_sum ones
+    kept = "\n".join(
+        line
+        for line in text.splitlines()
+        if line.startswith("#") or (line.startswith(_READ) and label in line)
+    )
+    for fam in text_string_to_metric_families(kept + "\n"):
         for s in fam.samples:
             if s.labels.get("path") != path:
                 continue
