@@ -97,6 +97,49 @@ def test_suite_episodes_draw_the_same_scenarios_for_the_same_seed() -> None:
     assert len(set(first)) > 1
 
 
+def test_suite_episodes_draw_by_the_weights_set_and_name_the_scenario_played() -> None:
+    scenarios = split("train", 2)  # two families' variants: each id its own
+    ids = sorted({s.id for s in scenarios})
+    env = transfer_env(scenarios, backend="sim", sandbox="sim-transfer-weights", seeds_per_scenario=2)
+    try:
+        env.reset(seed=3)
+        # the RL wrappers reach the suite's draw as a vector env's env_method does
+        env.get_wrapper_attr("set_weights")({ids[0]: 1.0})
+        played = []
+        for _ in range(5):
+            env.reset()
+            played.append(env.unwrapped.gateway.state.scenario.id)
+        assert played == [ids[0]] * 5
+        _, _, _, _, info = env.step(0)
+        assert info["scenario"] == ids[0]  # the step names the scenario played, for a training loop
+        env.get_wrapper_attr("set_weights")(None)  # back to every scenario as likely
+        seen = set()
+        for _ in range(30):
+            env.reset()
+            seen.add(env.unwrapped.gateway.state.scenario.id)
+        assert len(seen) > 1
+        for bad in ({ids[0]: -1.0}, {ids[0]: 0.0}, {ids[0]: float("nan")}, {}):
+            with pytest.raises(ValueError, match="weights must be finite"):
+                env.get_wrapper_attr("set_weights")(bad)
+    finally:
+        env.close()
+
+
+def test_failure_sampling_weighs_the_families_failed_more() -> None:
+    from mlsandbox.agents.curriculum import FailureSampling
+
+    sampling = FailureSampling(["a", "b", "c"], window=4, floor=0.25)
+    for ok in (True, True, True, True, True):
+        sampling.record("a", ok)  # solved: the floor
+    for ok in (True, False):
+        sampling.record("b", ok)  # half
+    sampling.record("elsewhere", False)  # not a family trained on: ignored
+    assert sampling.weights(step=100) == {"a": 0.25, "b": 0.625, "c": 1.0}  # c not played yet: as failed
+    assert sampling.summary()["history"] == [{"steps": 100, "weights": {"a": 0.25, "b": 0.625, "c": 1.0}}]
+    with pytest.raises(ValueError, match="floor"):
+        FailureSampling(["a"], floor=0.0)
+
+
 def test_wrapper_options_are_checked() -> None:
     with pytest.raises(ValueError, match="machines must be distinct"):
         make_rl_env("churn-decisions", backend="sim", sandbox="sim-x", machines=["cpu-small", "cpu-small"])

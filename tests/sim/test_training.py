@@ -191,6 +191,25 @@ def test_a_run_is_recorded_as_it_goes_and_its_checkpoints_are_played(tmp_path: P
     assert {e["policy"] for e in played} == {r["policy"] for r in rows}
 
 
+def test_failure_sampling_is_recorded_at_each_curve_point(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
+    from mlsandbox.agents.curriculum import FailureSampling
+
+    scenarios = [load_scenario(RL_FAST), load_builtin("churn-clean-small")]
+    sampling = FailureSampling([s.id for s in scenarios], window=10)
+    result = training.train_policy(
+        scenarios, steps=1024, out=tmp_path, window=512, task_sampling=sampling, curriculum=None
+    )
+    history = json.loads((tmp_path / "training.json").read_text())["task_sampling"]["history"]
+    assert [h["steps"] for h in history] == [p.steps for p in result.curve if p.steps % 512 == 0]
+    assert all(set(h["weights"]) == {"rl-fast", "churn-clean-small"} for h in history)
+    assert all(0.25 <= w <= 1.0 for h in history for w in h["weights"].values())
+    with pytest.raises(ValueError, match="cannot go with generated instances"):
+        training.train_policy(scenarios, steps=8, out=tmp_path / "g", task_sampling=sampling, generated=[
+            training.Ranked("rl-fast", scenarios[0], 0.5)
+        ])  # fmt: skip
+
+
 def test_evaluate_policy_refuses_a_run_it_cannot_play(tmp_path: Path) -> None:
     pytest.importorskip("sb3_contrib", reason="the rl extra is part of the test environment")
     import gymnasium as gym
@@ -249,6 +268,7 @@ def test_the_command_refuses_an_unknown_family(tmp_path: Path) -> None:
         (["--stage", "bar=0.5"], "--stage: stage 'bar=0.5': bar and budget are factors of at least 1"),
         (["--stage", "defects=0", "--stage", "budget=2"], "--stage: stages must get strictly harder"),
         (["--stage", "defects=0", "--no-curriculum"], "it cannot go with --no-curriculum"),
+        (["--sample-failures", "--generated", "2"], "--sample-failures weighs families by id"),
     ],
 )
 def test_the_command_refuses_stages_it_cannot_play(tmp_path: Path, args: list[str], message: str) -> None:

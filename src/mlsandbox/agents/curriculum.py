@@ -433,6 +433,49 @@ class Curriculum:
         return out
 
 
+@dataclass
+class FailureSampling:
+    """Task sampling for a run over several families: each family is drawn in proportion to
+    ``floor + (1 - floor) * (1 - r)``, ``r`` its success rate over its last ``window`` training episodes (a
+    family not played yet counts as failed), so the families the policy fails get up to ``1 / floor`` times
+    the episodes of those it solves, and none is dropped (a solved family keeps being practised). A
+    training run sets the weights in its envs at every curve point (``env_method("set_weights", w)``, see
+    :class:`~mlsandbox.env.wrappers.SuiteEpisodes`) and ``history`` records them."""
+
+    families: Sequence[str]
+    window: int = 50
+    floor: float = 0.25
+    history: list[dict[str, Any]] = field(default_factory=list)
+    _recent: dict[str, deque[bool]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.families:
+            raise ValueError("no family to sample")
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1, got {self.window}")
+        if not 0 < self.floor <= 1:
+            raise ValueError(f"floor must be in (0, 1], got {self.floor}")
+        self._recent = {f: deque(maxlen=self.window) for f in self.families}
+
+    def record(self, family: str | None, success: bool) -> None:
+        """A training episode of ``family`` finished (an id not trained on is ignored)."""
+        if family in self._recent:
+            self._recent[family].append(bool(success))
+
+    def weights(self, step: int | None = None) -> dict[str, float]:
+        """Each family's weight now (recorded in ``history`` at ``step`` when given)."""
+        out = {}
+        for f, recent in self._recent.items():
+            rate = sum(recent) / len(recent) if recent else 0.0
+            out[f] = round(self.floor + (1 - self.floor) * (1 - rate), 4)
+        if step is not None:
+            self.history.append({"steps": step, "weights": out})
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"window": self.window, "floor": self.floor, "history": self.history}
+
+
 __all__ = [
     "DEFAULT_STAGES",
     "FAULT_VARIANTS",
@@ -441,6 +484,7 @@ __all__ = [
     "STAGE_KEYS",
     "Curriculum",
     "EasiestShare",
+    "FailureSampling",
     "Loosening",
     "Ranked",
     "declared_stages",

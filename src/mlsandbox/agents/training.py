@@ -43,6 +43,7 @@ import numpy as np
 from mlsandbox.agents.curriculum import (
     Curriculum,
     EasiestShare,
+    FailureSampling,
     Loosening,
     Ranked,
     instance_stages,
@@ -172,6 +173,8 @@ class TrainResult:
     """The count-based exploration bonus's scale (0: none; see :class:`~mlsandbox.env.wrappers.NoveltyBonus`)."""
     finished: bool = True
     """False while the run goes on (the ``training.json`` written at each curve point and checkpoint)."""
+    task_sampling: FailureSampling | None = None
+    """Families drawn more often the more they are failed (None: every training scenario as likely)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -202,6 +205,7 @@ class TrainResult:
             "wall_s": round(self.wall_s, 1),
             "steps_per_s": round(self.steps_per_s, 1),
             "curve": [p.as_dict() for p in self.curve],
+            "task_sampling": self.task_sampling.summary() if self.task_sampling is not None else None,
             "finished": self.finished,
         }
 
@@ -233,6 +237,7 @@ def train_policy(
     generated: Sequence[Ranked] = (),
     given: Sequence[str] = (),
     novelty: float = 0.0,
+    task_sampling: FailureSampling | None = None,
 ) -> TrainResult:
     """Train MaskablePPO from scratch in sim on ``instances`` seeds of each scenario (see the module
     docstring); a curve point every ``window`` env-steps, a checkpoint every ``checkpoint_every``.
@@ -251,7 +256,11 @@ def train_policy(
     records so that the policy can be evaluated again (``mlsandbox evaluate-policy``).
 
     ``novelty`` above 0 adds a count-based exploration bonus to the training reward
-    (:class:`~mlsandbox.env.wrappers.NoveltyBonus`, one count per env); the curve's returns leave it out."""
+    (:class:`~mlsandbox.env.wrappers.NoveltyBonus`, one count per env); the curve's returns leave it out.
+
+    ``task_sampling`` draws the families the policy fails more often (:class:`FailureSampling`: the
+    weights set in every env at each curve point, from each family's last training episodes); not with
+    ``generated`` instances, whose ids are the instances', not the family's."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     if instances < 1:
@@ -267,6 +276,8 @@ def train_policy(
         raise ValueError(f"n_envs must be at least 1, got {n_envs}")
     if novelty < 0:
         raise ValueError(f"novelty is a bonus's scale of at least 0, got {novelty}")
+    if task_sampling is not None and generated:
+        raise ValueError("task sampling weighs families by id: it cannot go with generated instances")
     try:
         import torch
         from sb3_contrib import MaskablePPO
@@ -336,6 +347,7 @@ def train_policy(
             given=list(given),
             novelty=novelty,
             finished=finished,
+            task_sampling=task_sampling,
         )
 
     def close_window(done_steps: int) -> None:
@@ -364,6 +376,8 @@ def train_policy(
             for i, (info, done) in enumerate(zip(self.locals["infos"], self.locals["dones"], strict=True)):
                 if done:
                     success = bool((info.get("grade") or {}).get("success"))
+                    if task_sampling is not None:
+                        task_sampling.record(info.get("scenario"), success)
                     window_eps.append((success, float(returns[i]), int(lengths[i])))
                     returns[i], lengths[i] = 0.0, 0
                     if curriculum is not None and curriculum.record(success, self.num_timesteps):
@@ -373,6 +387,8 @@ def train_policy(
             closed = self.num_timesteps // window > before // window
             if closed:
                 close_window(self.num_timesteps)
+                if task_sampling is not None:
+                    self.training_env.env_method("set_weights", task_sampling.weights(self.num_timesteps))
             saved = (
                 bool(checkpoint_every) and self.num_timesteps // checkpoint_every > before // checkpoint_every
             )

@@ -110,6 +110,15 @@ def register(app: typer.Typer) -> None:
                 "returns nor in evaluation.",
             ),
         ] = 0.0,
+        sample_failures: Annotated[
+            bool,
+            typer.Option(
+                "--sample-failures/--sample-evenly",
+                help="Several families: draw each in proportion to 0.25 + 0.75 x its failure rate over its "
+                "last 50 training episodes (the families the policy fails up to 4x as often), updated at "
+                "every curve point; not with --generated.",
+            ),
+        ] = False,
         ent_coef: Annotated[
             float | None,
             typer.Option("--ent-coef", min=0.0, help="PPO's entropy bonus (default: PPO_SETTINGS, 0.01)."),
@@ -149,6 +158,7 @@ def register(app: typer.Typer) -> None:
             DEFAULT_STAGES,
             INSTANCE_STAGES,
             Curriculum,
+            FailureSampling,
             declared_stages,
             parse_stages,
         )
@@ -157,6 +167,8 @@ def register(app: typer.Typer) -> None:
 
         if stage and not curriculum:
             raise _fail("--stage sets the curriculum's stages: it cannot go with --no-curriculum")
+        if sample_failures and generated:
+            raise _fail("--sample-failures weighs families by id: it cannot go with --generated")
         try:
             stages = (
                 parse_stages(stage, generated=bool(generated)) if stage
@@ -236,6 +248,7 @@ def register(app: typer.Typer) -> None:
                     generated=train_set,
                     given=[_given(f) for f in families],
                     novelty=novelty,
+                    task_sampling=FailureSampling([s.id for s in scenarios]) if sample_failures else None,
                 )  # fmt: skip
             except ImportError as e:
                 raise _fail(e) from None

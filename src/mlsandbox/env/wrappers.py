@@ -811,7 +811,12 @@ class SuiteEpisodes(gym.Wrapper[Any, Any, Any, Any]):
     an episode seed drawn among the ``seeds_per_scenario`` seeds from the scenario's own seed on (a
     suite variant's seeds stay in its split's range). The draws come from a generator seeded by the
     first ``reset(seed=...)``. A reset whose ``options`` name a scenario plays that one, with the given
-    seed, as the env would.
+    seed, as the env would. Each step's ``info["scenario"]`` names the scenario played.
+
+    :meth:`set_weights` makes the draw two-step: a scenario id (a family, when the scenarios are a
+    family's instances or its curriculum variants, which keep its id) drawn by its weight, then one of
+    that id's scenarios evenly; a training run that samples the families it fails more often sets them
+    (``env_method("set_weights", {...})``). Without weights every scenario is as likely.
 
     Place it directly around :class:`~mlsandbox.env.gym_env.MLSandboxEnv` (below the RL wrappers, which
     reset it without options)."""
@@ -826,18 +831,49 @@ class SuiteEpisodes(gym.Wrapper[Any, Any, Any, Any]):
             raise ValueError(f"seeds_per_scenario must be at least 1, got {seeds_per_scenario}")
         self.scenarios = list(scenarios)
         self.seeds_per_scenario = seeds_per_scenario
+        self.weights: dict[str, float] | None = None
         self._rng: np.random.Generator | None = None
+        self._playing: str | None = None
+
+    def set_weights(self, weights: dict[str, float] | None) -> dict[str, float] | None:
+        """Draw each episode's scenario id by these weights from the next reset on (None: every scenario
+        as likely). An id not named weighs 0; weights must be finite, at least 0, and not all 0."""
+        if weights is not None:
+            values = list(weights.values())
+            if not values or any(not math.isfinite(w) or w < 0 for w in values) or not sum(values) > 0:
+                raise ValueError(f"weights must be finite, at least 0 and not all 0, got {weights}")
+            weights = {str(k): float(v) for k, v in weights.items()}
+        self.weights = weights
+        return weights
+
+    def _draw(self, rng: np.random.Generator) -> Any:
+        if self.weights is None:
+            return self.scenarios[int(rng.integers(len(self.scenarios)))]
+        ids = list(dict.fromkeys(str(s.id) for s in self.scenarios))
+        w = np.array([self.weights.get(i, 0.0) for i in ids])
+        if not w.sum() > 0:  # none of the weighted ids is played in this stage: as without weights
+            return self.scenarios[int(rng.integers(len(self.scenarios)))]
+        chosen = ids[int(rng.choice(len(ids), p=w / w.sum()))]
+        pool = [s for s in self.scenarios if str(s.id) == chosen]
+        return pool[int(rng.integers(len(pool)))]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         if options and options.get("scenario") is not None:
+            given = options["scenario"]
+            self._playing = str(getattr(given, "id", given))
             return self.env.reset(seed=seed, options=options)
         if self._rng is None or seed is not None:
             self._rng = np.random.default_rng(seed)
-        scenario = self.scenarios[int(self._rng.integers(len(self.scenarios)))]
+        scenario = self._draw(self._rng)
+        self._playing = str(scenario.id)
         episode_seed = int(scenario.seed) + int(self._rng.integers(self.seeds_per_scenario))
         return self.env.reset(seed=episode_seed, options={**(options or {}), "scenario": scenario})
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "scenario": self._playing}
 
 
 class StagedEpisodes(SuiteEpisodes):
